@@ -1,0 +1,1 @@
+"""ada_jax: adaptive sampling for RL with verifiable rewards, in JAX/Flax NNX."""

@@ -1,0 +1,79 @@
+"""Config validation: every bad value is rejected with the field's dotted name, before compiling."""
+from typing import Any
+
+_CHOICES = {
+    "model.param_dtype": ("float32", "bfloat16"),
+    "model.dtype": ("float32", "bfloat16"),
+    "model.rope_scaling": ("none", "llama3"),
+    "task.template": ("embedded", "qwen_math", "llama3_chat"),
+    "task.on_bad_row": ("error", "skip"),
+    "adaptive.policy": ("uniform", "seq", "est", "gvm", "dapo"),
+    "adaptive.exit_rule": ("none", "pos", "balance"),
+    "adaptive.mode": ("rounds", "refill"),
+    "adaptive.at_budget": ("keep", "drop"),
+    "adaptive.select_order": ("generation", "random"),
+    "adaptive.est_weight": ("inv_sqrt", "inv", "optimal"),
+    "rl.advantage": ("grpo", "drgrpo", "rloo", "raft", "liteppo", "reinforce_pp", "pool"),
+    "rl.objective": ("linear", "log", "arcsin", "power"),
+    "loss.agg": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant"),
+    "loss.kl_type": ("k1", "k2", "k3"),
+}
+_POSITIVE_INTS = (
+    "model.vocab_size", "model.d_model", "model.n_layers", "model.n_heads", "model.n_kv_heads",
+    "model.d_ff", "model.head_dim", "model.max_len", "sampling.max_prompt_len",
+    "sampling.max_new_tokens", "rl.steps", "rl.prompts_per_step", "rl.n", "rl.ppo_epochs",
+    "rl.minibatches", "adaptive.samples_per_round", "adaptive.max_rounds", "adaptive.slots",
+    "adaptive.chunk_len", "eval.k", "eval.prompts", "checkpoint.keep",
+)
+_NON_NEGATIVE = (
+    "sampling.temperature", "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg",
+    "loss.clip_low", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",
+    "optim.warmup_steps", "optim.grad_clip", "eval.every", "checkpoint.every",
+)
+
+
+def _get(config, dotted: str) -> Any:
+    node = config
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def validate(config) -> None:
+    """Raise ValueError naming the first offending field. Call after command-line overrides."""
+    for name, choices in _CHOICES.items():
+        if _get(config, name) not in choices:
+            raise ValueError(f"config.{name}={_get(config, name)!r}: choose from {choices}")
+    for name in _POSITIVE_INTS:
+        v = _get(config, name)
+        if not isinstance(v, int) or v <= 0:
+            raise ValueError(f"config.{name}={v!r}: must be a positive integer")
+    for name in _NON_NEGATIVE:
+        if _get(config, name) < 0:
+            raise ValueError(f"config.{name}={_get(config, name)!r}: must be >= 0")
+    m = config.model
+    if m.n_heads % m.n_kv_heads:
+        raise ValueError(f"config.model.n_heads={m.n_heads} must be a multiple of "
+                         f"config.model.n_kv_heads={m.n_kv_heads}")
+    if m.head_dim % 2:
+        raise ValueError(f"config.model.head_dim={m.head_dim} must be even (RoPE)")
+    s = config.sampling
+    if not 0.0 < s.top_p <= 1.0:
+        raise ValueError(f"config.sampling.top_p={s.top_p!r}: must be in (0, 1]")
+    if s.max_prompt_len + s.max_new_tokens > m.max_len:
+        raise ValueError(
+            f"config.sampling.max_prompt_len + max_new_tokens = "
+            f"{s.max_prompt_len + s.max_new_tokens} exceeds config.model.max_len={m.max_len}")
+    a = config.adaptive
+    if a.exit_rule == "balance" and (a.k_pos < 1 or a.k_neg < 1):
+        raise ValueError("config.adaptive.k_pos and k_neg must be >= 1 for exit_rule='balance'")
+    if a.exit_rule == "pos" and a.k_pos < 1:
+        raise ValueError("config.adaptive.k_pos must be >= 1 for exit_rule='pos'")
+    if config.rl.n < 2 and config.rl.advantage in ("grpo", "rloo", "drgrpo", "liteppo"):
+        raise ValueError(f"config.rl.n={config.rl.n}: group estimators need n >= 2")
+    for axis in ("data", "fsdp", "tensor"):
+        v = config.mesh[axis]
+        if not isinstance(v, int) or (v < 1 and v != -1):
+            raise ValueError(f"config.mesh.{axis}={v!r}: must be a positive integer or -1")
+    if [config.mesh[a] for a in ("data", "fsdp", "tensor")].count(-1) > 1:
+        raise ValueError("config.mesh: at most one axis may be -1")

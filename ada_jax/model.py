@@ -1,0 +1,266 @@
+"""Decoder-only transformer (Flax NNX): RMSNorm, RoPE, grouped-query attention, SwiGLU.
+
+Shapes: B batch, T query length, S key/cache length, D model, H query heads, K kv heads,
+G = H // K query heads per kv head, E head dim, F mlp hidden, V vocab, L layers.
+
+One `__call__` serves training and decoding. Without a cache it runs causal attention over the
+given tokens. With a cache (`init_cache`) it writes the new keys/values at each row's own write
+position `cache["pos"]` and attends over everything valid in the cache, so left-padded prompts,
+rows at different decode positions and rows restarted from another prompt's cache (the adaptive
+engine's slot refill) all go through the same code. Params carry `logical_axes` metadata that
+`ada_jax.sharding` maps to the device mesh.
+"""
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from ada_jax import sharding
+
+Cache = dict[str, Any]
+_NEG_INF = -1e30
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_ff: int
+    head_dim: int
+    rope_base: float = 10_000.0
+    qkv_bias: bool = False
+    tie_embeddings: bool = True
+    norm_eps: float = 1e-6
+    max_len: int = 256
+    rope_scaling: str = "none"  # "none" | "llama3"
+    rope_scaling_factor: float = 32.0
+    rope_low_freq_factor: float = 1.0
+    rope_high_freq_factor: float = 4.0
+    rope_original_max_len: int = 8192
+    param_dtype: str = "float32"
+    dtype: str = "float32"
+    remat: bool = False
+
+    @classmethod
+    def from_config(cls, model_config) -> "ModelConfig":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in dict(model_config).items() if k in fields})
+
+
+def _param(rng, shape, axes, dtype, scale=None, init="normal"):
+    if init == "ones":
+        value = jnp.ones(shape, dtype)
+    elif init == "zeros":
+        value = jnp.zeros(shape, dtype)
+    else:
+        value = (jax.random.normal(rng, shape, jnp.float32) * scale).astype(dtype)
+    return nnx.Param(value, logical_axes=axes)
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, dim: int, eps: float, param_dtype):
+        self.scale = _param(None, (dim,), ("embed",), param_dtype, init="ones")
+        self.eps = eps
+
+    def __call__(self, x):
+        x32 = x.astype(jnp.float32)
+        x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (x32 * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+
+
+def rope_frequencies(cfg: ModelConfig) -> jax.Array:
+    """Inverse frequencies [E/2], with Llama-3.1 style scaling when configured."""
+    inv = 1.0 / (cfg.rope_base ** (jnp.arange(0, cfg.head_dim, 2, dtype=jnp.float32)
+                                  / cfg.head_dim))
+    if cfg.rope_scaling == "llama3":
+        wavelen = 2 * math.pi / inv
+        low_wavelen = cfg.rope_original_max_len / cfg.rope_low_freq_factor
+        high_wavelen = cfg.rope_original_max_len / cfg.rope_high_freq_factor
+        smooth = ((cfg.rope_original_max_len / wavelen - cfg.rope_low_freq_factor)
+                  / (cfg.rope_high_freq_factor - cfg.rope_low_freq_factor))
+        mid = (1 - smooth) * inv / cfg.rope_scaling_factor + smooth * inv
+        inv = jnp.where(wavelen > low_wavelen, inv / cfg.rope_scaling_factor,
+                        jnp.where(wavelen < high_wavelen, inv, mid))
+    return inv
+
+
+def apply_rope(x_BTHE, positions_BT, inv_freq):
+    """Rotate-half RoPE (the Llama / Qwen2 convention), computed in float32."""
+    angles = positions_BT[..., None].astype(jnp.float32) * inv_freq  # [B,T,E/2]
+    sin = jnp.sin(angles)[:, :, None, :]
+    cos = jnp.cos(angles)[:, :, None, :]
+    x = x_BTHE.astype(jnp.float32)
+    x1, x2 = jnp.split(x, 2, axis=-1)
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.astype(x_BTHE.dtype)
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        pd = jnp.dtype(cfg.param_dtype)
+        D, H, K, E = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        s = 1.0 / math.sqrt(D)
+        self.q = _param(rngs.params(), (D, H, E), ("embed", "heads", "head_dim"), pd, s)
+        self.k = _param(rngs.params(), (D, K, E), ("embed", "kv_heads", "head_dim"), pd, s)
+        self.v = _param(rngs.params(), (D, K, E), ("embed", "kv_heads", "head_dim"), pd, s)
+        self.o = _param(rngs.params(), (H, E, D), ("heads", "head_dim", "embed"), pd,
+                        1.0 / math.sqrt(H * E * cfg.n_layers))
+        if cfg.qkv_bias:
+            self.q_bias = _param(None, (H, E), ("heads", "head_dim"), pd, init="zeros")
+            self.k_bias = _param(None, (K, E), ("kv_heads", "head_dim"), pd, init="zeros")
+            self.v_bias = _param(None, (K, E), ("kv_heads", "head_dim"), pd, init="zeros")
+        self.cfg = cfg
+
+    def __call__(self, x_BTD, positions_BT, inv_freq, kv_mask_BTS, layer_cache):
+        cfg, dt = self.cfg, x_BTD.dtype
+        q = jnp.einsum("btd,dhe->bthe", x_BTD, self.q[...].astype(dt))
+        k = jnp.einsum("btd,dke->btke", x_BTD, self.k[...].astype(dt))
+        v = jnp.einsum("btd,dke->btke", x_BTD, self.v[...].astype(dt))
+        if cfg.qkv_bias:
+            q, k, v = (q + self.q_bias[...].astype(dt), k + self.k_bias[...].astype(dt),
+                       v + self.v_bias[...].astype(dt))
+        q = apply_rope(q, positions_BT, inv_freq)
+        k = apply_rope(k, positions_BT, inv_freq)
+        if layer_cache is not None:
+            k, v, layer_cache = _write_cache(layer_cache, k, v)
+        B, T, H, E = q.shape
+        K = k.shape[2]
+        q = q.reshape(B, T, K, H // K, E)
+        scores = jnp.einsum("btkge,bske->bkgts", q, k).astype(jnp.float32) / math.sqrt(E)
+        scores = jnp.where(kv_mask_BTS[:, None, None], scores, _NEG_INF)
+        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
+        out = jnp.einsum("bkgts,bske->btkge", probs, v).reshape(B, T, H, E)
+        return jnp.einsum("bthe,hed->btd", out, self.o[...].astype(dt)), layer_cache
+
+
+def _write_cache(layer_cache, k_BTKE, v_BTKE):
+    """Write new keys/values at each row's own position; returns full-length k, v."""
+    pos_B = layer_cache["pos"]
+    write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, (i, 0, 0)))
+    k = write(layer_cache["k"], k_BTKE.astype(layer_cache["k"].dtype), pos_B)
+    v = write(layer_cache["v"], v_BTKE.astype(layer_cache["v"].dtype), pos_B)
+    return k, v, {"k": k, "v": v, "pos": pos_B}
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        pd = jnp.dtype(cfg.param_dtype)
+        D, F = cfg.d_model, cfg.d_ff
+        self.gate = _param(rngs.params(), (D, F), ("embed", "mlp"), pd, 1.0 / math.sqrt(D))
+        self.up = _param(rngs.params(), (D, F), ("embed", "mlp"), pd, 1.0 / math.sqrt(D))
+        self.down = _param(rngs.params(), (F, D), ("mlp", "embed"), pd,
+                           1.0 / math.sqrt(F * cfg.n_layers))
+
+    def __call__(self, x_BTD):
+        dt = x_BTD.dtype
+        g = jnp.einsum("btd,df->btf", x_BTD, self.gate[...].astype(dt))
+        u = jnp.einsum("btd,df->btf", x_BTD, self.up[...].astype(dt))
+        h = sharding.constrain(jax.nn.silu(g) * u, ("batch", "length", "mlp"))
+        return jnp.einsum("btf,fd->btd", h, self.down[...].astype(dt))
+
+
+class Block(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        pd = jnp.dtype(cfg.param_dtype)
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
+        self.attn = Attention(cfg, rngs)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
+        self.mlp = MLP(cfg, rngs)
+
+    def __call__(self, x_BTD, positions_BT, inv_freq, kv_mask_BTS, layer_cache):
+        h, layer_cache = self.attn(self.attn_norm(x_BTD), positions_BT, inv_freq, kv_mask_BTS,
+                                   layer_cache)
+        x_BTD = x_BTD + h
+        x_BTD = x_BTD + self.mlp(self.mlp_norm(x_BTD))
+        return sharding.constrain(x_BTD, ("batch", "length", "embed")), layer_cache
+
+
+class Transformer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        pd = jnp.dtype(cfg.param_dtype)
+        self.cfg = cfg
+        self.embed = _param(rngs.params(), (cfg.vocab_size, cfg.d_model), ("vocab", "embed"),
+                            pd, 1.0 / math.sqrt(cfg.d_model))
+        self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.n_layers)])
+        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
+        if not cfg.tie_embeddings:
+            self.lm_head = _param(rngs.params(), (cfg.d_model, cfg.vocab_size),
+                                  ("embed", "vocab"), pd, 1.0 / math.sqrt(cfg.d_model))
+
+    def __call__(self, tokens_BT, positions_BT, mask_BT, cache: Cache | None = None):
+        """Logits [B,T,V] (float32) and the updated cache (None without one).
+
+        mask_BT marks real tokens (False = padding). Positions are each token's index among
+        its row's real tokens (RoPE). With a cache the T tokens are appended at cache["pos"].
+        """
+        cfg = self.cfg
+        dt = jnp.dtype(cfg.dtype)
+        x = self.embed[...].astype(dt)[tokens_BT]
+        x = sharding.constrain(x, ("batch", "length", "embed"))
+        inv_freq = rope_frequencies(cfg)
+        T = tokens_BT.shape[1]
+        if cache is None:
+            causal = jnp.tril(jnp.ones((T, T), bool))
+            kv_mask = causal[None] & mask_BT[:, None, :]
+        else:
+            S = cache["valid"].shape[1]
+            pos_B = cache["pos"]
+            idx_BT = pos_B[:, None] + jnp.arange(T)[None]
+            valid = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, (i,)))(
+                cache["valid"], mask_BT, pos_B)
+            kv_mask = valid[:, None, :] & (jnp.arange(S)[None, None, :] <= idx_BT[:, :, None])
+        new_layers = []
+        block_fn = _block_call
+        if cfg.remat:
+            block_fn = nnx.remat(_block_call)
+        for i, block in enumerate(self.blocks):
+            lc = None if cache is None else {"k": cache["k"][i], "v": cache["v"][i],
+                                              "pos": cache["pos"]}
+            x, lc = block_fn(block, x, positions_BT, inv_freq, kv_mask, lc)
+            new_layers.append(lc)
+        x = self.final_norm(x)
+        w = self.embed[...].T if cfg.tie_embeddings else self.lm_head[...]
+        logits = jnp.einsum("btd,dv->btv", x, w.astype(dt)).astype(jnp.float32)
+        if cache is None:
+            return logits, None
+        new_cache = {"k": [lc["k"] for lc in new_layers], "v": [lc["v"] for lc in new_layers],
+                     "valid": valid, "pos": cache["pos"] + T}
+        return logits, new_cache
+
+
+def _block_call(block, x, positions_BT, inv_freq, kv_mask, layer_cache):
+    return block(x, positions_BT, inv_freq, kv_mask, layer_cache)
+
+
+def init_cache(cfg: ModelConfig, batch: int, length: int) -> Cache:
+    """Empty cache: per-layer k/v [B,S,K,E] in compute dtype, valid [B,S], write pos [B]."""
+    shape = (batch, length, cfg.n_kv_heads, cfg.head_dim)
+    dt = jnp.dtype(cfg.dtype)
+    return {"k": [jnp.zeros(shape, dt) for _ in range(cfg.n_layers)],
+            "v": [jnp.zeros(shape, dt) for _ in range(cfg.n_layers)],
+            "valid": jnp.zeros((batch, length), bool),
+            "pos": jnp.zeros((batch,), jnp.int32)}
+
+
+def positions_from_mask(mask_BT):
+    """Index of each token among its row's real tokens (0 for left padding)."""
+    return jnp.maximum(jnp.cumsum(mask_BT.astype(jnp.int32), axis=1) - 1, 0)
+
+
+def token_logprobs(logits_BTV, targets_BT, temperature: float = 1.0):
+    """log π(target) under softmax(logits / temperature), float32, and entropy [B,T]."""
+    logits = logits_BTV.astype(jnp.float32) / max(temperature, 1e-6)
+    logp_all = jax.nn.log_softmax(logits, axis=-1)
+    logp = jnp.take_along_axis(logp_all, targets_BT[..., None], axis=-1)[..., 0]
+    entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+    return logp, entropy
+
+
+def count_params(params) -> int:
+    return sum(x.size for x in jax.tree.leaves(params))

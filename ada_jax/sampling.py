@@ -1,0 +1,142 @@
+"""Jitted batched sampling: one prefill, then a `lax.while_loop` over a fixed-size state.
+
+Shapes: B rows, P prompt length (left-padded), N max new tokens, S = P + N cache length, V vocab.
+
+Log-probs returned are log softmax(logits / temperature) of the sampled token, in float32, before
+top-k / top-p truncation: the quantity the learner recomputes as π_old (verl's convention), so at
+T = 1 and top-p = 1 they are exactly the policy's log-probs. Params are traced arguments (the
+graphdef and sampling settings are static), so calls with the same shapes never recompile.
+"""
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+from ada_jax import model as model_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    max_new_tokens: int
+    eos_id: int
+    pad_id: int = 0
+    temperature: float = 1.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+
+
+@struct.dataclass
+class SampleOutput:
+    tokens_BN: jax.Array  # int32, pad after the end
+    logp_BN: jax.Array  # float32, 0 after the end
+    lengths_B: jax.Array  # int32, generated tokens including EOS
+    steps: jax.Array  # decode iterations run (early exit when every row is done)
+
+
+@struct.dataclass
+class _LoopState:
+    step: jax.Array
+    key: jax.Array
+    logits_BV: jax.Array
+    next_pos_B: jax.Array
+    done_B: jax.Array
+    out: SampleOutput
+    cache: dict
+
+
+def filter_logits(logits_BV, top_k: int, top_p: float):
+    """Mask (to -inf) everything outside the top-k and the top-p nucleus."""
+    if top_k > 0:
+        kth = jax.lax.top_k(logits_BV, top_k)[0][:, -1:]
+        logits_BV = jnp.where(logits_BV < kth, -jnp.inf, logits_BV)
+    if top_p < 1.0:
+        sorted_desc = -jnp.sort(-logits_BV, axis=-1)
+        probs = jax.nn.softmax(sorted_desc, axis=-1)
+        mass_before = jnp.cumsum(probs, axis=-1) - probs
+        # The smallest logit still inside the nucleus: keep tokens with mass before < p.
+        n_keep = jnp.sum(mass_before < top_p, axis=-1, keepdims=True)
+        threshold = jnp.take_along_axis(sorted_desc, n_keep - 1, axis=-1)
+        logits_BV = jnp.where(logits_BV < threshold, -jnp.inf, logits_BV)
+    return logits_BV
+
+
+def sample_token(logits_BV, key, cfg: SamplingConfig):
+    """Draw one token per row; return (token [B] int32, its float32 log-prob [B])."""
+    logits_BV = logits_BV.astype(jnp.float32)
+    if cfg.temperature == 0.0:
+        token = jnp.argmax(logits_BV, axis=-1)
+        scaled = logits_BV
+    else:
+        scaled = logits_BV / cfg.temperature
+        token = jax.random.categorical(key, filter_logits(scaled, cfg.top_k, cfg.top_p))
+    logp = jnp.take_along_axis(jax.nn.log_softmax(scaled), token[:, None], axis=-1)[:, 0]
+    return token.astype(jnp.int32), logp
+
+
+def prefill(model, prompt_BP, prompt_mask_BP, cache_len: int):
+    """Run the prompt through the model once: (last-position logits [B,V], cache, next pos [B])."""
+    B = prompt_BP.shape[0]
+    cache = model_lib.init_cache(model.cfg, B, cache_len)
+    positions = model_lib.positions_from_mask(prompt_mask_BP)
+    logits, cache = model(prompt_BP, positions, prompt_mask_BP, cache)
+    return logits[:, -1], cache, jnp.sum(prompt_mask_BP, axis=1).astype(jnp.int32)
+
+
+def decode_step(model, logits_BV, key, cache, next_pos_B, live_B, cfg: SamplingConfig):
+    """Sample a token for every row from logits_BV and feed it back through the model.
+
+    Rows with live_B False still compute (fixed shapes) but write masked-out cache entries.
+    Returns (token [B], logp [B], new logits [B,V], new cache).
+    """
+    token, logp = sample_token(logits_BV, key, cfg)
+    token = jnp.where(live_B, token, cfg.pad_id)
+    logits, cache = model(token[:, None], next_pos_B[:, None], live_B[:, None], cache)
+    return token, logp, logits[:, 0], cache
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "cfg"))
+def sample(graphdef, params, prompt_BP, prompt_mask_BP, key, *, cfg: SamplingConfig):
+    """Sample up to cfg.max_new_tokens per row; stops a row at EOS, the loop when all stop."""
+    model = nnx.merge(graphdef, params)
+    B, P = prompt_BP.shape
+    N = cfg.max_new_tokens
+    logits, cache, next_pos = prefill(model, prompt_BP, prompt_mask_BP, P + N)
+    out = SampleOutput(tokens_BN=jnp.full((B, N), cfg.pad_id, jnp.int32),
+                       logp_BN=jnp.zeros((B, N), jnp.float32),
+                       lengths_B=jnp.zeros((B,), jnp.int32), steps=jnp.int32(0))
+    init = _LoopState(step=jnp.int32(0), key=key, logits_BV=logits, next_pos_B=next_pos,
+                      done_B=jnp.zeros((B,), bool), out=out, cache=cache)
+
+    def cond(s):
+        return (s.step < N) & ~jnp.all(s.done_B)
+
+    def body(s):
+        live = ~s.done_B
+        token, logp, logits, cache = decode_step(
+            model, s.logits_BV, jax.random.fold_in(s.key, s.step), s.cache, s.next_pos_B, live,
+            cfg)
+        o = s.out
+        o = o.replace(tokens_BN=o.tokens_BN.at[:, s.step].set(token),
+                      logp_BN=o.logp_BN.at[:, s.step].set(jnp.where(live, logp, 0.0)),
+                      lengths_B=o.lengths_B + live.astype(jnp.int32), steps=s.step + 1)
+        done = s.done_B | (live & (token == cfg.eos_id))
+        return s.replace(step=s.step + 1, logits_BV=logits, next_pos_B=s.next_pos_B + live,
+                         done_B=done, out=o, cache=cache)
+
+    return jax.lax.while_loop(cond, body, init).out
+
+
+def left_pad(seqs, length: int, pad_id: int = 0):
+    """Host helper: list of token lists -> (tokens [B,length] int32, mask [B,length] bool)."""
+    import numpy as np
+    tokens = np.full((len(seqs), length), pad_id, np.int32)
+    mask = np.zeros((len(seqs), length), bool)
+    for i, s in enumerate(seqs):
+        if len(s) > length:
+            raise ValueError(f"prompt {i} has {len(s)} tokens, more than the limit {length}")
+        if len(s):
+            tokens[i, length - len(s):] = s
+            mask[i, length - len(s):] = True
+    return tokens, mask

@@ -1,0 +1,115 @@
+"""The embedded task: chained integer arithmetic, evaluated left to right, with a difficulty ladder.
+
+A problem is a start value and a chain of operations, e.g. `Compute left to right: 47+8*3-15`,
+meaning ((47+8)*3)-15. The reference solution does one operation per line and ends with the
+answer in \\boxed{}:
+
+    47+8=55
+    55*3=165
+    165-15=150
+    \\boxed{150}
+
+Each line must be computed in one shot (no digit-level scratch work), so difficulty grows with
+the number of lines (errors compound) and with the width of the numbers (carries must be
+resolved before the leading digit is written). Level 1 is one small addition; level 8 is six
+operations on four-digit numbers including multiplications, far beyond a few-hundred-thousand
+parameter model. All values stay in [0, bound), so answers are plain digit strings.
+
+Problems are generated on the fly and deterministically from (seed, split, index); train and
+eval are disjoint because membership is decided by the question text (`problem.split_of`).
+"""
+import dataclasses
+import random
+
+from ada_jax.tasks.problem import Problem, problem_id, split_of
+
+PREFIX = "Compute left to right: "
+
+
+@dataclasses.dataclass(frozen=True)
+class Level:
+    steps: int        # operations in the chain = lines of the solution
+    start_digits: int  # width of the start value
+    digits: int       # width of +/- operands
+    ops: str          # allowed operations; '*' multiplies by 2..9
+    bound: int        # every intermediate value lies in [0, bound)
+
+
+LEVELS = {
+    1: Level(steps=1, start_digits=2, digits=1, ops="+", bound=1000),
+    2: Level(steps=2, start_digits=2, digits=1, ops="+-", bound=1000),
+    3: Level(steps=2, start_digits=2, digits=2, ops="+-", bound=1000),
+    4: Level(steps=3, start_digits=2, digits=2, ops="+-*", bound=1000),
+    5: Level(steps=3, start_digits=3, digits=3, ops="+-*", bound=10_000),
+    6: Level(steps=4, start_digits=3, digits=3, ops="+-*", bound=10_000),
+    7: Level(steps=5, start_digits=4, digits=4, ops="+-*", bound=10_000),
+    8: Level(steps=6, start_digits=4, digits=4, ops="+-*", bound=10_000),
+}
+MAX_LEVEL = max(LEVELS)
+
+
+def _number(rng: random.Random, digits: int) -> int:
+    return rng.randrange(10 ** (digits - 1) if digits > 1 else 1, 10**digits)
+
+
+def _chain(rng: random.Random, level: Level) -> tuple[int, list[tuple[str, int]]]:
+    """A start value and `level.steps` (op, operand) pairs keeping every value in [0, bound)."""
+    value = start = _number(rng, level.start_digits)
+    chain = []
+    while len(chain) < level.steps:
+        op = rng.choice(level.ops)
+        operand = rng.randrange(2, 10) if op == "*" else _number(rng, level.digits)
+        new = {"+": value + operand, "-": value - operand, "*": value * operand}[op]
+        if 0 <= new < level.bound:
+            chain.append((op, operand))
+            value = new
+    return start, chain
+
+
+def make_problem(rng: random.Random, level: int) -> Problem:
+    """One random problem of the given level (1..8)."""
+    start, chain = _chain(rng, LEVELS[level])
+    question = PREFIX + str(start) + "".join(f"{op}{x}" for op, x in chain)
+    lines, value = [], start
+    for op, x in chain:
+        new = {"+": value + x, "-": value - x, "*": value * x}[op]
+        lines.append(f"{value}{op}{x}={new}")
+        value = new
+    lines.append(f"\\boxed{{{value}}}")
+    return Problem(id=problem_id(question), question=question, answer=str(value),
+                   solution="\n".join(lines), level=level)
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddedSource:
+    """A split of the embedded task as a random-access sequence of `size` Problems.
+
+    Index i has level min_level + i % (number of levels), so every slice of the split is
+    stratified by level; the problem itself comes from rng(seed, split, i), resampled until
+    its question falls in this split.
+    """
+    split: str
+    size: int
+    seed: int = 0
+    min_level: int = 1
+    max_level: int = MAX_LEVEL
+
+    def __post_init__(self):
+        if self.split not in ("train", "eval"):
+            raise ValueError(f"split must be 'train' or 'eval', got {self.split!r}")
+        if not 1 <= self.min_level <= self.max_level <= MAX_LEVEL:
+            raise ValueError(f"levels must satisfy 1 <= min_level={self.min_level} <= "
+                             f"max_level={self.max_level} <= {MAX_LEVEL}")
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> Problem:
+        if not 0 <= index < self.size:
+            raise IndexError(f"index {index} out of range for {self.size} problems")
+        level = self.min_level + index % (self.max_level - self.min_level + 1)
+        rng = random.Random(f"embedded/{self.seed}/{self.split}/{index}")
+        while True:
+            problem = make_problem(rng, level)
+            if split_of(problem.question) == self.split:
+                return problem

@@ -1,0 +1,136 @@
+"""Tokenizers and prompt templates.
+
+One interface (`Tokenizer`) over two backends: `SentencePieceTokenizer` for the embedded task's
+tiny model (the model ships as `ada_jax/assets/embedded.model`, trained by
+`scripts/train_tokenizer.py`) and `HFTokenizer` for pretrained models (a `tokenizer.json`).
+`encode` never adds special tokens: templates give the text, `prompt_ids` prepends BOS.
+"""
+import json
+import os
+from typing import Protocol, Sequence
+
+import importlib_resources
+
+EMBEDDED_MODEL = "embedded.model"
+# Pieces the embedded tokenizer keeps whole, so the embedded verifier can work on token ids.
+BOXED, CLOSE = "\\boxed{", "}"
+EMBEDDED_SYMBOLS = (BOXED, CLOSE, "\n", *"0123456789", "+", "-", "*", "=")
+
+SYSTEM_MATH = "Please reason step by step, and put your final answer within \\boxed{}."
+TEMPLATES = ("embedded", "qwen_math", "llama3_chat")
+
+
+class Tokenizer(Protocol):
+    vocab_size: int
+    bos_id: int | None
+    eos_id: int
+    pad_id: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class SentencePieceTokenizer:
+    """A sentencepiece model; by default the embedded one (pad 0, unk 1, bos 2, eos 3)."""
+
+    def __init__(self, model_path: str | None = None):
+        import sentencepiece as spm
+        if model_path:
+            with open(model_path, "rb") as f:
+                proto = f.read()
+        else:
+            proto = (importlib_resources.files("ada_jax") / "assets" / EMBEDDED_MODEL).read_bytes()
+        self._sp = spm.SentencePieceProcessor(model_proto=proto)
+        self.vocab_size = self._sp.get_piece_size()
+        self.pad_id, self.bos_id, self.eos_id = (
+            self._sp.pad_id(), self._sp.bos_id(), self._sp.eos_id())
+        if min(self.pad_id, self.bos_id, self.eos_id) < 0:
+            raise ValueError(f"{model_path or EMBEDDED_MODEL}: pad, bos and eos must be defined")
+
+    def encode(self, text: str) -> list[int]:
+        return self._sp.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._sp.decode([int(i) for i in ids])
+
+    def id_to_piece(self, i: int) -> str:
+        return self._sp.id_to_piece(int(i))
+
+
+class HFTokenizer:
+    """A Hugging Face `tokenizers` tokenizer.json. eos/pad: the given token strings, else
+    tokenizer_config.json next to the file, else (pad) eos. bos may be None (Qwen)."""
+
+    def __init__(self, path: str, eos_token: str = "", pad_token: str = ""):
+        from tokenizers import Tokenizer as _HF
+        file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+        self._tok = _HF.from_file(file)
+        cfg_file = os.path.join(os.path.dirname(file), "tokenizer_config.json")
+        cfg = {}
+        if os.path.exists(cfg_file):
+            with open(cfg_file) as f:
+                cfg = json.load(f)
+
+        def token(name: str, override: str = "") -> str | None:
+            value = override or cfg.get(name)
+            return value.get("content") if isinstance(value, dict) else value
+
+        def token_id(name: str, text: str | None) -> int | None:
+            if text is None:
+                return None
+            i = self._tok.token_to_id(text)
+            if i is None:
+                raise ValueError(f"{file}: {name} {text!r} is not a token of this tokenizer")
+            return i
+
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        self.bos_id = token_id("bos_token", token("bos_token"))
+        self.eos_id = token_id("eos_token", token("eos_token", eos_token))
+        if self.eos_id is None:
+            raise ValueError(f"{file}: no eos token; set config.model.eos_token")
+        pad = token_id("pad_token", token("pad_token", pad_token))
+        self.pad_id = self.eos_id if pad is None else pad
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+def load_tokenizer(config) -> Tokenizer:
+    """config.model.tokenizer: "" = the embedded sentencepiece model, `*.model` = another
+    sentencepiece model, else a tokenizer.json (or its folder). Checks it fits the model."""
+    path = config.model.tokenizer
+    if not path or path.endswith(".model"):
+        tok = SentencePieceTokenizer(path or None)
+    else:
+        tok = HFTokenizer(path, eos_token=config.model.get("eos_token", ""),
+                          pad_token=config.model.get("pad_token", ""))
+    if tok.vocab_size > config.model.vocab_size:
+        raise ValueError(f"tokenizer {path or EMBEDDED_MODEL!r} has {tok.vocab_size} tokens, more "
+                         f"than config.model.vocab_size={config.model.vocab_size}")
+    return tok
+
+
+def render_prompt(question: str, template: str, hint: str = "") -> str:
+    """The prompt text for one question (and an optional hint) in a template of TEMPLATES.
+    No BOS: `prompt_ids` adds it."""
+    if template == "embedded":
+        return f"{question}\n" + (f"Hint:\n{hint}\n" if hint else "")
+    user = f"{question}\n\nHint: {hint}" if hint else question
+    if template == "qwen_math":
+        return (f"<|im_start|>system\n{SYSTEM_MATH}<|im_end|>\n"
+                f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
+    if template == "llama3_chat":
+        return (f"<|start_header_id|>system<|end_header_id|>\n\n{SYSTEM_MATH}<|eot_id|>"
+                f"<|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|>"
+                f"<|start_header_id|>assistant<|end_header_id|>\n\n")
+    raise ValueError(f"unknown template {template!r}; choose from {TEMPLATES}")
+
+
+def prompt_ids(tokenizer: Tokenizer, text: str) -> list[int]:
+    """Token ids of a rendered prompt, with BOS first when the tokenizer has one."""
+    ids = tokenizer.encode(text)
+    return ids if tokenizer.bos_id is None else [tokenizer.bos_id, *ids]

@@ -1,0 +1,165 @@
+"""The one config file. Variants are `key=value` args:
+
+  --config=configs/base.py:algo=grpo,model=tiny,smoke=True
+  --config.rl.steps=200 --config.sampling.temperature=0.7
+
+`get_config` builds the defaults, applies the variant args, checks every field
+(`ada_jax.config_check.validate`) and locks the config so typos fail loudly.
+"""
+import ml_collections
+
+MODELS = {
+    # Embedded default: a few hundred thousand params, trains on 2 CPU cores in minutes.
+    "tiny": dict(vocab_size=128, d_model=128, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=384,
+                 head_dim=32, rope_base=10_000.0, qkv_bias=False, tie_embeddings=True,
+                 norm_eps=1e-6, max_len=256),
+    "small": dict(vocab_size=128, d_model=256, n_layers=6, n_heads=8, n_kv_heads=4, d_ff=768,
+                  head_dim=32, rope_base=10_000.0, qkv_bias=False, tie_embeddings=True,
+                  norm_eps=1e-6, max_len=512),
+    "qwen2_5_0_5b": dict(vocab_size=151_936, d_model=896, n_layers=24, n_heads=14, n_kv_heads=2,
+                         d_ff=4864, head_dim=64, rope_base=1_000_000.0, qkv_bias=True,
+                         tie_embeddings=True, norm_eps=1e-6, max_len=32_768),
+    "qwen2_5_math_1_5b": dict(vocab_size=151_936, d_model=1536, n_layers=28, n_heads=12,
+                              n_kv_heads=2, d_ff=8960, head_dim=128, rope_base=10_000.0,
+                              qkv_bias=True, tie_embeddings=True, norm_eps=1e-6, max_len=4096),
+    "qwen2_5_math_7b": dict(vocab_size=152_064, d_model=3584, n_layers=28, n_heads=28,
+                            n_kv_heads=4, d_ff=18_944, head_dim=128, rope_base=10_000.0,
+                            qkv_bias=True, tie_embeddings=False, norm_eps=1e-6, max_len=4096),
+    "llama3_2_1b": dict(vocab_size=128_256, d_model=2048, n_layers=16, n_heads=32, n_kv_heads=8,
+                        d_ff=8192, head_dim=64, rope_base=500_000.0, qkv_bias=False,
+                        tie_embeddings=True, norm_eps=1e-5, max_len=131_072,
+                        rope_scaling="llama3"),
+    "llama3_2_3b_instruct": dict(vocab_size=128_256, d_model=3072, n_layers=28, n_heads=24,
+                                 n_kv_heads=8, d_ff=8192, head_dim=128, rope_base=500_000.0,
+                                 qkv_bias=False, tie_embeddings=True, norm_eps=1e-5,
+                                 max_len=131_072, rope_scaling="llama3"),
+}
+PRETRAINED = ("qwen2_5_0_5b", "qwen2_5_math_1_5b", "qwen2_5_math_7b", "llama3_2_1b",
+              "llama3_2_3b_instruct")
+
+# Algorithm presets: which advantage estimator and which sampling policy of the engine.
+ALGOS = {
+    "grpo": dict(advantage="grpo", policy="uniform", n=4),
+    "drgrpo": dict(advantage="drgrpo", policy="uniform", n=4, loss_agg="constant"),
+    "rloo": dict(advantage="rloo", policy="uniform", n=4),
+    "raft": dict(advantage="raft", policy="uniform", n=4),
+    "liteppo": dict(advantage="liteppo", policy="uniform", n=4),
+    "reinforce_pp": dict(advantage="reinforce_pp", policy="uniform", n=4),
+    "dapo": dict(advantage="grpo", policy="dapo", n=4),
+    "ada_pos": dict(advantage="pool", policy="seq", n=4, exit_rule="pos"),
+    "ada_balance": dict(advantage="pool", policy="seq", n=4, exit_rule="balance"),
+    "ada_est": dict(advantage="grpo", policy="est", n=4),
+    "gvm": dict(advantage="grpo", policy="gvm", n=4),
+    "daro": dict(advantage="grpo", policy="uniform", n=4, daro=True),
+}
+
+
+def _model_config(name):
+    m = ml_collections.ConfigDict(dict(
+        name=name, rope_scaling="none", rope_scaling_factor=32.0, rope_low_freq_factor=1.0,
+        rope_high_freq_factor=4.0, rope_original_max_len=8192,
+        param_dtype="float32", dtype="float32", remat=False, init_from="", tokenizer="",
+    ))
+    m.update(MODELS[name])
+    return m
+
+
+def get_config(arg: str = ""):
+    """Defaults, then variant args `algo=…,model=…,task=…,smoke=True`."""
+    args = dict(algo="ada_balance", model="tiny", task="embedded", smoke="False")
+    for kv in filter(None, (arg or "").split(",")):
+        if "=" not in kv:
+            raise ValueError(f"config arg {kv!r} is not key=value")
+        k, v = kv.split("=", 1)
+        if k not in args:
+            raise ValueError(f"unknown config arg {k!r}; known: {sorted(args)}")
+        args[k] = v
+    if args["model"] not in MODELS:
+        raise ValueError(f"config arg model={args['model']!r}; choose from {sorted(MODELS)}")
+    if args["algo"] not in ALGOS:
+        raise ValueError(f"config arg algo={args['algo']!r}; choose from {sorted(ALGOS)}")
+    smoke = args["smoke"].lower() in ("1", "true", "yes")
+    algo = ALGOS[args["algo"]]
+
+    c = ml_collections.ConfigDict()
+    c.seed = 0
+    c.algo = args["algo"]
+    c.smoke = smoke
+    c.model = _model_config(args["model"])
+
+    # Mesh: product of the axis sizes must equal the device count; -1 = "all remaining".
+    c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
+    c.sharding_rules = [  # logical axis -> mesh axes (None = replicated)
+        ("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"),
+        ("heads", "tensor"), ("kv_heads", "tensor"), ("mlp", "tensor"),
+        ("head_dim", None), ("layers", None), ("length", None),
+    ]
+    c.distributed = ml_collections.ConfigDict(dict(
+        enabled=False, coordinator_address="", num_processes=1, process_id=0))
+
+    c.sampling = ml_collections.ConfigDict(dict(
+        temperature=1.0, top_k=0, top_p=1.0, max_prompt_len=64, max_new_tokens=96,
+        eval_temperature=1.0))
+
+    c.task = ml_collections.ConfigDict(dict(
+        name=args["task"], template="embedded", min_level=1, max_level=8, train_size=20_000,
+        eval_size=256, seed=1234, files=ml_collections.FieldReference("", field_type=str),
+        field_map=ml_collections.ConfigDict(dict(question="", answer="", solution="")),
+        on_bad_row="error"))
+
+    c.adaptive = ml_collections.ConfigDict(dict(
+        policy=algo["policy"], exit_rule=algo.get("exit_rule", "none"), mode="rounds",
+        k_pos=2, k_neg=2, samples_per_round=8, max_rounds=4, at_budget="keep",
+        slots=64, chunk_len=16, select_order="generation",
+        est_decay=0.9, est_alpha=1.0, est_beta=16.0, est_weight="inv_sqrt",
+        est_budget_per_prompt=8, gvm_pilot=8, gvm_alpha=1e-3, gvm_beta=2.0,
+        dapo_max_gen_batches=4))
+
+    c.rl = ml_collections.ConfigDict(dict(
+        steps=60, prompts_per_step=16, n=algo["n"], advantage=algo["advantage"],
+        std_normalise=False, objective="linear", objective_alpha=0.5, objective_weight=False,
+        importance_correction=False, ppo_epochs=1, minibatches=2,
+        daro=algo.get("daro", False), daro_buckets=0))
+
+    c.loss = ml_collections.ConfigDict(dict(
+        clip_low=0.2, clip_high=0.28, dual_clip=0.0, agg=algo.get("loss_agg", "token_mean"),
+        kl_coef=0.0, kl_type="k3", kl_in_reward=False, entropy_coef=0.0))
+
+    c.optim = ml_collections.ConfigDict(dict(
+        lr=1e-4, warmup_steps=10, grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999))
+
+    c.sft = ml_collections.ConfigDict(dict(steps=1500, batch_size=64, lr=3e-3, warmup_steps=100))
+
+    c.eval = ml_collections.ConfigDict(dict(every=20, k=8, prompts=128))
+    c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))
+    c.log = ml_collections.ConfigDict(dict(every=1, progress=True))
+
+    if c.model.name in PRETRAINED:
+        c.model.param_dtype = "bfloat16"
+        c.model.dtype = "bfloat16"
+        c.model.remat = True
+        c.task.template = "qwen_math"
+        c.sampling.max_prompt_len = 1024
+        c.sampling.max_new_tokens = 3072
+        c.rl.prompts_per_step = 512
+        c.optim.lr = 1e-6
+        c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
+
+    if smoke:
+        c.rl.steps = 2
+        c.rl.prompts_per_step = 4
+        c.sampling.max_new_tokens = 16
+        c.adaptive.samples_per_round = 4
+        c.adaptive.max_rounds = 2
+        c.adaptive.slots = 16
+        c.sft.steps = 10
+        c.eval.every = 2
+        c.eval.prompts = 8
+        c.eval.k = 2
+        c.task.train_size = 256
+        c.task.eval_size = 16
+
+    from ada_jax.config_check import validate  # local import: keep configs importable alone
+    validate(c)
+    c.lock()
+    return c

@@ -1,0 +1,56 @@
+"""Config: variants, command-line overrides, and errors that name the field."""
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from ada_jax.config_check import validate
+from configs import base
+
+
+@pytest.mark.parametrize("model", sorted(base.MODELS))
+def test_every_model_variant_builds(model):
+    c = base.get_config(f"model={model}")
+    assert c.model.name == model
+    assert c.model.n_heads % c.model.n_kv_heads == 0
+
+
+@pytest.mark.parametrize("algo", sorted(base.ALGOS))
+def test_every_algo_variant_builds(algo):
+    c = base.get_config(f"algo={algo},smoke=True")
+    assert c.algo == algo and c.smoke
+
+
+def test_command_line_overrides():
+    argv = ["prog", "--config=configs/base.py:algo=grpo,model=small",
+            "--config.rl.steps=7", "--config.sampling.temperature=0.5"]
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", "configs/base.py", flag_values=fv, sys_argv=argv)
+    fv(argv)
+    c = fv.config
+    assert (c.algo, c.model.name, c.rl.steps, c.sampling.temperature) == ("grpo", "small", 7, 0.5)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("model.dtype", "float16", "config.model.dtype"),
+    ("rl.steps", 0, "config.rl.steps"),
+    ("sampling.top_p", 1.5, "config.sampling.top_p"),
+    ("sampling.max_new_tokens", 4000, "config.model.max_len"),
+    ("adaptive.mode", "bogus", "config.adaptive.mode"),
+    ("loss.agg", "mean", "config.loss.agg"),
+    ("model.n_kv_heads", 3, "config.model.n_kv_heads"),
+    ("mesh.fsdp", 0, "config.mesh.fsdp"),
+])
+def test_invalid_values_name_the_field(field, value, match):
+    c = base.get_config("")
+    c.unlock()
+    section, name = field.split(".")
+    c[section][name] = value
+    with pytest.raises(ValueError, match=match.replace(".", r"\.")):
+        validate(c)
+
+
+def test_bad_variant_args():
+    with pytest.raises(ValueError, match="model="):
+        base.get_config("model=gpt5")
+    with pytest.raises(ValueError, match="unknown config arg"):
+        base.get_config("colour=red")

@@ -1,0 +1,155 @@
+"""Transformer: cached decoding = full forward, causality, padding invariance, variants."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from ada_jax import model as model_lib
+from ada_jax.sampling import left_pad
+from tests.helpers import tiny_model
+
+VARIANTS = {
+    "base": {},
+    "qwen_like": dict(qkv_bias=True, rope_base=1_000_000.0),
+    "llama_like": dict(tie_embeddings=False, rope_scaling="llama3", rope_base=500_000.0,
+                       rope_original_max_len=16, rope_scaling_factor=8.0),
+    "mha": dict(n_kv_heads=4),
+}
+
+
+def _randomise_biases(model, seed=1):
+    """Zero-initialised biases would hide a bias bug; give them random values."""
+    state = nnx.state(model)
+    keys = iter(jax.random.split(jax.random.key(seed), 64))
+    state = jax.tree_util.tree_map_with_path(
+        lambda path, x: jax.random.normal(next(keys), x.shape) * 0.5
+        if "bias" in jax.tree_util.keystr(path) else x, state)
+    nnx.update(model, state)
+    return model
+
+
+def _full_logits(model, tokens, mask):
+    logits, _ = model(jnp.asarray(tokens), model_lib.positions_from_mask(jnp.asarray(mask)),
+                      jnp.asarray(mask))
+    return np.asarray(logits)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_cached_decoding_matches_full_forward(variant):
+    model = _randomise_biases(tiny_model(**VARIANTS[variant]))
+    rng = np.random.default_rng(0)
+    prompts = [list(rng.integers(3, 64, size=n)) for n in (5, 9, 2)]
+    cont = rng.integers(3, 64, size=(3, 6))
+    P, N = 9, cont.shape[1]
+    ptoks, pmask = left_pad(prompts, P)
+    full_toks = np.concatenate([ptoks, cont], axis=1)
+    full_mask = np.concatenate([pmask, np.ones_like(cont, bool)], axis=1)
+    want = _full_logits(model, full_toks, full_mask)
+
+    cache = model_lib.init_cache(model.cfg, 3, P + N)
+    positions = model_lib.positions_from_mask(jnp.asarray(pmask))
+    logits, cache = model(jnp.asarray(ptoks), positions, jnp.asarray(pmask), cache)
+    np.testing.assert_allclose(np.asarray(logits)[pmask], want[:, :P][pmask], atol=2e-5)
+    next_pos = pmask.sum(1)
+    for t in range(N):
+        tok = jnp.asarray(cont[:, t:t + 1])
+        logits, cache = model(tok, jnp.asarray(next_pos + t)[:, None], jnp.ones((3, 1), bool),
+                              cache)
+        np.testing.assert_allclose(np.asarray(logits)[:, 0], want[:, P + t], atol=2e-5)
+
+
+def test_causality_future_tokens_do_not_change_past_logits():
+    model = tiny_model()
+    rng = np.random.default_rng(1)
+    toks = rng.integers(3, 64, size=(2, 12))
+    mask = np.ones_like(toks, bool)
+    a = _full_logits(model, toks, mask)
+    toks2 = toks.copy()
+    toks2[:, 7:] = rng.integers(3, 64, size=(2, 5))
+    b = _full_logits(model, toks2, mask)
+    np.testing.assert_allclose(a[:, :7], b[:, :7], atol=1e-6)
+    assert np.abs(a[:, 7:] - b[:, 7:]).max() > 1e-3
+
+
+def test_left_padding_does_not_change_a_rows_logits():
+    model = _randomise_biases(tiny_model(qkv_bias=True))
+    seq = [7, 8, 9, 10, 11]
+    a_t, a_m = left_pad([seq], 5)
+    b_t, b_m = left_pad([seq], 11)
+    b_t[0, :6] = 33  # garbage under the padding must not leak
+    a = _full_logits(model, a_t, a_m)[0]
+    b = _full_logits(model, b_t, b_m)[0, 6:]
+    np.testing.assert_allclose(a, b, atol=2e-5)
+
+
+def test_cache_row_restarted_from_another_prompt():
+    """The adaptive engine copies a prompt's cache into a slot and resets its write position."""
+    model = tiny_model()
+    ptoks, pmask = left_pad([[4, 5, 6], [7, 8, 9, 10]], 4)
+    cache = model_lib.init_cache(model.cfg, 2, 10)
+    _, cache = model(jnp.asarray(ptoks), model_lib.positions_from_mask(jnp.asarray(pmask)),
+                     jnp.asarray(pmask), cache)
+    # Row 0 decodes some junk, then is restarted from row 1's prompt cache.
+    for t in range(3):
+        _, cache = model(jnp.full((2, 1), 20 + t), jnp.asarray([[3 + t], [4 + t]]),
+                         jnp.ones((2, 1), bool), cache)
+    restart = jax.tree.map(lambda x: x, cache)
+    restart["k"] = [k.at[0].set(k[1]) for k in cache["k"]]
+    restart["v"] = [v.at[0].set(v[1]) for v in cache["v"]]
+    restart["valid"] = cache["valid"].at[0].set(cache["valid"][1])
+    restart["pos"] = jnp.asarray([4, 7], jnp.int32)  # row 0 back to the end of prompt 1
+    logits, _ = model(jnp.asarray([[30], [30]]), jnp.asarray([[4], [7]]),
+                      jnp.ones((2, 1), bool), restart)
+    want = _full_logits(model, np.asarray([[7, 8, 9, 10, 30]]), np.ones((1, 5), bool))[0, -1]
+    np.testing.assert_allclose(np.asarray(logits)[0, 0], want, atol=2e-5)
+
+
+def test_remat_gives_same_gradients():
+    rng = np.random.default_rng(2)
+    toks = jnp.asarray(rng.integers(3, 64, size=(2, 8)))
+    mask = jnp.ones((2, 8), bool)
+
+    def grads(model):
+        graphdef, params = nnx.split(model)
+
+        def loss(p):
+            logits, _ = nnx.merge(graphdef, p)(toks, model_lib.positions_from_mask(mask), mask)
+            return jnp.mean(jax.nn.log_softmax(logits)[..., 3])
+        return jax.grad(loss)(params)
+
+    g1 = grads(tiny_model(remat=False))
+    g2 = grads(tiny_model(remat=True))
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_bfloat16_compute_is_close_to_float32():
+    rng = np.random.default_rng(3)
+    toks = rng.integers(3, 64, size=(2, 8))
+    mask = np.ones_like(toks, bool)
+    f32 = _full_logits(tiny_model(), toks, mask)
+    bf16 = _full_logits(tiny_model(dtype="bfloat16"), toks, mask)
+    assert bf16.dtype == np.float32  # logits always come back in float32
+    assert np.abs(f32 - bf16).max() < 0.1 * np.abs(f32).max()
+    params = nnx.state(tiny_model(param_dtype="bfloat16", dtype="bfloat16"))
+    assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(params))
+
+
+def test_llama3_rope_scaling_matches_reference_formula():
+    cfg = model_lib.ModelConfig(vocab_size=8, d_model=8, n_layers=1, n_heads=1, n_kv_heads=1,
+                                d_ff=8, head_dim=64, rope_base=500_000.0, rope_scaling="llama3",
+                                rope_scaling_factor=32.0, rope_original_max_len=8192)
+    got = np.asarray(model_lib.rope_frequencies(cfg))
+    inv = 1.0 / 500_000.0 ** (np.arange(0, 64, 2) / 64)
+    want = []
+    for f in inv:  # Meta's reference loop (llama3.1 apply_scaling)
+        wavelen = 2 * np.pi / f
+        if wavelen < 8192 / 4.0:
+            want.append(f)
+        elif wavelen > 8192 / 1.0:
+            want.append(f / 32.0)
+        else:
+            s = (8192 / wavelen - 1.0) / (4.0 - 1.0)
+            want.append((1 - s) * f / 32.0 + s * f)
+    np.testing.assert_allclose(got, want, rtol=1e-5)

@@ -1,0 +1,129 @@
+"""Sampler: determinism, greedy limit, exact top-k / top-p support, EOS handling, one trace."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from ada_jax import model as model_lib
+from ada_jax import sampling
+from tests.helpers import tiny_model
+
+
+def _setup(seed=0):
+    graphdef, params = nnx.split(tiny_model(seed))
+    toks, mask = sampling.left_pad([[5, 6, 7], [9, 10, 11, 12, 13], [4]], 6)
+    return graphdef, params, jnp.asarray(toks), jnp.asarray(mask)
+
+
+def _run(cfg, key=0, seed=0):
+    graphdef, params, toks, mask = _setup(seed)
+    return sampling.sample(graphdef, params, toks, mask, jax.random.key(key), cfg=cfg)
+
+
+def test_sampling_is_deterministic_for_a_key():
+    cfg = sampling.SamplingConfig(max_new_tokens=12, eos_id=-1)
+    a, b, c = _run(cfg, key=1), _run(cfg, key=1), _run(cfg, key=2)
+    np.testing.assert_array_equal(a.tokens_BN, b.tokens_BN)
+    np.testing.assert_array_equal(a.logp_BN, b.logp_BN)
+    assert not np.array_equal(a.tokens_BN, c.tokens_BN)
+
+
+def test_low_temperature_equals_greedy():
+    greedy = _run(sampling.SamplingConfig(max_new_tokens=10, eos_id=-1, temperature=0.0))
+    cold = _run(sampling.SamplingConfig(max_new_tokens=10, eos_id=-1, temperature=1e-4), key=5)
+    np.testing.assert_array_equal(greedy.tokens_BN, cold.tokens_BN)
+
+
+def test_greedy_matches_argmax_of_full_forward():
+    graphdef, params, toks, mask = _setup()
+    out = sampling.sample(graphdef, params, toks, mask, jax.random.key(0),
+                          cfg=sampling.SamplingConfig(max_new_tokens=5, eos_id=-1,
+                                                      temperature=0.0))
+    model = nnx.merge(graphdef, params)
+    full = jnp.concatenate([toks, out.tokens_BN], axis=1)
+    fmask = jnp.concatenate([mask, jnp.ones_like(out.tokens_BN, bool)], axis=1)
+    logits, _ = model(full, model_lib.positions_from_mask(fmask), fmask)
+    np.testing.assert_array_equal(np.argmax(logits[:, 5:-1], -1), out.tokens_BN)
+    # Returned log-probs are the model's log-probs of those tokens (T=1 for greedy).
+    logp, _ = model_lib.token_logprobs(logits[:, 5:-1], out.tokens_BN)
+    np.testing.assert_allclose(out.logp_BN, logp, atol=2e-5)
+
+
+def test_sampled_logprobs_match_learner_at_temperature():
+    cfg = sampling.SamplingConfig(max_new_tokens=8, eos_id=-1, temperature=0.7)
+    graphdef, params, toks, mask = _setup()
+    out = sampling.sample(graphdef, params, toks, mask, jax.random.key(3), cfg=cfg)
+    full = jnp.concatenate([toks, out.tokens_BN], axis=1)
+    fmask = jnp.concatenate([mask, jnp.ones_like(out.tokens_BN, bool)], axis=1)
+    logits, _ = nnx.merge(graphdef, params)(full, model_lib.positions_from_mask(fmask), fmask)
+    logp, _ = model_lib.token_logprobs(logits[:, 5:-1], out.tokens_BN, temperature=0.7)
+    np.testing.assert_allclose(out.logp_BN, logp, atol=2e-5)
+
+
+def _numpy_support(logits, top_k, top_p):
+    keep = np.ones_like(logits, bool)
+    for i, row in enumerate(logits):
+        order = np.argsort(-row, kind="stable")
+        allowed = set(order[:top_k]) if top_k else set(order)
+        r = np.where([j in allowed for j in range(len(row))], row, -np.inf)
+        if top_p < 1.0:
+            p = np.exp(r - r.max())
+            p /= p.sum()
+            order = np.argsort(-r, kind="stable")
+            cum, nucleus = 0.0, set()
+            for j in order:
+                if cum >= top_p:
+                    break
+                nucleus.add(j)
+                cum += p[j]
+            allowed &= nucleus
+        keep[i] = [j in allowed for j in range(len(row))]
+    return keep
+
+
+@pytest.mark.parametrize("top_k,top_p", [(5, 1.0), (0, 0.3), (0, 0.9), (7, 0.6), (1, 1.0)])
+def test_top_k_top_p_keep_exactly_the_right_support(top_k, top_p):
+    logits = np.random.default_rng(top_k).normal(size=(16, 40)).astype(np.float32) * 2
+    got = np.isfinite(np.asarray(sampling.filter_logits(jnp.asarray(logits), top_k, top_p)))
+    np.testing.assert_array_equal(got, _numpy_support(logits, top_k, top_p))
+    # And samples only ever come from that support.
+    cfg = sampling.SamplingConfig(max_new_tokens=1, eos_id=-1, top_k=top_k, top_p=top_p)
+    keys = jax.random.split(jax.random.key(0), 200)
+    toks, _ = jax.vmap(lambda k: sampling.sample_token(jnp.asarray(logits), k, cfg))(keys)
+    for i in range(16):
+        assert set(np.asarray(toks[:, i])) <= set(np.flatnonzero(got[i]))
+
+
+def test_eos_stops_rows_and_loop_exits_early():
+    graphdef, params, toks, mask = _setup()
+    greedy = sampling.SamplingConfig(max_new_tokens=12, eos_id=-1, temperature=0.0)
+    ref = sampling.sample(graphdef, params, toks, mask, jax.random.key(0), cfg=greedy)
+    eos = int(ref.tokens_BN[0, 2])  # row 0 emits this token at step 2
+    cfg = sampling.SamplingConfig(max_new_tokens=12, eos_id=eos, temperature=0.0, pad_id=0)
+    out = sampling.sample(graphdef, params, toks, mask, jax.random.key(0), cfg=cfg)
+    for row in range(3):
+        hits = np.flatnonzero(np.asarray(ref.tokens_BN[row]) == eos)
+        want_len = hits[0] + 1 if len(hits) else 12
+        assert out.lengths_B[row] == want_len
+        np.testing.assert_array_equal(out.tokens_BN[row, :want_len],
+                                      ref.tokens_BN[row, :want_len])
+        assert np.all(np.asarray(out.tokens_BN[row, want_len:]) == 0)
+        assert np.all(np.asarray(out.logp_BN[row, want_len:]) == 0)
+    assert int(out.steps) == int(out.lengths_B.max())
+
+
+def test_sampler_traces_once_per_shape():
+    graphdef, params, toks, mask = _setup()
+    cfg = sampling.SamplingConfig(max_new_tokens=4, eos_id=-1)
+    counted = jax.jit(chex.assert_max_traces(sampling.sample.__wrapped__, n=1),
+                      static_argnames=("graphdef", "cfg"))
+    for i in range(3):  # new params values and keys: no retrace
+        p = jax.tree.map(lambda x: x * (1 + 0.01 * i), params)
+        counted(graphdef, p, toks, mask, jax.random.key(i), cfg=cfg)
+    before = sampling.sample._cache_size()
+    for i in range(3):
+        p = jax.tree.map(lambda x: x * (1 + 0.01 * i), params)
+        sampling.sample(graphdef, p, toks, mask, jax.random.key(i), cfg=cfg)
+    assert sampling.sample._cache_size() - before <= 1

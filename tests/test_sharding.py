@@ -1,0 +1,81 @@
+"""Mesh sharding: a 2x2x2 (data, fsdp, tensor) mesh reproduces one device's logits and grads."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from ada_jax import model as model_lib
+from ada_jax import sharding
+from configs import base
+from tests.helpers import TINY
+
+RULES = base.get_config("").sharding_rules
+
+
+def _loss(graphdef, params, toks, mask):
+    logits, _ = nnx.merge(graphdef, params)(toks, model_lib.positions_from_mask(mask), mask)
+    logp, _ = model_lib.token_logprobs(logits[:, :-1], toks[:, 1:])
+    return -jnp.sum(logp * mask[:, 1:]) / jnp.sum(mask[:, 1:]), logits
+
+
+def _step_on(mesh):
+    graphdef, params = sharding.init_sharded(lambda: model_lib.Transformer(TINY, nnx.Rngs(0)),
+                                             mesh, RULES)
+    rng = np.random.default_rng(0)
+    toks = rng.integers(3, 64, size=(8, 12)).astype(np.int32)
+    mask = np.ones_like(toks, bool)
+    mask[:3, :4] = False  # left padding in some rows
+    bs = sharding.batch_sharding(mesh, RULES, toks.shape)
+    toks, mask = jax.device_put(toks, bs), jax.device_put(mask, bs)
+    pshard = sharding.state_shardings(params, mesh, RULES)
+    opt = optax.adam(1e-3)
+
+    @jax.jit
+    def step(params, opt_state, toks, mask):
+        with sharding.activate(mesh, RULES):
+            (loss, logits), grads = jax.value_and_grad(
+                lambda p: _loss(graphdef, p, toks, mask), has_aux=True)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss, logits, grads
+
+    step = jax.jit(step.__wrapped__, in_shardings=(pshard, None, bs, bs),
+                   out_shardings=(pshard, None, None, None, pshard), donate_argnums=(0,))
+    new_params, _, loss, logits, grads = step(params, opt.init(params), toks, mask)
+    return new_params, loss, logits, grads
+
+
+def test_mesh_2x2x2_matches_single_device():
+    mesh8 = sharding.make_mesh(dict(data=2, fsdp=2, tensor=2))
+    mesh1 = sharding.make_mesh(dict(data=1, fsdp=1, tensor=1), devices=jax.devices()[:1])
+    p8, loss8, logits8, g8 = _step_on(mesh8)
+    p1, loss1, logits1, g1 = _step_on(mesh1)
+    np.testing.assert_allclose(loss8, loss1, rtol=1e-5)
+    np.testing.assert_allclose(logits8, logits1, atol=1e-4)
+    for a, b in zip(jax.tree.leaves(g8), jax.tree.leaves(g1)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(p8), jax.tree.leaves(p1)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    # Params really are distributed: the q projection is split over fsdp and tensor.
+    q = p8["blocks"][0]["attn"]["q"][...]
+    assert q.sharding.spec == PartitionSpec("fsdp", "tensor", None)
+    assert q.addressable_shards[0].data.shape == (TINY.d_model // 2, TINY.n_heads // 2,
+                                                  TINY.head_dim)
+
+
+def test_logical_spec_falls_back_to_replication():
+    mesh = sharding.make_mesh(dict(data=2, fsdp=2, tensor=2))
+    # kv_heads=3 is not divisible by tensor=2 -> replicated; fsdp is used once only.
+    spec = sharding.logical_spec((16, 3, 8), ("embed", "kv_heads", "head_dim"), RULES, mesh)
+    assert spec == PartitionSpec("fsdp", None, None)
+    spec = sharding.logical_spec((8, 5, 16), ("batch", "length", "embed"), RULES, mesh)
+    assert spec == PartitionSpec(("data", "fsdp"), None, None)
+
+
+def test_bad_mesh_is_rejected():
+    with pytest.raises(ValueError, match="needs 12 devices"):
+        sharding.make_mesh(dict(data=3, fsdp=2, tensor=2))
+    with pytest.raises(ValueError, match="not divisible"):
+        sharding.make_mesh(dict(data=3, fsdp=-1, tensor=1))
