@@ -38,8 +38,9 @@ setup(
             "ipykernel>=6.29",
             "tokenizers>=0.20",
             "safetensors>=0.4",
+            "torch==2.13.0",
+            "transformers>=4.46",
         ],
         "hf": ["tokenizers>=0.20", "safetensors>=0.4"],
-        "bench": ["torch==2.13.0", "transformers>=4.46"],
     },
 )

@@ -52,7 +52,9 @@ class SentencePieceTokenizer:
         return self._sp.encode(text)
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._sp.decode([int(i) for i in ids])
+        """Ids past the vocabulary (a model may have more rows) decode as unk."""
+        unk = self._sp.unk_id()
+        return self._sp.decode([i if 0 <= i < self.vocab_size else unk for i in map(int, ids)])
 
     def id_to_piece(self, i: int) -> str:
         return self._sp.id_to_piece(int(i))

@@ -1,0 +1,477 @@
+"""Sequential adaptive sampling under fixed shapes: slots, pools, exit rules, downsampling.
+
+Shapes: B prompts, S generation slots, N max new tokens, C kept samples per class (positive /
+negative) per prompt, G training group size, P prompt length.
+
+A step's B prompts are prefilled once. S slots decode in parallel; a slot assigned to prompt i
+restarts from prompt i's cache. Each prompt carries counters (samples, positives, negatives),
+an active flag and a per-prompt budget; exit rules are masks over the counters, so nothing
+changes shape. Finished samples are scored and merged into per-prompt kept buffers that hold at
+most C positives and C negatives (the first C in generation order, or a uniformly random C via
+bottom-C random priorities), so memory does not grow with the budget.
+
+Two schedules share the code:
+- rounds (reference-faithful): each round every active prompt gets M samples; slots decode
+  until all are done; rules are checked at the end of the round; at most R rounds.
+- refill: decode `chunk_len` steps, score finished slots, retire prompts whose rule holds (their
+  in-flight slots are cut) and hand free slots at once to the active prompts with the largest
+  outstanding need. A prompt never holds more in-flight slots than its expected remaining need
+  (times `overcommit`, at least its minimum need), which bounds the overshoot past sequential
+  one-at-a-time stopping.
+With a jittable reward the whole loop is one `lax.while_loop` (`run`); with a host reward the
+host scores between chunks (`run_host`), calling the same two jitted halves, never recompiling.
+"""
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx, struct
+
+from ada_jax import model as model_lib
+from ada_jax import sampling
+
+NEG, POS = 0, 1
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    slots: int  # S
+    max_new_tokens: int  # N
+    keep: int  # C: kept samples per class per prompt (>= the training group size)
+    exit_rule: str = "balance"  # none | pos | balance
+    k_pos: int = 2
+    k_neg: int = 2
+    mode: str = "refill"  # rounds | refill
+    samples_per_round: int = 8  # M (rounds mode)
+    max_rounds: int = 4  # R (rounds mode)
+    chunk_len: int = 16  # decode steps between refills (refill mode)
+    select_order: str = "generation"  # generation | random
+    overcommit: float = 1.0  # refill: in-flight cap = need + overcommit*(expected - need)
+
+
+@struct.dataclass
+class EngineState:
+    # per prompt [B]
+    n_samples: jax.Array
+    n_pos: jax.Array
+    in_flight: jax.Array
+    launched: jax.Array  # samples started (their index seeds oracle draws)
+    active: jax.Array
+    quota: jax.Array  # rounds mode: launches left in this round
+    first_pos: jax.Array  # positives among each prompt's first G completed samples
+    # kept buffers [B, 2, C, …]; priority +inf = empty
+    kept_tokens: jax.Array
+    kept_logp: jax.Array
+    kept_len: jax.Array
+    kept_prio: jax.Array
+    # slots [S, …]
+    slot_prompt: jax.Array  # -1 = free
+    slot_seq: jax.Array
+    slot_tokens: jax.Array
+    slot_logp: jax.Array
+    slot_len: jax.Array
+    slot_done: jax.Array
+    gen: Any  # generator's per-slot state (cache, last logits, positions)
+    # counters
+    key: jax.Array
+    chunks: jax.Array
+    rounds: jax.Array
+    decode_steps: jax.Array
+    generated_tokens: jax.Array
+    cut_tokens: jax.Array
+
+
+# ----------------------------------------------------------------------------- generators
+@dataclasses.dataclass(frozen=True)
+class ModelGenerator:
+    """Decodes with the transformer; slots restart from a prompt's prefilled cache."""
+    graphdef: Any
+    model_cfg: model_lib.ModelConfig
+    sampling: sampling.SamplingConfig
+
+    @property
+    def eos_id(self):
+        return self.sampling.eos_id
+
+    @property
+    def pad_id(self):
+        return self.sampling.pad_id
+
+    def prefill(self, params, prompt_BP, mask_BP):
+        model = nnx.merge(self.graphdef, params)
+        P = prompt_BP.shape[1]
+        logits, cache, next_pos = sampling.prefill(model, prompt_BP, mask_BP, P)
+        return dict(logits=logits, cache=cache, next_pos=next_pos, P=jnp.int32(P))
+
+    def init_slots(self, prompt_state, S):
+        P = prompt_state["cache"]["valid"].shape[1]
+        V = prompt_state["logits"].shape[1]
+        return dict(cache=model_lib.init_cache(self.model_cfg, S,
+                                               P + self.sampling.max_new_tokens),
+                    logits=jnp.zeros((S, V), jnp.float32), next_pos=jnp.zeros((S,), jnp.int32))
+
+    def restart(self, prompt_state, gen, start_S, prompt_S):
+        pc, sc = prompt_state["cache"], gen["cache"]
+        P = pc["valid"].shape[1]
+        idx = jnp.maximum(prompt_S, 0)
+
+        def put(slot_arr, prompt_arr):
+            fresh = slot_arr.at[:, :P].set(prompt_arr[idx])
+            shape = (-1,) + (1,) * (slot_arr.ndim - 1)
+            return jnp.where(start_S.reshape(shape), fresh, slot_arr)
+
+        cache = dict(k=[put(s, p) for s, p in zip(sc["k"], pc["k"])],
+                     v=[put(s, p) for s, p in zip(sc["v"], pc["v"])],
+                     valid=jnp.where(start_S[:, None],
+                                     jnp.zeros_like(sc["valid"]).at[:, :P].set(pc["valid"][idx]),
+                                     sc["valid"]),
+                     pos=jnp.where(start_S, P, sc["pos"]))
+        return dict(cache=cache,
+                    logits=jnp.where(start_S[:, None], prompt_state["logits"][idx], gen["logits"]),
+                    next_pos=jnp.where(start_S, prompt_state["next_pos"][idx], gen["next_pos"]))
+
+    def step(self, params, prompt_state, gen, live_S, prompt_S, seq_S, key):
+        model = nnx.merge(self.graphdef, params)
+        token, logp, logits, cache = sampling.decode_step(
+            model, gen["logits"], key, gen["cache"], gen["next_pos"], live_S, self.sampling)
+        gen = dict(cache=cache, logits=logits, next_pos=gen["next_pos"] + live_S)
+        return token, logp, gen
+
+
+@dataclasses.dataclass(frozen=True)
+class BernoulliGenerator:
+    """Model-free oracle: each sample is one token, its index within the prompt (use
+    max_new_tokens=1 so it completes in one step).
+
+    Pair with `bernoulli_reward`: sample j of prompt i is correct iff
+    uniform(fold_in(fold_in(key, i), j)) < p_i, so outcomes depend only on (prompt, index).
+    """
+    eos_id: int = -1
+    pad_id: int = 0
+
+    def prefill(self, params, prompt_BP, mask_BP):
+        return {}
+
+    def init_slots(self, prompt_state, S):
+        return {}
+
+    def restart(self, prompt_state, gen, start_S, prompt_S):
+        return gen
+
+    def step(self, params, prompt_state, gen, live_S, prompt_S, seq_S, key):
+        return seq_S.astype(jnp.int32), jnp.zeros(seq_S.shape, jnp.float32), gen
+
+
+def bernoulli_reward(reward_data, prompt_S, seq_S, tokens_SN, lengths_S):
+    """reward_data = dict(key=…, p=[B]): reproducible Bernoulli(p_i) draw for (prompt, index)."""
+    def draw(i, j):
+        return jax.random.uniform(jax.random.fold_in(jax.random.fold_in(reward_data["key"], i), j))
+    u = jax.vmap(draw)(jnp.maximum(prompt_S, 0), seq_S)
+    return (u < reward_data["p"][jnp.maximum(prompt_S, 0)]).astype(jnp.float32)
+
+
+# ----------------------------------------------------------------------------- the engine
+def _rule_met(cfg: EngineConfig, n, n_pos):
+    n_neg = n - n_pos
+    if cfg.exit_rule == "pos":
+        return n_pos >= cfg.k_pos
+    if cfg.exit_rule == "balance":
+        return (n_pos >= cfg.k_pos) & (n_neg >= cfg.k_neg)
+    return jnp.zeros_like(n, bool)  # "none": only the budget ends a prompt
+
+
+def _need(cfg: EngineConfig, n, n_pos, budget):
+    """(minimum, expected) further samples until the rule can hold, capped by the budget."""
+    left = budget - n
+    if cfg.exit_rule == "none":
+        return left, left
+    miss_pos = jnp.maximum(cfg.k_pos - n_pos, 0)
+    miss_neg = jnp.maximum(cfg.k_neg - (n - n_pos), 0) if cfg.exit_rule == "balance" else 0 * n
+    p_hat = (n_pos + 0.5) / (n + 1.0)  # Jeffreys-smoothed pass rate
+    expected = jnp.maximum(jnp.ceil(miss_pos / p_hat), jnp.ceil(miss_neg / (1 - p_hat)))
+    minimum = miss_pos + miss_neg
+    return jnp.minimum(minimum, left), jnp.minimum(expected.astype(n.dtype), left)
+
+
+def _assign(cfg: EngineConfig, st: EngineState, cap_B):
+    """Give free slots to prompts, largest capacity first; returns (start_S, prompt_S)."""
+    S = st.slot_prompt.shape[0]
+    cap_B = jnp.maximum(cap_B, 0)
+    order = jnp.argsort(-cap_B, stable=True)
+    wanted = jnp.repeat(order, cap_B[order], total_repeat_length=S)
+    free = st.slot_prompt < 0
+    rank = jnp.cumsum(free) - 1
+    start = free & (rank < jnp.sum(cap_B))
+    prompt = jnp.where(start, wanted[jnp.clip(rank, 0, S - 1)], st.slot_prompt)
+    return start, prompt
+
+
+def _decode_chunk(cfg, gen_fn, params, prompt_state, st: EngineState, max_steps):
+    """Decode live slots for up to max_steps (early exit when none is live)."""
+    S, N = st.slot_tokens.shape
+    rows = jnp.arange(S)
+
+    def cond(c):
+        t, s = c
+        return (t < max_steps) & jnp.any((s.slot_prompt >= 0) & ~s.slot_done)
+
+    def body(c):
+        t, s = c
+        live = (s.slot_prompt >= 0) & ~s.slot_done
+        key = jax.random.fold_in(s.key, s.decode_steps)
+        token, logp, gen = gen_fn.step(params, prompt_state, s.gen, live, s.slot_prompt,
+                                       s.slot_seq, key)
+        col = jnp.where(live, s.slot_len, N)  # out of range for dead rows: dropped
+        length = s.slot_len + live
+        eos = gen_fn.eos_id
+        done = s.slot_done | (live & ((token == eos) | (length >= N)))
+        s = s.replace(slot_tokens=s.slot_tokens.at[rows, col].set(token, mode="drop"),
+                      slot_logp=s.slot_logp.at[rows, col].set(logp, mode="drop"),
+                      slot_len=length, slot_done=done, gen=gen,
+                      decode_steps=s.decode_steps + 1,
+                      generated_tokens=s.generated_tokens + jnp.sum(live))
+        return t + 1, s
+
+    return jax.lax.while_loop(cond, body, (jnp.int32(0), st))[1]
+
+
+def _launch_and_decode(cfg: EngineConfig, gen_fn, params, prompt_state, budget_B,
+                       st: EngineState):
+    """First half of a chunk: assign free slots, restart them, decode."""
+    if cfg.mode == "rounds":
+        cap = jnp.where(st.active, st.quota, 0)
+    else:
+        minimum, expected = _need(cfg, st.n_samples, st.n_pos, budget_B)
+        allowed = minimum + jnp.floor(cfg.overcommit * (expected - minimum)).astype(jnp.int32)
+        cap = jnp.where(st.active, jnp.maximum(allowed, minimum) - st.in_flight, 0)
+    start, prompt = _assign(cfg, st, cap)
+    started_B = jnp.zeros_like(st.in_flight).at[jnp.where(start, prompt, 0)].add(start)
+    seq = jnp.where(start, st.launched[jnp.maximum(prompt, 0)], st.slot_seq)
+    # Several slots may start on one prompt: offset each by its rank among them.
+    same = start[:, None] & start[None, :] & (prompt[:, None] == prompt[None, :])
+    seq = seq + jnp.sum(jnp.tril(same, -1), axis=1)
+    gen = gen_fn.restart(prompt_state, st.gen, start, prompt)
+    st = st.replace(
+        slot_prompt=prompt, slot_seq=seq, gen=gen,
+        slot_tokens=jnp.where(start[:, None], gen_fn.pad_id, st.slot_tokens),
+        slot_logp=jnp.where(start[:, None], 0.0, st.slot_logp),
+        slot_len=jnp.where(start, 0, st.slot_len), slot_done=jnp.where(start, False, st.slot_done),
+        in_flight=st.in_flight + started_B, launched=st.launched + started_B,
+        quota=st.quota - started_B if cfg.mode == "rounds" else st.quota)
+    steps = cfg.max_new_tokens if cfg.mode == "rounds" else cfg.chunk_len
+    return _decode_chunk(cfg, gen_fn, params, prompt_state, st, steps)
+
+
+def _absorb(cfg: EngineConfig, budget_B, group: int, st: EngineState, reward_S):
+    """Second half: count finished samples, merge them into kept buffers, retire prompts."""
+    B, S = st.n_samples.shape[0], st.slot_prompt.shape[0]
+    C = st.kept_prio.shape[2]
+    fin = (st.slot_prompt >= 0) & st.slot_done
+    pidx = jnp.where(fin, st.slot_prompt, B)  # B = dropped
+    pos = fin & (reward_S > 0.5)
+    n_before = st.n_samples
+    onehot = (pidx[None, :] == jnp.arange(B)[:, None])  # [B,S]
+    # Completion ordinal of each finished sample within its prompt (slot order breaks ties).
+    same = fin[:, None] & fin[None, :] & (st.slot_prompt[:, None] == st.slot_prompt[None, :])
+    rank = jnp.sum(jnp.tril(same, -1), axis=1)
+    ordinal = n_before[jnp.minimum(pidx, B - 1)] + rank
+    first_pos = st.first_pos.at[pidx].add(pos & (ordinal < group), mode="drop")
+    n_samples = st.n_samples.at[pidx].add(fin, mode="drop")
+    n_pos = st.n_pos.at[pidx].add(pos, mode="drop")
+    in_flight = st.in_flight.at[pidx].add(-fin.astype(jnp.int32), mode="drop")
+
+    # Merge into kept buffers: lowest priority wins (completion order, or random).
+    if cfg.select_order == "random":
+        prio_S = jax.random.uniform(jax.random.fold_in(st.key, -1 - st.chunks), (S,))
+    else:
+        prio_S = (st.chunks * S + jnp.arange(S)).astype(jnp.float32)
+    cls_S = pos.astype(jnp.int32)
+    cand = jnp.where(onehot[:, None, :] & (cls_S[None, None, :] == jnp.arange(2)[None, :, None]),
+                     prio_S[None, None, :], jnp.inf)  # [B,2,S]
+    allp = jnp.concatenate([st.kept_prio, cand], axis=2)  # [B,2,C+S]
+    _, idx = jax.lax.top_k(-allp, C)  # [B,2,C] ascending priority
+    new_prio = jnp.take_along_axis(allp, idx, axis=2)
+    from_slot = idx >= C
+    sidx = jnp.clip(idx - C, 0, S - 1)
+    kidx = jnp.clip(idx, 0, C - 1)
+
+    def merge(kept, slot):
+        k = jnp.take_along_axis(kept, kidx.reshape(kidx.shape + (1,) * (kept.ndim - 3)), axis=2)
+        s = slot[sidx]
+        return jnp.where(from_slot.reshape(from_slot.shape + (1,) * (kept.ndim - 3)), s, k)
+
+    st = st.replace(
+        kept_tokens=merge(st.kept_tokens, st.slot_tokens), kept_logp=merge(st.kept_logp,
+                                                                           st.slot_logp),
+        kept_len=merge(st.kept_len, st.slot_len), kept_prio=new_prio,
+        n_samples=n_samples, n_pos=n_pos, in_flight=in_flight, first_pos=first_pos,
+        slot_prompt=jnp.where(fin, -1, st.slot_prompt), chunks=st.chunks + 1)
+
+    # Retire prompts: refill mode after every chunk, rounds mode at the end of each round.
+    done_B = _rule_met(cfg, st.n_samples, st.n_pos) | (st.n_samples >= budget_B)
+    if cfg.mode == "rounds":
+        round_over = ~jnp.any(st.active & (st.quota > 0)) & ~jnp.any(st.slot_prompt >= 0)
+        active = jnp.where(round_over, st.active & ~done_B, st.active)
+        more = round_over & (st.rounds + 1 < cfg.max_rounds)
+        active = jnp.where(round_over & ~more, False, active)
+        quota = jnp.where(round_over & active,
+                          jnp.minimum(cfg.samples_per_round, budget_B - st.n_samples), st.quota)
+        st = st.replace(active=active, quota=quota, rounds=st.rounds + round_over)
+    else:
+        active = st.active & ~done_B
+        # Cut the in-flight slots of retired prompts; their tokens are spent, not counted.
+        cut = (st.slot_prompt >= 0) & ~active[jnp.maximum(st.slot_prompt, 0)]
+        st = st.replace(active=active, slot_prompt=jnp.where(cut, -1, st.slot_prompt),
+                        in_flight=st.in_flight.at[jnp.where(cut, st.slot_prompt, B)].add(
+                            -cut.astype(jnp.int32), mode="drop"),
+                        cut_tokens=st.cut_tokens + jnp.sum(jnp.where(cut, st.slot_len, 0)))
+    return st
+
+
+def init_state(cfg: EngineConfig, gen_fn, prompt_state, B: int, budget_B, key) -> EngineState:
+    S, N, C = cfg.slots, cfg.max_new_tokens, cfg.keep
+    zB = jnp.zeros((B,), jnp.int32)
+    quota = (jnp.minimum(cfg.samples_per_round, budget_B) if cfg.mode == "rounds" else zB)
+    return EngineState(
+        n_samples=zB, n_pos=zB, in_flight=zB, launched=zB, active=budget_B > 0,
+        quota=quota.astype(jnp.int32), first_pos=zB,
+        kept_tokens=jnp.zeros((B, 2, C, N), jnp.int32),
+        kept_logp=jnp.zeros((B, 2, C, N), jnp.float32),
+        kept_len=jnp.zeros((B, 2, C), jnp.int32), kept_prio=jnp.full((B, 2, C), jnp.inf),
+        slot_prompt=jnp.full((S,), -1, jnp.int32), slot_seq=jnp.zeros((S,), jnp.int32),
+        slot_tokens=jnp.zeros((S, N), jnp.int32), slot_logp=jnp.zeros((S, N), jnp.float32),
+        slot_len=jnp.zeros((S,), jnp.int32), slot_done=jnp.zeros((S,), bool),
+        gen=gen_fn.init_slots(prompt_state, S), key=key, chunks=jnp.int32(0),
+        rounds=jnp.int32(0), decode_steps=jnp.int32(0), generated_tokens=jnp.int32(0),
+        cut_tokens=jnp.int32(0))
+
+
+def _max_chunks(cfg: EngineConfig, budget_B) -> jax.Array:
+    per_sample = 1 if cfg.mode == "rounds" else -(-cfg.max_new_tokens // cfg.chunk_len)
+    return jnp.sum(budget_B) * per_sample + cfg.max_rounds + 2
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "gen_fn", "reward_fn", "group"))
+def run(params, prompt_BP, mask_BP, budget_B, reward_data, key, *, cfg: EngineConfig, gen_fn,
+        reward_fn: Callable, group: int) -> EngineState:
+    """The whole adaptive step in one jitted while_loop (jittable reward)."""
+    prompt_state = gen_fn.prefill(params, prompt_BP, mask_BP)
+    st = init_state(cfg, gen_fn, prompt_state, prompt_BP.shape[0], budget_B, key)
+    limit = _max_chunks(cfg, budget_B)
+
+    def body(st):
+        st = _launch_and_decode(cfg, gen_fn, params, prompt_state, budget_B, st)
+        r = reward_fn(reward_data, st.slot_prompt, st.slot_seq, st.slot_tokens, st.slot_len)
+        return _absorb(cfg, budget_B, group, st, r)
+
+    return jax.lax.while_loop(lambda s: jnp.any(s.active) & (s.chunks < limit), body, st)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "gen_fn"))
+def _host_begin(params, prompt_BP, mask_BP, budget_B, key, *, cfg, gen_fn):
+    prompt_state = gen_fn.prefill(params, prompt_BP, mask_BP)
+    return prompt_state, init_state(cfg, gen_fn, prompt_state, prompt_BP.shape[0], budget_B,
+                                    key)
+
+
+_host_decode = jax.jit(_launch_and_decode, static_argnums=(0, 1), donate_argnums=(5,))
+_host_absorb = jax.jit(_absorb, static_argnums=(0, 2), donate_argnums=(3,))
+
+
+def run_host(params, prompt_BP, mask_BP, budget_B, key, *, cfg: EngineConfig, gen_fn,
+             score: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+             group: int) -> EngineState:
+    """Same engine with a host reward: score(prompt_S, seq_S, tokens_SN, len_S) -> r_S.
+
+    Only finished slots' rewards are read (others may be anything)."""
+    prompt_state, st = _host_begin(params, prompt_BP, mask_BP, budget_B, key, cfg=cfg,
+                                   gen_fn=gen_fn)
+    limit = int(_max_chunks(cfg, budget_B))
+    while bool(jnp.any(st.active)) and int(st.chunks) < limit:
+        st = _host_decode(cfg, gen_fn, params, prompt_state, budget_B, st)
+        fin = np.asarray((st.slot_prompt >= 0) & st.slot_done)
+        r = np.zeros(fin.shape, np.float32)
+        if fin.any():
+            r[fin] = score(np.asarray(st.slot_prompt)[fin], np.asarray(st.slot_seq)[fin],
+                           np.asarray(st.slot_tokens)[fin], np.asarray(st.slot_len)[fin])
+        st = _host_absorb(cfg, budget_B, group, st, jnp.asarray(r))
+    return st
+
+
+# ----------------------------------------------------------------------------- selection
+@struct.dataclass
+class Batch:
+    """Fixed-shape training group per prompt: [B, G, …] with a validity mask."""
+    tokens_BGN: jax.Array
+    logp_BGN: jax.Array
+    len_BG: jax.Array
+    reward_BG: jax.Array
+    mask_BG: jax.Array
+    pool_n_B: jax.Array  # samples drawn for the prompt this step (N_i)
+    pool_pos_B: jax.Array  # positives among them
+
+
+def select(st: EngineState, group: int, *, balanced: bool = True, drop_unresolved=None):
+    """Downsample each pool to `group`: ⌈G/2⌉ positives and the rest negatives where available,
+    shortfall filled from the other class; kept buffers are already in the chosen order.
+    drop_unresolved [B] bool masks out whole groups (passive filtering at budget)."""
+    kept_pos = jnp.sum(jnp.isfinite(st.kept_prio[:, POS]), axis=1)
+    kept_neg = jnp.sum(jnp.isfinite(st.kept_prio[:, NEG]), axis=1)
+    if balanced:
+        take_pos = jnp.minimum(kept_pos, jnp.maximum((group + 1) // 2, group - kept_neg))
+    else:  # generation order across classes is not tracked; positives first
+        take_pos = jnp.minimum(kept_pos, group)
+    take_neg = jnp.minimum(kept_neg, group - take_pos)
+    j = jnp.arange(group)[None, :]
+    is_pos = j < take_pos[:, None]
+    mask = j < (take_pos + take_neg)[:, None]
+    slot = jnp.where(is_pos, j, j - take_pos[:, None])
+    slot = jnp.clip(slot, 0, st.kept_prio.shape[2] - 1)
+    cls = is_pos.astype(jnp.int32)
+
+    def pick(arr):  # arr [B,2,C,…] -> [B,G,…]
+        b = jnp.arange(arr.shape[0])[:, None]
+        return arr[b, cls, slot]
+
+    if drop_unresolved is not None:
+        mask = mask & ~drop_unresolved[:, None]
+    return Batch(tokens_BGN=pick(st.kept_tokens), logp_BGN=pick(st.kept_logp),
+                 len_BG=jnp.where(mask, pick(st.kept_len), 0),
+                 reward_BG=jnp.where(mask, is_pos, 0).astype(jnp.float32), mask_BG=mask,
+                 pool_n_B=st.n_samples, pool_pos_B=st.n_pos)
+
+
+def metrics(cfg: EngineConfig, st: EngineState, batch: Batch, group: int,
+            budget_B=None) -> dict:
+    """Host-side summary of one engine call (SPEC §6)."""
+    n = np.asarray(st.n_samples)
+    pos = np.asarray(st.n_pos)
+    first_n = np.minimum(n, group)
+    first_pos = np.asarray(st.first_pos)
+    resolved = np.asarray(_rule_met(cfg, st.n_samples, st.n_pos))
+    m = np.asarray(batch.mask_BG)
+    r = np.asarray(batch.reward_BG)
+    kept = m.sum(1)
+    out = {
+        "samples_per_prompt_mean": float(n.mean()), "samples_per_prompt_max": int(n.max()),
+        "samples_total": int(n.sum()),
+        "unresolved_prompts": int((~resolved).sum()) if cfg.exit_rule != "none" else 0,
+        "all_correct_before": float(np.mean((first_pos == first_n) & (first_n > 0))),
+        "all_wrong_before": float(np.mean(first_pos == 0)),
+        "all_correct_after": float(np.mean((kept > 0) & ((r * m).sum(1) == kept))),
+        "all_wrong_after": float(np.mean((kept > 0) & ((r * m).sum(1) == 0))),
+        "effective_prompt_ratio": float(np.mean((kept > 0) & ((r * m).sum(1) > 0)
+                                                & ((r * m).sum(1) < kept))),
+        "pool_pass_rate_mean": float((pos / np.maximum(n, 1)).mean()),
+        "rounds": int(st.rounds), "chunks": int(st.chunks),
+        "decode_steps": int(st.decode_steps), "generated_tokens": int(st.generated_tokens),
+        "cut_tokens": int(st.cut_tokens),
+        "slot_utilisation": float(int(st.generated_tokens)
+                                  / max(cfg.slots * int(st.decode_steps), 1)),
+    }
+    hist = np.bincount(n, minlength=1)
+    out["samples_histogram"] = hist.tolist()
+    return out

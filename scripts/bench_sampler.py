@@ -1,0 +1,342 @@
+"""Sampler throughput: ada_jax `sampling.sample` vs HF `transformers` `generate`, same function.
+
+Both frameworks get the same architecture and the same random weights (built by ada_jax, copied
+into a Llama/Qwen2ForCausalLM), the same prompts, and sample B×N new tokens at T=1 with no
+top-k/top-p and no EOS (every row runs the full N tokens). Each framework runs in its own
+subprocess so its peak RSS (`resource.getrusage(RUSAGE_SELF).ru_maxrss`, read in the child at
+the end) is its own; a third subprocess measures the machine's f32 matmul peak with a large
+jitted matmul. Wall times are medians over repetitions after a warm-up; JAX compile time is
+reported separately. The last stdout line is one JSON object.
+
+  python scripts/bench_sampler.py            # tiny + small, B=32 P=32 N=64, 7 reps (minutes)
+  python scripts/bench_sampler.py --quick    # same shapes, 2 reps (about a minute)
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _rss_mb():
+    """(current RSS, peak RSS) of this process in MiB."""
+    cur = 0.0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                cur = int(line.split()[1]) / 1024
+    return cur, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def _flops(m, B, P, N):
+    """Useful FLOPs of prefill (P tokens, causal) + N decode tokens per row.
+
+    Matmuls: 2 FLOPs per weight per token (q,k,v,o, gate/up/down, lm head; not the embedding
+    gather). Attention: 4·H·E per (query, attended key) pair, counting only keys each query
+    really attends to (causal prompt, then the growing context) — not the padded cache length.
+    """
+    D, L, H, K, E, F, V = (m["d_model"], m["n_layers"], m["n_heads"], m["n_kv_heads"],
+                           m["head_dim"], m["d_ff"], m["vocab_size"])
+    per_tok_weights = L * (D * H * E + 2 * D * K * E + H * E * D + 3 * D * F) + D * V
+    pairs_prefill = P * (P + 1) // 2
+    pairs_decode = sum(P + i + 1 for i in range(N))  # decode token i attends P + i + 1 keys
+    mm = 2 * per_tok_weights * B * (P + N)
+    attn = 4 * H * E * L * B * (pairs_prefill + pairs_decode)
+    return mm + attn, mm, attn
+
+
+# ----------------------------------------------------------------------------- JAX worker
+def worker_jax(a):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    from ada_jax import model as model_lib
+    from ada_jax import sampling
+    from configs.base import MODELS
+
+    cfg = model_lib.ModelConfig.from_config(MODELS[a.model])
+    B, P, N = a.batch, a.prompt_len, a.new_tokens
+    assert P + N <= cfg.max_len, (P, N, cfg.max_len)
+    model = model_lib.Transformer(cfg, nnx.Rngs(a.seed))
+    graphdef, params = nnx.split(model)
+    rng = np.random.default_rng(a.seed)
+    prompts = rng.integers(4, cfg.vocab_size, size=(B, P), dtype=np.int32)
+    mask = np.ones((B, P), bool)
+    tok, msk = jnp.asarray(prompts), jnp.asarray(mask)
+
+    # Export: HF-named weights, the prompts, reference logits (uncached full forward) and a
+    # greedy continuation from our sampler, for the HF worker to check it computes the same.
+    sd = to_hf_state_dict(cfg, params)
+    ref_logits, _ = model(tok, model_lib.positions_from_mask(msk), msk)
+    greedy = sampling.sample(graphdef, params, tok, msk, jax.random.key(0),
+                             cfg=sampling.SamplingConfig(max_new_tokens=16, eos_id=-1,
+                                                         temperature=0.0))
+    np.savez(os.path.join(a.workdir, "export.npz"), prompts=prompts,
+             ref_logits=np.asarray(ref_logits), greedy=np.asarray(greedy.tokens_BN),
+             **{"w/" + k: v for k, v in sd.items()})
+    del ref_logits, greedy
+    rss_before, _ = _rss_mb()
+
+    scfg = sampling.SamplingConfig(max_new_tokens=N, eos_id=-1, temperature=1.0)
+
+    def run(i):
+        out = sampling.sample(graphdef, params, tok, msk, jax.random.key(100 + i), cfg=scfg)
+        jax.block_until_ready(out)
+        return out
+
+    t0 = time.perf_counter()
+    out = run(0)  # compile + one run
+    first = time.perf_counter() - t0
+    assert int(out.steps) == N and bool(np.all(np.asarray(out.lengths_B) == N))
+    times = []
+    for i in range(a.reps):
+        t0 = time.perf_counter()
+        run(i + 1)
+        times.append(time.perf_counter() - t0)
+    med = _median(times)
+    _, peak = _rss_mb()
+    return dict(framework="ada_jax", times_s=times, median_s=med, first_call_s=first,
+                compile_s=max(first - med, 0.0), tokens_per_s=B * N / med,
+                params=model_lib.count_params(params), rss_before_sampling_mb=rss_before,
+                peak_rss_mb=peak, jax_version=jax.__version__,
+                xla_flags=os.environ.get("XLA_FLAGS", ""))
+
+
+def to_hf_state_dict(cfg, params):
+    """ada_jax params -> HF Llama/Qwen2 state dict (numpy, torch layouts [out, in])."""
+    import numpy as np
+
+    p = params
+    D, H, K, E = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    a = lambda x: np.asarray(x[...], np.float32)  # noqa: E731
+    sd = {"model.embed_tokens.weight": a(p["embed"]), "model.norm.weight": a(p["final_norm"]["scale"])}
+    if not cfg.tie_embeddings:
+        sd["lm_head.weight"] = a(p["lm_head"]).T
+    for i in range(cfg.n_layers):
+        b, pre = p["blocks"][i], f"model.layers.{i}."
+        at, ml = b["attn"], b["mlp"]
+        sd[pre + "self_attn.q_proj.weight"] = a(at["q"]).reshape(D, H * E).T  # [D,H,E] -> [HE,D]
+        sd[pre + "self_attn.k_proj.weight"] = a(at["k"]).reshape(D, K * E).T
+        sd[pre + "self_attn.v_proj.weight"] = a(at["v"]).reshape(D, K * E).T
+        sd[pre + "self_attn.o_proj.weight"] = a(at["o"]).reshape(H * E, D).T  # [H,E,D] -> [D,HE]
+        if cfg.qkv_bias:
+            sd[pre + "self_attn.q_proj.bias"] = a(at["q_bias"]).reshape(H * E)
+            sd[pre + "self_attn.k_proj.bias"] = a(at["k_bias"]).reshape(K * E)
+            sd[pre + "self_attn.v_proj.bias"] = a(at["v_bias"]).reshape(K * E)
+        sd[pre + "mlp.gate_proj.weight"] = a(ml["gate"]).T
+        sd[pre + "mlp.up_proj.weight"] = a(ml["up"]).T
+        sd[pre + "mlp.down_proj.weight"] = a(ml["down"]).T
+        sd[pre + "input_layernorm.weight"] = a(b["attn_norm"]["scale"])
+        sd[pre + "post_attention_layernorm.weight"] = a(b["mlp_norm"]["scale"])
+    return {k: np.ascontiguousarray(v) for k, v in sd.items()}
+
+
+# ----------------------------------------------------------------------------- HF worker
+def hf_model(m, threads):
+    import torch
+    import transformers
+
+    torch.set_num_threads(threads)
+    common = dict(vocab_size=m["vocab_size"], hidden_size=m["d_model"],
+                  num_hidden_layers=m["n_layers"], num_attention_heads=m["n_heads"],
+                  num_key_value_heads=m["n_kv_heads"], intermediate_size=m["d_ff"],
+                  head_dim=m["head_dim"], rms_norm_eps=m["norm_eps"],
+                  max_position_embeddings=m["max_len"], hidden_act="silu",
+                  tie_word_embeddings=m["tie_embeddings"],
+                  rope_parameters={"rope_type": "default", "rope_theta": m["rope_base"]},
+                  pad_token_id=0, bos_token_id=None, eos_token_id=None)
+    if m["qkv_bias"]:
+        config = transformers.Qwen2Config(**common)
+        cls = transformers.Qwen2ForCausalLM
+    else:
+        config = transformers.LlamaConfig(attention_bias=False, mlp_bias=False, **common)
+        cls = transformers.LlamaForCausalLM
+    return cls(config).eval()
+
+
+def worker_hf(a):
+    import numpy as np
+    import torch
+    import transformers
+
+    from configs.base import MODELS
+
+    m = MODELS[a.model]
+    B, P, N = a.batch, a.prompt_len, a.new_tokens
+    model = hf_model(m, a.threads)
+    data = np.load(os.path.join(a.workdir, "export.npz"))
+    sd = {k[2:]: torch.from_numpy(data[k]) for k in data.files if k.startswith("w/")}
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    if m["tie_embeddings"]:
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    ids = torch.from_numpy(data["prompts"].astype(np.int64))
+    am = torch.ones_like(ids)
+    with torch.inference_mode():
+        logits = model(input_ids=ids, attention_mask=am).logits.numpy()
+        max_diff = float(np.abs(logits - data["ref_logits"]).max())
+        g = model.generate(input_ids=ids, attention_mask=am, do_sample=False, max_new_tokens=16,
+                           min_new_tokens=16, eos_token_id=None, pad_token_id=0)
+    greedy_match = float(np.mean(g[:, P:].numpy() == data["greedy"]))
+    rss_before, _ = _rss_mb()
+
+    gen = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=N,
+               min_new_tokens=N, eos_token_id=None, pad_token_id=0, use_cache=True)
+
+    def run(i):
+        torch.manual_seed(100 + i)
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=am, **gen)
+        assert out.shape == (B, P + N), out.shape
+        return out
+
+    t0 = time.perf_counter()
+    run(0)  # warm-up (no compilation in eager torch; first-call allocations, lazy init)
+    first = time.perf_counter() - t0
+    times = []
+    for i in range(a.reps):
+        t0 = time.perf_counter()
+        run(i + 1)
+        times.append(time.perf_counter() - t0)
+    med = _median(times)
+    _, peak = _rss_mb()
+    return dict(framework="hf", times_s=times, median_s=med, first_call_s=first,
+                tokens_per_s=B * N / med, logits_max_abs_diff=max_diff,
+                greedy_token_match=greedy_match, rss_before_sampling_mb=rss_before,
+                peak_rss_mb=peak, torch_threads=torch.get_num_threads(),
+                torch_version=torch.__version__, transformers_version=transformers.__version__,
+                attn_implementation=model.config._attn_implementation)
+
+
+# ----------------------------------------------------------------------------- peak worker
+def worker_peak(a):
+    import jax
+    import jax.numpy as jnp
+
+    n = a.peak_n
+    x = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+    y = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+    f = jax.jit(lambda x, y: x @ y)
+    f(x, y).block_until_ready()
+    times = []
+    for _ in range(a.peak_reps):
+        t0 = time.perf_counter()
+        f(x, y).block_until_ready()
+        times.append(time.perf_counter() - t0)
+    best = min(times)
+    return dict(matmul_n=n, matmul_best_s=best, peak_flops=2 * n ** 3 / best,
+                matmul_median_flops=2 * n ** 3 / _median(times), jax_devices=str(jax.devices()))
+
+
+# ----------------------------------------------------------------------------- driver
+def _spawn(kind, args, extra):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind] + extra
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"),
+               TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
+    r = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout + r.stderr)
+        raise SystemExit(f"worker {kind} failed ({r.returncode})")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2 reps per framework (~1 minute)")
+    ap.add_argument("--models", default="tiny,small")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--prompt_len", type=int, default=32)
+    ap.add_argument("--new_tokens", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=None, help="timed reps (default 7, quick 2)")
+    ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--peak_n", type=int, default=2048)
+    ap.add_argument("--peak_reps", type=int, default=None)
+    ap.add_argument("--worker", choices=["jax", "hf", "peak"], help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--workdir", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.reps is None:
+        a.reps = 2 if a.quick else 7
+    if a.peak_reps is None:
+        a.peak_reps = 3 if a.quick else 10
+
+    if a.worker:
+        fn = dict(jax=worker_jax, hf=worker_hf, peak=worker_peak)[a.worker]
+        print(json.dumps(fn(a)))
+        return
+
+    sys.path.insert(0, REPO)
+    from configs.base import MODELS
+
+    t_start = time.perf_counter()
+    B, P, N = a.batch, a.prompt_len, a.new_tokens
+    common = ["--batch", str(B), "--prompt_len", str(P), "--new_tokens", str(N),
+              "--reps", str(a.reps), "--threads", str(a.threads), "--seed", str(a.seed)]
+    load0 = os.getloadavg()
+    print(f"machine: {os.cpu_count()} CPUs, load avg {load0[0]:.2f}; B={B} P={P} N={N}, "
+          f"T=1, no top-k/top-p, no EOS; {a.reps} timed reps after 1 warm-up; "
+          f"torch threads={a.threads}, XLA CPU default (all {os.cpu_count()} cores)", flush=True)
+    peak = _spawn("peak", a, ["--peak_n", str(a.peak_n), "--peak_reps", str(a.peak_reps)])
+    print(f"f32 matmul peak (jit {a.peak_n}^3, best of {a.peak_reps}): "
+          f"{peak['peak_flops'] / 1e9:.1f} GFLOP/s", flush=True)
+    results = {}
+    for name in a.models.split(","):
+        with tempfile.TemporaryDirectory(prefix="bench_sampler_") as wd:
+            extra = common + ["--model", name, "--workdir", wd]
+            j = _spawn("jax", a, extra)
+            h = _spawn("hf", a, extra)
+        m = MODELS[name]
+        total, mm, attn = _flops(m, B, P, N)
+        r = dict(
+            params=j["params"], ada_jax_tokens_per_s=j["tokens_per_s"],
+            hf_tokens_per_s=h["tokens_per_s"], speedup_vs_hf=j["tokens_per_s"] / h["tokens_per_s"],
+            ada_jax_median_s=j["median_s"], hf_median_s=h["median_s"],
+            ada_jax_compile_s=j["compile_s"], hf_first_call_s=h["first_call_s"],
+            useful_gflop=total / 1e9, attn_gflop=attn / 1e9,
+            ada_jax_flop_frac=total / j["median_s"] / peak["peak_flops"],
+            hf_flop_frac=total / h["median_s"] / peak["peak_flops"],
+            ada_jax_peak_rss_mb=j["peak_rss_mb"], hf_peak_rss_mb=h["peak_rss_mb"],
+            ada_jax_rss_before_sampling_mb=j["rss_before_sampling_mb"],
+            hf_rss_before_sampling_mb=h["rss_before_sampling_mb"],
+            logits_max_abs_diff=h["logits_max_abs_diff"],
+            greedy_token_match=h["greedy_token_match"],
+            ada_jax_times_s=[round(t, 4) for t in j["times_s"]],
+            hf_times_s=[round(t, 4) for t in h["times_s"]])
+        results[name] = r
+        print(f"[{name}] {r['params']:,} params | ada_jax {r['ada_jax_tokens_per_s']:,.0f} tok/s "
+              f"(median {r['ada_jax_median_s'] * 1e3:.1f} ms, compile {r['ada_jax_compile_s']:.2f} s, "
+              f"{100 * r['ada_jax_flop_frac']:.2f}% of peak, peak RSS "
+              f"{r['ada_jax_peak_rss_mb']:.0f} MiB) | HF {r['hf_tokens_per_s']:,.0f} tok/s "
+              f"(median {r['hf_median_s'] * 1e3:.1f} ms, {100 * r['hf_flop_frac']:.2f}% of peak, "
+              f"peak RSS {r['hf_peak_rss_mb']:.0f} MiB) | speedup {r['speedup_vs_hf']:.2f}x | "
+              f"same function: max |Δlogits| {r['logits_max_abs_diff']:.1e}, greedy match "
+              f"{r['greedy_token_match']:.3f}", flush=True)
+    t0 = results[a.models.split(",")[0]]
+    summary = dict(
+        speedup_vs_hf=t0["speedup_vs_hf"], ada_jax_tokens_per_s=t0["ada_jax_tokens_per_s"],
+        hf_tokens_per_s=t0["hf_tokens_per_s"], ada_jax_flop_frac=t0["ada_jax_flop_frac"],
+        hf_flop_frac=t0["hf_flop_frac"], peak_gflops=peak["peak_flops"] / 1e9,
+        batch=B, prompt_len=P, new_tokens=N, reps=a.reps, torch_threads=a.threads,
+        cpus=os.cpu_count(), loadavg_start=load0[0], loadavg_end=os.getloadavg()[0],
+        wall_s=time.perf_counter() - t_start, models=results)
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""Adaptive engine: stopping-time distributions, budgets, rules, rounds == sequential, model runs."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from scipy import stats
+
+from ada_jax import adaptive as A
+from ada_jax import model as model_lib
+from ada_jax import sampling
+from tests.helpers import tiny_model
+
+GEN = A.BernoulliGenerator()
+
+
+def _run_oracle(p, budget, group=4, key=0, **kw):
+    B = len(p)
+    cfg = A.EngineConfig(max_new_tokens=1, **{"slots": 64, "keep": group, **kw})
+    data = dict(key=jax.random.key(key), p=jnp.asarray(p, jnp.float32))
+    st = A.run(None, jnp.zeros((B, 1), jnp.int32), jnp.ones((B, 1), bool),
+               jnp.broadcast_to(jnp.asarray(budget, jnp.int32), (B,)), data,
+               jax.random.key(1000 + key), cfg=cfg, gen_fn=GEN, reward_fn=A.bernoulli_reward,
+               group=group)
+    return cfg, st, data
+
+
+def _sequential(data, p, budget, rule, k_pos, k_neg):
+    """One-at-a-time stopping with the oracle's own draws (the reference semantics)."""
+    out = []
+    for i in range(len(p)):
+        n = pos = 0
+        while n < budget:
+            u = jax.random.uniform(jax.random.fold_in(jax.random.fold_in(data["key"], i), n))
+            pos += bool(u < p[i])
+            n += 1
+            if pos >= k_pos and (rule == "pos" or n - pos >= k_neg):
+                break
+        out.append((n, pos))
+    return np.asarray(out)
+
+
+def _chi2_pvalue(samples, pmf, support):
+    """Chi-square goodness of fit, bins merged so each expects >= 5."""
+    counts = np.array([np.sum(samples == k) for k in support], float)
+    expected = np.array([pmf(k) for k in support]) * len(samples)
+    tail = len(samples) - expected.sum()
+    counts = np.append(counts, len(samples) - counts.sum())
+    expected = np.append(expected, tail)
+    obs, exp, acc_o, acc_e = [], [], 0.0, 0.0
+    for o, e in zip(counts, expected):
+        acc_o, acc_e = acc_o + o, acc_e + e
+        if acc_e >= 5:
+            obs.append(acc_o), exp.append(acc_e)
+            acc_o = acc_e = 0.0
+    obs[-1] += acc_o
+    exp[-1] += acc_e
+    return stats.chisquare(obs, exp).pvalue
+
+
+@pytest.mark.parametrize("mode", ["rounds", "refill"])
+def test_pos_stopping_time_is_negative_binomial(mode):
+    p, K, B = 0.3, 2, 600
+    kw = dict(mode=mode, exit_rule="pos", k_pos=K, k_neg=0)
+    kw.update(dict(samples_per_round=1, max_rounds=400) if mode == "rounds"
+              else dict(chunk_len=1, overcommit=0.0))
+    _, st, _ = _run_oracle([p] * B, 400, **kw)
+    n = np.asarray(st.n_samples)
+    pmf = lambda k: math.comb(k - 1, K - 1) * p ** K * (1 - p) ** (k - K)  # noqa: E731
+    assert _chi2_pvalue(n, pmf, range(K, 40)) > 1e-3
+    assert abs(n.mean() - K / p) < 4 * math.sqrt(K * (1 - p) / p ** 2 / B)
+
+
+def test_balance_stopping_time_matches_exact_distribution():
+    p, K, B = 0.25, 2, 600
+    _, st, _ = _run_oracle([p] * B, 400, mode="refill", exit_rule="balance", k_pos=K, k_neg=K,
+                           chunk_len=1, overcommit=0.0)
+
+    n = np.asarray(st.n_samples)
+    assert _chi2_pvalue(n, lambda k: _balance_pmf(k, p, K), range(2 * K, 60)) > 1e-3
+
+
+def _balance_pmf(k, p, K):
+    """P(N = k): the k-th sample is the K-th positive with >= K negatives before, or vice versa."""
+    q = 1 - p
+    pos_last = math.comb(k - 1, K - 1) * p ** K * q ** (k - K) if k - K >= K else 0.0
+    neg_last = math.comb(k - 1, K - 1) * q ** K * p ** (k - K) if k - K >= K else 0.0
+    return pos_last + neg_last
+
+
+@pytest.mark.parametrize("rule", ["pos", "balance"])
+def test_rounds_with_one_sample_equals_sequential_stopping(rule):
+    p = np.linspace(0.03, 0.97, 24)
+    kw = dict(mode="rounds", exit_rule=rule, k_pos=2, k_neg=2, samples_per_round=1,
+              max_rounds=40)
+    _, st, data = _run_oracle(p, 40, **kw)
+    ref = _sequential(data, p, 40, rule, 2, 2)
+    np.testing.assert_array_equal(np.asarray(st.n_samples), ref[:, 0])
+    np.testing.assert_array_equal(np.asarray(st.n_pos), ref[:, 1])
+
+
+def test_refill_without_overcommit_equals_sequential_stopping():
+    p = np.linspace(0.03, 0.97, 24)
+    _, st, data = _run_oracle(p, 40, mode="refill", exit_rule="balance", k_pos=2, k_neg=2,
+                              chunk_len=1, overcommit=0.0)
+    ref = _sequential(data, p, 40, "balance", 2, 2)
+    np.testing.assert_array_equal(np.asarray(st.n_samples), ref[:, 0])
+
+
+@pytest.mark.parametrize("mode", ["rounds", "refill"])
+@pytest.mark.parametrize("rule", ["none", "pos", "balance"])
+def test_budgets_respected_and_groups_satisfy_rule(mode, rule):
+    rng = np.random.default_rng(0)
+    B, group = 40, 4
+    p = rng.uniform(0, 1, B)
+    p[:5] = 0.0
+    p[5:10] = 1.0
+    budget = rng.integers(1, 33, B)
+    kw = dict(mode=mode, exit_rule=rule, k_pos=2, k_neg=2, samples_per_round=8, max_rounds=4,
+              chunk_len=1)
+    cfg, st, _ = _run_oracle(p, budget, group=group, **kw)
+    n = np.asarray(st.n_samples)
+    assert np.all(n <= budget) and np.all(n >= 1)
+    assert np.all(np.asarray(st.in_flight) >= 0)
+    if mode == "rounds":
+        assert np.all(n <= 8 * 4)
+    batch = A.select(st, group)
+    r, m = np.asarray(batch.reward_BG), np.asarray(batch.mask_BG)
+    pos = np.asarray(st.n_pos)
+    assert np.all(pos[:5] == 0) and np.all(pos[5:10] == n[5:10])
+    resolved = np.asarray(A._rule_met(cfg, st.n_samples, st.n_pos))
+    for i in range(B):
+        kept_pos, kept = int((r[i] * m[i]).sum()), int(m[i].sum())
+        assert kept == min(group, n[i])
+        assert kept_pos <= pos[i] and kept - kept_pos <= n[i] - pos[i]
+        # balanced: ⌈G/2⌉ positives when available, shortfall from the other class
+        assert kept_pos == min(pos[i], max((group + 1) // 2, group - (n[i] - pos[i])))
+        if resolved[i] and rule == "balance":
+            assert kept_pos >= 2 and kept - kept_pos >= 2
+        if resolved[i] and rule == "pos":
+            assert kept_pos >= 2
+    if rule == "none":
+        np.testing.assert_array_equal(n, budget)
+
+
+def test_random_selection_keeps_a_uniform_subset():
+    # One prompt, p = 1, budget 12, one slot: 4 of the 12 positives are kept. The oracle's
+    # token is the sample's index, so we can see which; each should be kept 1/3 of the time.
+    hits = np.zeros(12)
+    for seed in range(150):
+        _, st, _ = _run_oracle([1.0], 12, group=4, key=seed, slots=1, mode="refill",
+                               exit_rule="none", chunk_len=1, select_order="random")
+        hits[np.asarray(st.kept_tokens[0, A.POS, :, 0])] += 1
+    assert hits.sum() == 600
+    assert stats.chisquare(hits).pvalue > 1e-3
+    # Generation order keeps the first four.
+    _, st, _ = _run_oracle([1.0], 12, group=4, slots=1, mode="refill", exit_rule="none",
+                           chunk_len=1)
+    np.testing.assert_array_equal(st.kept_tokens[0, A.POS, :, 0], [0, 1, 2, 3])
+
+
+# ----------------------------------------------------------------------------- with the model
+def _parity_reward(reward_data, prompt_S, seq_S, tokens_SN, lengths_S):
+    """Synthetic jittable reward: first generated token is even."""
+    return (tokens_SN[:, 0] % 2 == 0).astype(jnp.float32)
+
+
+@pytest.mark.parametrize("mode", ["rounds", "refill"])
+def test_model_engine_produces_valid_batches(mode):
+    model = tiny_model(3)
+    graphdef, params = nnx.split(model)
+    scfg = sampling.SamplingConfig(max_new_tokens=6, eos_id=5, pad_id=0)
+    gen = A.ModelGenerator(graphdef, model.cfg, scfg)
+    prompts, pmask = sampling.left_pad([[7, 8, 9], [10, 11], [12, 13, 14, 15], [9]], 4)
+    cfg = A.EngineConfig(slots=8, max_new_tokens=6, keep=4, exit_rule="balance", k_pos=2,
+                         k_neg=2, mode=mode, samples_per_round=4, max_rounds=3, chunk_len=2)
+    budget = jnp.full((4,), 12, jnp.int32)
+    st = A.run(params, jnp.asarray(prompts), jnp.asarray(pmask), budget, {},
+               jax.random.key(0), cfg=cfg, gen_fn=gen, reward_fn=_parity_reward, group=4)
+    batch = A.select(st, 4)
+    toks, lens, m = np.asarray(batch.tokens_BGN), np.asarray(batch.len_BG), np.asarray(batch.mask_BG)
+    assert np.all(m.sum(1) == 4)
+    for b in range(4):
+        for g in range(4):
+            L = lens[b, g]
+            assert 1 <= L <= 6
+            assert toks[b, g, L - 1] == 5 or L == 6  # ends at EOS or the length limit
+            assert np.all(toks[b, g, L:] == 0)
+            assert batch.reward_BG[b, g] == float(toks[b, g, 0] % 2 == 0)
+    # Kept log-probs are the model's log-probs of the kept tokens given the prompt.
+    full = jnp.concatenate([jnp.repeat(jnp.asarray(prompts), 4, 0),
+                            jnp.asarray(toks.reshape(16, 6))], axis=1)
+    fmask = jnp.concatenate([jnp.repeat(jnp.asarray(pmask), 4, 0),
+                             jnp.ones((16, 6), bool)], axis=1)
+    logits, _ = model(full, model_lib.positions_from_mask(fmask), fmask)
+    logp, _ = model_lib.token_logprobs(logits[:, 3:-1], full[:, 4:])
+    valid = np.arange(6)[None] < lens.reshape(16, 1)
+    np.testing.assert_allclose(np.asarray(logp)[valid],
+                               np.asarray(batch.logp_BGN).reshape(16, 6)[valid], atol=3e-5)
+    met = A.metrics(cfg, st, batch, 4)
+    assert 0 < met["slot_utilisation"] <= 1.0
+    assert met["samples_total"] == int(np.asarray(st.n_samples).sum())
+
+
+def test_engine_traces_once_per_shape():
+    model = tiny_model(4)
+    graphdef, params = nnx.split(model)
+    scfg = sampling.SamplingConfig(max_new_tokens=4, eos_id=5)
+    gen = A.ModelGenerator(graphdef, model.cfg, scfg)
+    cfg = A.EngineConfig(slots=4, max_new_tokens=4, keep=2, exit_rule="pos", k_pos=1, k_neg=0,
+                         mode="refill", chunk_len=2)
+    prompts, pmask = sampling.left_pad([[7, 8], [9]], 3)
+    before = A.run._cache_size()
+    for i in range(3):
+        p = jax.tree.map(lambda x: x * (1 + 0.01 * i), params)
+        A.run(p, jnp.asarray(prompts), jnp.asarray(pmask), jnp.full((2,), 6, jnp.int32), {},
+              jax.random.key(i), cfg=cfg, gen_fn=gen, reward_fn=_parity_reward, group=2)
+    assert A.run._cache_size() - before == 1
+
+
+def test_host_reward_path_matches_jitted_path():
+    model = tiny_model(5)
+    graphdef, params = nnx.split(model)
+    scfg = sampling.SamplingConfig(max_new_tokens=5, eos_id=5)
+    gen = A.ModelGenerator(graphdef, model.cfg, scfg)
+    cfg = A.EngineConfig(slots=6, max_new_tokens=5, keep=4, exit_rule="balance", k_pos=1,
+                         k_neg=1, mode="refill", chunk_len=2)
+    prompts, pmask = sampling.left_pad([[7, 8], [9], [10, 11, 12]], 3)
+    args = (params, jnp.asarray(prompts), jnp.asarray(pmask), jnp.full((3,), 10, jnp.int32))
+    a = A.run(*args, {}, jax.random.key(1), cfg=cfg, gen_fn=gen, reward_fn=_parity_reward,
+              group=4)
+    b = A.run_host(*args, jax.random.key(1), cfg=cfg, gen_fn=gen, group=4,
+                   score=lambda pr, sq, t, n: (t[:, 0] % 2 == 0).astype(np.float32))
+    np.testing.assert_array_equal(a.n_samples, b.n_samples)
+    np.testing.assert_array_equal(a.kept_tokens, b.kept_tokens)

@@ -1,0 +1,234 @@
+"""HF import/export: tiny random Qwen2 and Llama-3 checkpoints saved by `transformers` load onto
+a 2x2x2 mesh and reproduce its logits (left-padded batch) and greedy generations; export gives
+back the same tensors; bad checkpoints fail with the tensor and file named."""
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+import torch
+from flax import nnx
+from jax.sharding import PartitionSpec
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from ada_jax import convert, sharding
+from ada_jax import model as model_lib
+from ada_jax.sampling import SamplingConfig, left_pad, sample
+from configs import base
+
+transformers = pytest.importorskip("transformers")
+
+RULES = base.get_config("").sharding_rules
+V = 96
+COMMON = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+FAMILIES = {
+    # Qwen2: q/k/v biases, tied embeddings.
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(tie_word_embeddings=True, rope_theta=1e6)),
+    # Llama-3.2 style: llama3 rope scaling (original length 16 so it acts within the test's
+    # positions), untied lm_head.
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(
+        tie_word_embeddings=False, rope_theta=5e5, rms_norm_eps=1e-5, rope_scaling=dict(
+            rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+            original_max_position_embeddings=16))),
+}
+SHARD = "30KB"  # forces 4 files and an index for these tiny models
+
+
+def _hf_model(family, dtype=torch.float32):
+    config_cls, model_cls, extra = FAMILIES[family]
+    config = getattr(transformers, config_cls)(**COMMON, **extra)
+    torch.manual_seed(0)
+    hf = getattr(transformers, model_cls)(config).eval()
+    hf.config._attn_implementation = "eager"
+    with torch.no_grad():  # HF zero-inits biases and unit-inits norms: randomise everything
+        for name, p in hf.named_parameters():
+            p.copy_(1.0 + 0.1 * torch.randn_like(p) if "norm" in name
+                    else 0.3 * torch.randn_like(p))
+    return hf.to(dtype)
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def saved(request, tmp_path_factory):
+    """(family, HF model, folder holding its sharded safetensors checkpoint)."""
+    path = str(tmp_path_factory.mktemp(request.param))
+    hf = _hf_model(request.param)
+    hf.save_pretrained(path, max_shard_size=SHARD)
+    assert os.path.exists(os.path.join(path, convert.INDEX_FILE))
+    return request.param, hf, path
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return sharding.make_mesh(dict(data=2, fsdp=2, tensor=2))
+
+
+def _batch():
+    rng = np.random.default_rng(0)
+    prompts = [list(rng.integers(3, V, size=n)) for n in (13, 20, 6, 17)]
+    return left_pad(prompts, 20)
+
+
+def test_logits_match_transformers(saved, mesh):
+    family, hf, path = saved
+    cfg, graphdef, params = convert.load_hf_checkpoint(path, mesh, RULES)
+    assert cfg.qkv_bias == (family == "qwen2")
+    assert cfg.tie_embeddings == (family == "qwen2")
+    assert cfg.rope_scaling == ("llama3" if family == "llama" else "none")
+    q = params["blocks"][0]["attn"]["q"][...]  # really placed on the mesh
+    assert q.sharding.spec == PartitionSpec("fsdp", "tensor", None)
+
+    toks, mask = _batch()
+    pos = np.asarray(model_lib.positions_from_mask(mask))
+    ours = jax.jit(lambda p: nnx.merge(graphdef, p)(toks, pos, mask)[0])(params)
+    with torch.no_grad():
+        ref = hf(input_ids=torch.tensor(toks, dtype=torch.long),
+                 attention_mask=torch.tensor(mask, dtype=torch.long),
+                 position_ids=torch.tensor(pos, dtype=torch.long)).logits.numpy()
+    diff = np.abs(np.asarray(ours) - ref)[mask].max()
+    print(f"{family}: max |logit diff| = {diff:.2e} (logits up to {np.abs(ref).max():.1f})")
+    assert diff < 1e-4
+
+
+def test_greedy_generation_matches_transformers(saved, mesh):
+    family, hf, path = saved
+    _, graphdef, params = convert.load_hf_checkpoint(path, mesh, RULES)
+    toks, mask = _batch()
+    N = 12
+
+    def ours(eos):
+        out = sample(graphdef, params, toks, mask, jax.random.key(0),
+                     cfg=SamplingConfig(max_new_tokens=N, eos_id=eos, pad_id=0, temperature=0))
+        return np.asarray(out.tokens_BN)
+
+    # EOS = a token row 0 emits mid-way, so the stop-and-pad path runs too.
+    eos = int(ours(-1)[0, 4])
+    got = ours(eos)
+    with torch.no_grad():
+        ref = hf.generate(torch.tensor(toks, dtype=torch.long),
+                          attention_mask=torch.tensor(mask, dtype=torch.long), do_sample=False,
+                          max_new_tokens=N, eos_token_id=eos, pad_token_id=0)
+    ref = ref[:, toks.shape[1]:].numpy()
+    ref = np.pad(ref, ((0, 0), (0, N - ref.shape[1])))  # HF stops when every row is done
+    np.testing.assert_array_equal(got, ref)
+    assert (got == eos).any(axis=1)[0]
+
+
+def _tensors(path):
+    out = {}
+    for file in sorted(os.listdir(path)):
+        if file.endswith(".safetensors"):
+            with safe_open(os.path.join(path, file), "numpy") as f:
+                out.update({name: f.get_tensor(name) for name in f.keys()})
+    return out
+
+
+def test_export_round_trip(saved, mesh, tmp_path):
+    family, _, path = saved
+    cfg, _, params = convert.load_hf_checkpoint(path, mesh, RULES)
+    files = convert.export_hf(params, cfg, str(tmp_path), max_shard_bytes=30_000)
+    assert len(files) == 4 and os.path.exists(tmp_path / convert.INDEX_FILE)
+    want, got = _tensors(path), _tensors(str(tmp_path))
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name].dtype == want[name].dtype, name
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    with open(tmp_path / "config.json") as f:
+        exported = json.load(f)
+    assert convert.model_config_from_hf(exported) == cfg
+    assert exported["model_type"] == family
+    # ...and transformers reads the export as the same model.
+    hf2 = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path))
+    assert type(hf2).__name__ == FAMILIES[family][1]
+
+
+def test_bfloat16_checkpoint_round_trips_bit_exactly(mesh, tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    _hf_model("qwen2", torch.bfloat16).save_pretrained(src, max_shard_size=SHARD)
+    cfg, _, params = convert.load_hf_checkpoint(str(src), mesh, RULES, "bfloat16")
+    assert params["embed"][...].dtype == np.dtype("bfloat16") and cfg.dtype == "bfloat16"
+    convert.export_hf(params, cfg, str(out), max_shard_bytes=15_000)
+    want, got = _tensors(str(src)), _tensors(str(out))
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name].tobytes() == want[name].tobytes(), name
+
+
+def test_runtime_overrides_reach_the_graphdef(saved, mesh):
+    _, _, path = saved
+    cfg, graphdef, params = convert.load_hf_checkpoint(path, mesh, RULES, dtype="float32",
+                                                       remat=True, max_len=64)
+    assert cfg.remat and cfg.max_len == 64
+    assert nnx.merge(graphdef, params).cfg == cfg
+    with pytest.raises(ValueError, match="d_model"):
+        convert.load_hf_checkpoint(path, mesh, RULES, d_model=16)
+
+
+# ---- errors --------------------------------------------------------------------------------
+
+def _copy(saved, tmp_path):
+    dst = tmp_path / "ckpt"
+    shutil.copytree(saved[2], dst)
+    return dst
+
+
+def _edit_config(path, **changes):
+    with open(path / "config.json") as f:
+        hf = json.load(f)
+    hf.update(changes)
+    with open(path / "config.json", "w") as f:
+        json.dump(hf, f)
+
+
+def test_unsupported_configs_are_rejected():
+    hf = dict(COMMON, model_type="qwen2")
+    with pytest.raises(ValueError, match="unsupported architecture model_type='mistral'"):
+        convert.model_config_from_hf(dict(hf, model_type="mistral"))
+    with pytest.raises(ValueError, match="rope scaling 'yarn'"):
+        convert.model_config_from_hf(dict(hf, rope_scaling=dict(rope_type="yarn", factor=4.0)))
+    with pytest.raises(ValueError, match="hidden_act"):
+        convert.model_config_from_hf(dict(hf, hidden_act="gelu"))
+    with pytest.raises(ValueError, match="sliding_window"):
+        convert.model_config_from_hf(dict(hf, use_sliding_window=True))
+    # Both config.json formats: Hub (rope_theta + rope_scaling) and transformers 5.
+    old = convert.model_config_from_hf(dict(hf, model_type="llama", rope_theta=5e5))
+    new = convert.model_config_from_hf(dict(hf, model_type="llama", rope_parameters=dict(
+        rope_type="default", rope_theta=5e5)))
+    assert old == new and old.rope_base == 5e5 and not old.qkv_bias and old.head_dim == 8
+
+
+def test_missing_shard_is_named(saved, mesh, tmp_path):
+    path = _copy(saved, tmp_path)
+    os.remove(path / "model-00002-of-00004.safetensors")
+    with pytest.raises(FileNotFoundError, match="model-00002-of-00004.safetensors"):
+        convert.load_hf_checkpoint(str(path), mesh, RULES)
+
+
+def test_shape_mismatch_names_tensor_and_file(saved, mesh, tmp_path):
+    path = _copy(saved, tmp_path)
+    _edit_config(path, intermediate_size=48)
+    with open(path / convert.INDEX_FILE) as f:
+        file = json.load(f)["weight_map"]["model.layers.0.mlp.gate_proj.weight"]
+    with pytest.raises(ValueError, match=rf"{file}: tensor 'model.layers.0.mlp.gate_proj.weight'"
+                                         r" has shape \[64, 32\], expected \[48, 32\]"):
+        convert.load_hf_checkpoint(str(path), mesh, RULES)
+
+
+def test_missing_and_unexpected_tensors(saved, mesh, tmp_path):
+    family, _, _ = saved
+    path = _copy(saved, tmp_path)
+    _edit_config(path, num_hidden_layers=3)  # the checkpoint has 2
+    with pytest.raises(ValueError, match="lacks tensors.*model.layers.2"):
+        convert.load_hf_checkpoint(str(path), mesh, RULES)
+    _edit_config(path, num_hidden_layers=2)
+    os.remove(path / convert.INDEX_FILE)  # without an index every file is scanned
+    save_file({"model.layers.0.mlp.gate_proj.bias": np.zeros(64, np.float32)},
+              str(path / "extra.safetensors"))
+    with pytest.raises(ValueError, match="extra.safetensors: unexpected tensor "
+                                         "'model.layers.0.mlp.gate_proj.bias'"):
+        convert.load_hf_checkpoint(str(path), mesh, RULES)
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        convert.load_hf_checkpoint(str(tmp_path), mesh, RULES)
