@@ -135,22 +135,27 @@ def weight_from_configs(p: float, rewards_CN, mask_CN, adv_CN, prob_C) -> float:
     return float((np.asarray(prob_C) * s).sum() / (p * (1.0 - p)))
 
 
-def binomial_configs(p: float, n: int):
-    """The n+1 label configurations of an i.i.d. group (k ones first) with their probabilities;
-    exact for permutation-equivariant advantages, which all of ours are."""
-    k = np.arange(n + 1)
-    rewards = (np.arange(n)[None, :] < k[:, None]).astype(np.float32)
-    logc = np.array([math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in k])
-    prob = np.exp(logc + k * np.log(p) + (n - k) * np.log1p(-p))
-    return rewards, np.ones_like(rewards, bool), prob
+def binomial_configs(p: float, n: int, width: int | None = None):
+    """The n+1 label configurations of an i.i.d. group (k ones first, slots ≥ n masked, padded to
+    `width` rows and columns) with their probabilities; exact for permutation-equivariant
+    advantages, which all of ours are."""
+    width = max(width or n, n)
+    k = np.arange(width + 1)
+    j = np.arange(width)[None, :]
+    rewards = (j < k[:, None]).astype(np.float32)
+    mask = np.broadcast_to(j < n, rewards.shape)
+    kk = np.minimum(k, n)
+    logc = np.array([math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in kk])
+    prob = np.where(k <= n, np.exp(logc + kk * np.log(p) + (n - kk) * np.log1p(-p)), 0.0)
+    return rewards, mask, prob
 
 
-def group_weight(adv_fn: Callable, p: float, n: int) -> float:
+def group_weight(adv_fn: Callable, p: float, n: int, width: int | None = None) -> float:
     """Exact w(p) of the per-prompt-mean estimator with advantages adv_fn(rewards_BN, mask_BN, p_B)
     (p_B is the true pass rate, for oracle baselines / weights; most adv_fn ignore it)."""
     if n <= 0:
         return 0.0
-    r, m, prob = binomial_configs(p, n)
+    r, m, prob = binomial_configs(p, n, width)
     adv = adv_fn(jnp.asarray(r), jnp.asarray(m), jnp.full((len(prob),), p, jnp.float32))
     return weight_from_configs(p, r, m, np.asarray(adv), prob)
 
@@ -270,9 +275,17 @@ def _group(adv_fn, n_B):
         return group_gradient(logits, actions, coef, mask)
 
     def weight(p):
-        return np.array([group_weight(adv_fn, float(q), int(k)) for q, k in zip(p, n_B)])
+        return np.array([group_weight(adv_fn, float(q), int(k), width) for q, k in zip(p, n_B)])
 
     return draw, weight
+
+
+def oracle_estimator(objective_name: str, n_B, alpha: float = 0.5) -> Estimator:
+    """SPEC §3's ĝ = (1/B)Σ_b f'(p_b)(1/N_b)Σ_j (r - p_b)∇log π with the true p_b and N_b samples:
+    unbiased for J_f under any allocation; its variance is `oracle_variance`."""
+    fw = lambda q: objectives.weight(objective_name, np.asarray(q, np.float64), alpha)  # noqa: E731
+    adv = lambda r, m, q: objectives.weight(objective_name, q, alpha)[:, None] * (r - q[:, None]) * m  # noqa: E731
+    return Estimator(f"oracle_{objective_name}", objective_name, *_group(adv, n_B), fw)
 
 
 def _seq(cfg, full_pool=False, **pool_kw):
@@ -321,8 +334,8 @@ def standard_estimators(bandit: Bandit, n: int = 4, pool_n: int = 16, budget_per
             out.append(Estimator(name, target_name, dw[0], dw[1], target))
 
     for f in objectives.OBJECTIVES:
-        add(f"oracle_{f}", f, _group(
-            lambda r, m, q, f=f: objectives.weight(f, q)[:, None] * (r - q[:, None]) * m, same(n)), fw(f))
+        o = oracle_estimator(f, same(n))
+        add(o.name, f, (o.draw, o.weight), o.target)
     plain = lambda fn: (lambda r, m, q: fn(r, m))  # noqa: E731
     add("rloo", "linear", _group(plain(advantages.rloo), same(n)), fw("linear"))
     add("drgrpo", "linear", _group(plain(advantages.drgrpo), same(n)), fw("linear"))
@@ -367,3 +380,9 @@ def measured_weight(bandit: Bandit, g_RBA):
     w = g_RBA.shape[1] * (g_RBA * d).sum(-1) / (d * d).sum(-1)
     w = np.asarray(w, np.float64)
     return w.mean(0), w.std(0, ddof=1) / np.sqrt(w.shape[0])
+
+
+def measured_variance(g_RBA, mean_BA):
+    """Trace variance E‖ĝ - E ĝ‖² around the known mean, as (estimate, standard error)."""
+    sq = np.asarray(((g_RBA - mean_BA) ** 2).sum((1, 2)), np.float64)
+    return sq.mean(), sq.std(ddof=1) / np.sqrt(len(sq))

@@ -203,10 +203,11 @@ def load_hf_checkpoint(path: str, mesh, rules, dtype: str = "float32", **overrid
     if missing:
         raise ValueError(f"{path}: checkpoint lacks tensors {missing[:5]}"
                          f"{' and more' if len(missing) > 5 else ''} needed by {cfg}")
+    order = {name: i for i, name in enumerate(names)}
     loaded = {}
     for file in sorted(set(files.values())):
         with safe_open(file, "numpy") as f:
-            for name in f.keys():
+            for name in sorted(f.keys(), key=lambda n: order.get(n, -1)):
                 if name not in names:
                     if (name == "lm_head.weight" and cfg.tie_embeddings
                             or name.endswith(_IGNORED_SUFFIXES)):

@@ -103,7 +103,9 @@ def allocate_continuous(scores, total: float, n_min=1, n_max=None) -> np.ndarray
         out = np.where(pos, hi, 0.0)
         out[~pos] = allocate_continuous(np.ones((~pos).sum()), total - hi[pos].sum(), lo[~pos], hi[~pos])
         return out
-    bps = np.concatenate([lo[pos] / s[pos], hi[pos] / s[pos]])
+    s = s / s.max()  # only ratios matter; avoids overflow for tiny scores
+    with np.errstate(over="ignore"):
+        bps = np.concatenate([lo[pos] / s[pos], hi[pos] / s[pos]])
     bps = np.unique(bps[np.isfinite(bps)])
     g = lambda t: np.clip(t * s, lo, hi).sum()  # noqa: E731
     if total >= g(bps[-1]):  # past the last breakpoint only prompts with hi = inf still grow

@@ -98,7 +98,7 @@ def get_config(arg: str = ""):
         enabled=False, coordinator_address="", num_processes=1, process_id=0))
 
     c.sampling = ml_collections.ConfigDict(dict(
-        temperature=1.0, top_k=0, top_p=1.0, max_prompt_len=64, max_new_tokens=96,
+        temperature=1.0, top_k=0, top_p=1.0, max_prompt_len=48, max_new_tokens=112,
         eval_temperature=1.0))
 
     c.task = ml_collections.ConfigDict(dict(
@@ -119,7 +119,7 @@ def get_config(arg: str = ""):
         steps=60, prompts_per_step=16, n=algo["n"], advantage=algo["advantage"],
         std_normalise=False, objective="linear", objective_alpha=0.5, objective_weight=False,
         importance_correction=False, ppo_epochs=1, minibatches=2,
-        daro=algo.get("daro", False), daro_buckets=0))
+        daro=algo.get("daro", False), daro_buckets=0, inject_nan_step=-1))
 
     c.loss = ml_collections.ConfigDict(dict(
         clip_low=0.2, clip_high=0.28, dual_clip=0.0, agg=algo.get("loss_agg", "token_mean"),
@@ -128,7 +128,8 @@ def get_config(arg: str = ""):
     c.optim = ml_collections.ConfigDict(dict(
         lr=1e-4, warmup_steps=10, grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999))
 
-    c.sft = ml_collections.ConfigDict(dict(steps=1500, batch_size=64, lr=3e-3, warmup_steps=100))
+    c.sft = ml_collections.ConfigDict(dict(steps=1500, batch_size=64, lr=3e-3, warmup_steps=100,
+                                           base_dir=""))
 
     c.eval = ml_collections.ConfigDict(dict(every=20, k=8, prompts=128))
     c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))

@@ -2,25 +2,32 @@
 `math-verify` library, in a pool of worker processes with a per-sample timeout.
 
 Why a pool of our own: math-verify (sympy underneath) can take unbounded time or memory on
-adversarial answers (`10^{10^{10^{10}}}`, deep nesting). Each worker handles one sample at a
-time; one that runs past `timeout_s` is killed and respawned and the sample scores 0. Workers
-cap their address space, so huge numbers fail with MemoryError instead of swapping.
+adversarial answers. Each worker handles one sample at a time; one that runs past `timeout_s`
+is killed and respawned and the sample scores 0. Workers cap their address space, so huge
+numbers fail with MemoryError instead of exhausting the host. Workers are fresh interpreters
+(`python -m ada_jax.rewards.math_verifier`), never forks of the (multithreaded JAX) trainer,
+and never re-run the trainer's main script.
 
 Safety: answers are parsed as LaTeX only (no `ExprExtractionConfig`, whose sympy `parse_expr`
-calls `eval`), and each worker disables sympy's `eval_expr` as a second guard, so no model
-text is ever evaluated as Python.
+calls `eval`), and sympy's `eval_expr` is replaced by a guard that only evaluates the number
+literals latex2sympy builds (`Integer (12 )`), so no model text is evaluated as Python.
 """
 import functools
-import multiprocessing
-import multiprocessing.connection
+import importlib
+import os
 import re
+import socket
+import subprocess
+import sys
 import time
+from multiprocessing.connection import Connection, wait
 from typing import Sequence
 
 import numpy as np
 
 BOXED = "\\boxed{"
 _BRACES = re.compile(r"[{}]")
+DEFAULT_CHECK = "ada_jax.rewards.math_verifier:math_verify_check"
 
 
 def last_boxed(text: str) -> str | None:
@@ -37,26 +44,47 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def _refuse_eval(*args, **kwargs):
-    raise ValueError("eval of text is disabled in the verifier")
+# sympy's parse_expr compiles text to Python and evals it. latex2sympy only sends it number
+# tokens (`sympy.Number("12.5")`); the guard lets exactly those through and refuses the rest.
+_NUMBER_CODE = re.compile(r"Integer \(\d+ \)|Float \('[\d.]+' \)")
+_sympy_eval_expr = None
 
 
-def _worker(conn, memory_mb: int, inner_timeout: int) -> None:
-    """Worker loop: receive (pred, gold) content pairs, send back 0.0 / 1.0."""
-    import resource
-    if memory_mb > 0:
-        limit = memory_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+def _numbers_only_eval(code, local_dict, global_dict):
+    if not _NUMBER_CODE.fullmatch(code):
+        raise ValueError("the verifier refuses to eval anything but a number literal")
+    return _sympy_eval_expr(code, local_dict, global_dict)
+
+
+@functools.lru_cache(maxsize=1024)
+def _parse_boxed(content: str, inner_timeout: int):
+    from math_verify import LatexExtractionConfig, parse
+    return parse(BOXED + content + "}", extraction_config=[LatexExtractionConfig()],
+                 parsing_timeout=inner_timeout)
+
+
+def math_verify_check(pred: str, gold: str, inner_timeout: int) -> bool:
+    """Is the boxed content `pred` equivalent to `gold`? (runs inside a worker)"""
+    global _sympy_eval_expr
     import sympy.parsing.sympy_parser as sympy_parser
-    from math_verify import LatexExtractionConfig, parse, verify
-    sympy_parser.eval_expr = _refuse_eval
-    latex = [LatexExtractionConfig()]
+    from math_verify import verify
+    if _sympy_eval_expr is None:
+        _sympy_eval_expr, sympy_parser.eval_expr = sympy_parser.eval_expr, _numbers_only_eval
+    return verify(_parse_boxed(gold, inner_timeout), _parse_boxed(pred, inner_timeout),
+                  timeout_seconds=inner_timeout) is True
 
-    @functools.lru_cache(maxsize=1024)
-    def parse_boxed(content: str):
-        return parse(BOXED + content + "}", extraction_config=latex,
-                     parsing_timeout=inner_timeout)
 
+def _worker_main(fd: int, memory_mb: int, inner_timeout: int, check_path: str) -> None:
+    """Worker loop: receive (pred, gold), send back 0.0 / 1.0; exits when the pool goes."""
+    import logging
+    import resource
+    logging.disable(logging.CRITICAL)  # math-verify logs whole (possibly 1 MB) inputs on timeouts
+    if memory_mb > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_mb * 2**20, memory_mb * 2**20))
+    module, name = check_path.split(":")
+    check = getattr(importlib.import_module(module), name)
+    check("1", "1", inner_timeout)  # warm up imports before declaring ready
+    conn = Connection(fd)
     conn.send("ready")
     while True:
         try:
@@ -64,62 +92,61 @@ def _worker(conn, memory_mb: int, inner_timeout: int) -> None:
         except (EOFError, OSError):
             return
         try:
-            ok = verify(parse_boxed(gold), parse_boxed(pred), timeout_seconds=inner_timeout)
-            score = 1.0 if ok is True else 0.0
+            score = 1.0 if check(pred, gold, inner_timeout) else 0.0
         except BaseException:  # MemoryError, RecursionError, sympy internals: all score 0
             score = 0.0
         conn.send(score)
 
 
 class _Worker:
-    def __init__(self, ctx, memory_mb: int, inner_timeout: int):
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker, args=(child, memory_mb, inner_timeout),
-                                daemon=True)
-        self.proc.start()
+    """One worker process and its socket; `task` is the index of the sample in flight."""
+
+    def __init__(self, args: list[str], start_timeout_s: float):
+        parent, child = socket.socketpair()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ada_jax.rewards.math_verifier", str(child.fileno()), *args],
+            pass_fds=[child.fileno()], env=env, stdin=subprocess.DEVNULL)
         child.close()
-        self.ready = False
-        self.task: int | None = None  # index of the sample in flight
-        self.deadline = 0.0
+        self.conn = Connection(parent.detach())
+        self.ready, self.task = False, None
+        self.deadline = time.monotonic() + start_timeout_s
 
     def kill(self) -> None:
         self.proc.kill()
-        self.proc.join()
+        self.proc.wait()
         self.conn.close()
 
 
 class MathVerifierPool:
-    """Scores completions against gold answers; `score` returns float32[N] of 0/1.
+    """Scores completions against gold answers: `score(completions, answers) -> float32[N]`.
 
     num_workers processes (2 by default) each verify one sample at a time. A sample whose
     verification exceeds timeout_s scores 0, and its worker is killed and respawned.
     Completions without a closed `\\boxed{}`, or with more than max_answer_chars inside it,
-    score 0 without reaching a worker. Counters: n_scored, n_timeouts, n_crashes.
+    score 0 without reaching a worker. Bytes are decoded as UTF-8 with replacement.
+    `check` ("module:function", (pred, gold, inner_timeout) -> bool) replaces math-verify.
+    Counters: n_scored, n_timeouts, n_crashes.
     """
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, memory_mb: int = 2048,
-                 max_answer_chars: int = 1000, start_timeout_s: float = 120.0):
-        self._ctx = multiprocessing.get_context("forkserver")
-        # Forked workers start with math-verify already imported (cheap respawns).
-        self._ctx.set_forkserver_preload(["ada_jax.rewards.math_verifier", "math_verify"])
+                 max_answer_chars: int = 1000, start_timeout_s: float = 120.0,
+                 check: str = DEFAULT_CHECK):
+        if num_workers < 1 or timeout_s <= 0:
+            raise ValueError(f"need num_workers >= 1 and timeout_s > 0, got {num_workers}, "
+                             f"{timeout_s}")
         self.timeout_s, self.max_answer_chars = timeout_s, max_answer_chars
         self.start_timeout_s = start_timeout_s
-        self._spawn_args = (memory_mb, max(1, int(timeout_s / 3)))
-        self._workers = [self._spawn() for _ in range(num_workers)]
+        # math-verify's own signal-based timeouts end most slow cases before we must kill.
+        self._args = [str(memory_mb), str(max(1, int(timeout_s / 3))), check]
+        self._workers = [_Worker(self._args, start_timeout_s) for _ in range(num_workers)]
         self.n_scored = self.n_timeouts = self.n_crashes = 0
-
-    def _spawn(self) -> _Worker:
-        worker = _Worker(self._ctx, *self._spawn_args)
-        worker.deadline = time.monotonic() + self.start_timeout_s
-        return worker
-
-    def _replace(self, worker: _Worker) -> None:
-        worker.kill()
-        self._workers[self._workers.index(worker)] = self._spawn()
 
     def score(self, completions: Sequence[str | bytes], answers: Sequence[str]) -> np.ndarray:
         if len(completions) != len(answers):
             raise ValueError(f"{len(completions)} completions but {len(answers)} answers")
+        if not self._workers:
+            raise RuntimeError("MathVerifierPool is closed")
         scores = np.zeros(len(completions), np.float32)
         todo = []
         for i, (text, gold) in enumerate(zip(completions, answers)):
@@ -127,7 +154,7 @@ class MathVerifierPool:
                 text = text.decode("utf-8", errors="replace")
             pred = last_boxed(text)
             if pred is not None and len(pred) <= self.max_answer_chars:
-                todo.append((i, pred, gold))
+                todo.append((i, pred, str(gold)))
         todo.reverse()  # pop() from the end keeps submission order
         while todo or any(w.task is not None for w in self._workers):
             now = time.monotonic()
@@ -136,41 +163,39 @@ class MathVerifierPool:
                     i, pred, gold = todo.pop()
                     w.conn.send((pred, gold))
                     w.task, w.deadline = i, now + self.timeout_s
-            waiting = [w for w in self._workers if w.task is not None or not w.ready]
-            wait_s = max(0.0, min(w.deadline for w in waiting) - now)
-            handles = [w.conn for w in waiting] + [w.proc.sentinel for w in waiting]
-            multiprocessing.connection.wait(handles, timeout=wait_s)
-            for w in list(self._workers):
-                self._poll(w, scores)
+            busy = [w for w in self._workers if w.task is not None or not w.ready]
+            wait([w.conn for w in busy], timeout=max(0.0, min(w.deadline for w in busy) - now))
+            for n, w in enumerate(self._workers):
+                if not self._poll(w, scores):
+                    self._workers[n] = _Worker(self._args, self.start_timeout_s)
         self.n_scored += len(completions)
         return scores
 
-    def _poll(self, w: _Worker, scores: np.ndarray) -> None:
-        """Collect w's message if any; kill and respawn it if it died or ran past its deadline."""
+    def _poll(self, w: _Worker, scores: np.ndarray) -> bool:
+        """Take w's message if any. False (after killing it) if w died or is past its deadline."""
         try:
             if w.conn.poll():
                 msg = w.conn.recv()
                 if msg == "ready":
                     w.ready = True
                 else:
-                    scores[w.task] = msg
-                    w.task = None
-                return
+                    scores[w.task], w.task = msg, None
+                return True
         except (EOFError, OSError):
-            pass  # died: handled below
-        if w.proc.is_alive() and time.monotonic() < w.deadline:
-            return
+            pass  # died; handled below
+        alive = w.proc.poll() is None
+        if alive and time.monotonic() < w.deadline:
+            return True
+        w.kill()
         if not w.ready:
-            w.kill()
+            self.close()
             raise RuntimeError(f"math verifier worker failed to start (exit code "
-                               f"{w.proc.exitcode}, start timeout {self.start_timeout_s}s)")
-        if w.proc.is_alive():
-            self.n_timeouts += 1
-        else:
-            self.n_crashes += 1
+                               f"{w.proc.returncode}, start timeout {self.start_timeout_s}s)")
+        self.n_timeouts += alive
+        self.n_crashes += not alive
         if w.task is not None:
             scores[w.task] = 0.0
-        self._replace(w)
+        return False
 
     def close(self) -> None:
         for w in self._workers:
@@ -188,3 +213,7 @@ class MathVerifierPool:
             self.close()
         except Exception:
             pass
+
+
+if __name__ == "__main__":
+    _worker_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -5,7 +5,9 @@ Why TFDS at all: a prepared dataset is a versioned, random-access set of files t
 of a pod can read without regenerating or re-parsing anything (`builder.as_data_source()`).
 """
 import dataclasses
+import glob
 import hashlib
+import os
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -43,7 +45,7 @@ class EmbeddedArithmetic(tfds.core.GeneratorBasedBuilder):
     VERSION = tfds.core.Version("1.0.0")
 
     def _info(self):
-        return _info(self, __doc__)
+        return _info(self, type(self).__doc__)
 
     def _split_generators(self, dl_manager):
         c = self.builder_config
@@ -70,7 +72,7 @@ class MathFiles(tfds.core.GeneratorBasedBuilder):
     VERSION = tfds.core.Version("1.0.0")
 
     def _info(self):
-        return _info(self, __doc__)
+        return _info(self, type(self).__doc__)
 
     def _split_generators(self, dl_manager):
         c = self.builder_config
@@ -99,7 +101,11 @@ def embedded_builder(data_dir: str | None, seed: int, min_level: int, max_level:
 def math_files_builder(data_dir: str | None, files: str, eval_files: str = "",
                        field_map: dict | None = None, on_bad_row: str = "error") -> MathFiles:
     fm = tuple(sorted((field_map or {}).items()))
-    key = repr((files, eval_files, fm, on_bad_row)).encode()
+    # The config name covers the files' sizes and mtimes, so edited files give a new dataset.
+    stats = [(p, os.stat(p).st_size, os.stat(p).st_mtime_ns) for spec in (files, eval_files)
+             for part in spec.split(",") if part.strip()
+             for p in sorted(glob.glob(os.path.expanduser(part.strip())))]
+    key = repr((files, eval_files, fm, on_bad_row, stats)).encode()
     name = "f" + hashlib.blake2b(key, digest_size=6).hexdigest()
     config = MathFilesConfig(name=name, files=files, eval_files=eval_files, field_map=fm,
                              on_bad_row=on_bad_row)

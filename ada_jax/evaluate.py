@@ -1,0 +1,87 @@
+"""Evaluation: k samples per prompt, avg@k and unbiased pass@k, per level and weighted.
+
+pass@j(n, c) = 1 − C(n−c, j) / C(n, j) (SPEC §6), averaged over prompts; avg@k is the mean
+reward. Hints are never used here.
+"""
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ada_jax import sampling
+from ada_jax.rewards.embedded import encode_answers, score_text
+from ada_jax.tasks import Problem
+from ada_jax.tokenizer import Tokenizer, prompt_ids, render_prompt
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def encode_prompts(tokenizer: Tokenizer, problems: Sequence[Problem], template: str,
+                   max_len: int, hints: Sequence[str] | None = None):
+    """Left-padded prompt ids [B, max_len] and mask for a batch of problems."""
+    texts = [render_prompt(p.question, template, hints[i] if hints else "")
+             for i, p in enumerate(problems)]
+    ids = [prompt_ids(tokenizer, t) for t in texts]
+    too_long = [i for i, x in enumerate(ids) if len(x) > max_len]
+    if too_long:
+        raise ValueError(f"prompt of problem id {problems[too_long[0]].id} has "
+                         f"{len(ids[too_long[0]])} tokens > config.sampling.max_prompt_len="
+                         f"{max_len}")
+    return sampling.left_pad(ids, max_len, tokenizer.pad_id)
+
+
+def sample_scores(graphdef, params, tokenizer, problems, config, key, k: int,
+                  batch_rows: int = 256, temperature: float | None = None) -> np.ndarray:
+    """Rewards [len(problems), k] of k samples per problem (texts scored by the task verifier)."""
+    s = config.sampling
+    scfg = sampling.SamplingConfig(
+        max_new_tokens=s.max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
+        temperature=s.eval_temperature if temperature is None else temperature,
+        top_k=s.top_k, top_p=s.top_p)
+    rows = [p for p in problems for _ in range(k)]
+    toks, mask = encode_prompts(tokenizer, rows, config.task.template, s.max_prompt_len)
+    out = np.zeros(len(rows), np.float32)
+    for start in range(0, len(rows), batch_rows):
+        t, m = toks[start:start + batch_rows], mask[start:start + batch_rows]
+        n_real = len(t)
+        if n_real < batch_rows:  # pad to a fixed shape: one compile
+            t = np.concatenate([t, np.repeat(t[-1:], batch_rows - n_real, 0)])
+            m = np.concatenate([m, np.repeat(m[-1:], batch_rows - n_real, 0)])
+        res = sampling.sample(graphdef, params, jnp.asarray(t), jnp.asarray(m),
+                              jax.random.fold_in(key, start), cfg=scfg)
+        gen, lens = np.asarray(res.tokens_BN), np.asarray(res.lengths_B)
+        for j in range(n_real):
+            text = tokenizer.decode(gen[j, :lens[j]].tolist())
+            out[start + j] = score_text(text, rows[start + j].answer)
+    return out.reshape(len(problems), k)
+
+
+def summarize(problems: Sequence[Problem], rewards_PK: np.ndarray) -> dict:
+    """avg@k, pass@1, pass@k overall and per level, plus the per-prompt pass-rate histogram."""
+    n = rewards_PK.shape[1]
+    c = rewards_PK.sum(1).astype(int)
+    out = {f"avg@{n}": float(rewards_PK.mean()),
+           f"pass@{n}": float(np.mean([pass_at_k(n, ci, n) for ci in c])),
+           "pass@1": float(np.mean([pass_at_k(n, ci, 1) for ci in c]))}
+    levels = np.asarray([p.level for p in problems])
+    for lv in sorted(set(levels.tolist())):
+        sel = levels == lv
+        out[f"level{lv}/avg@{n}"] = float(rewards_PK[sel].mean())
+    rates = rewards_PK.mean(1)
+    out["share_p_lt_0.1"] = float(np.mean(rates < 0.1))
+    out["share_p_gt_0.9"] = float(np.mean(rates > 0.9))
+    out["pass_rate_histogram"] = np.histogram(rates, bins=10, range=(0, 1))[0].tolist()
+    return out
+
+
+def evaluate(graphdef, params, tokenizer, problems, config, key, k: int | None = None) -> dict:
+    k = config.eval.k if k is None else k
+    return summarize(problems, sample_scores(graphdef, params, tokenizer, problems, config,
+                                             key, k))

@@ -1,0 +1,125 @@
+"""Supervised warm start: the base policy RL starts from.
+
+Trains the model on (prompt, reference solution, EOS) pairs of the train split, loss on the
+solution tokens only, and saves it with orbax under `<workdir>/base` (or config.sft.base_dir).
+`load_base` reuses that checkpoint when it exists, so the main job trains it once. For
+pretrained models (config.model.init_from) it imports the Hugging Face checkpoint instead.
+"""
+import functools
+import json
+import logging
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from ada_jax import evaluate, sharding
+from ada_jax import model as model_lib
+from ada_jax.checkpoint import Checkpointer, abstract_like
+from ada_jax.sampling import left_pad
+from ada_jax.tasks import PromptIterator, load_split
+from ada_jax.tokenizer import prompt_ids, render_prompt
+
+
+def base_dir(config, workdir: str) -> str:
+    return config.sft.get("base_dir", "") or os.path.join(workdir, "base")
+
+
+def init_params(config, mesh, seed: int):
+    cfg = model_lib.ModelConfig.from_config(config.model)
+    return sharding.init_sharded(lambda: model_lib.Transformer(cfg, nnx.Rngs(seed)), mesh,
+                                 config.sharding_rules)
+
+
+def sft_rows(tokenizer, problems, template: str, length: int):
+    """Tokens [B, length] (prompt then solution then EOS, left-aligned), input mask and the
+    loss mask over the solution tokens."""
+    toks = np.full((len(problems), length), tokenizer.pad_id, np.int32)
+    mask = np.zeros((len(problems), length), bool)
+    loss = np.zeros((len(problems), length), bool)
+    for i, p in enumerate(problems):
+        prompt = prompt_ids(tokenizer, render_prompt(p.question, template))
+        answer = tokenizer.encode(p.solution) + [tokenizer.eos_id]
+        seq = (prompt + answer)[:length]
+        toks[i, :len(seq)] = seq
+        mask[i, :len(seq)] = True
+        loss[i, len(prompt):len(seq)] = True
+    return toks, mask, loss
+
+
+def train_base(config, out_dir: str, mesh, tokenizer):
+    """Run SFT and save the base checkpoint; returns (graphdef, params)."""
+    from tqdm.auto import tqdm
+    s = config.sft
+    graphdef, params = init_params(config, mesh, config.seed)
+    warmup = min(s.warmup_steps, s.steps // 2)
+    sched = optax.warmup_cosine_decay_schedule(0.0, s.lr, warmup, max(s.steps, warmup + 1),
+                                               s.lr * 0.05)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.01))
+    opt_state = opt.init(params)
+    length = config.sampling.max_prompt_len + config.sampling.max_new_tokens
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def step(params, opt_state, toks, mask, loss_mask):
+        def loss_fn(p):
+            model = nnx.merge(graphdef, p)
+            logits, _ = model(toks, model_lib.positions_from_mask(mask), mask)
+            logp, _ = model_lib.token_logprobs(logits[:, :-1], toks[:, 1:])
+            m = loss_mask[:, 1:]
+            return -jnp.sum(logp * m) / jnp.maximum(jnp.sum(m), 1)
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    it = PromptIterator(load_split(config, "train"), s.batch_size, seed=config.seed + 1)
+    bar = tqdm(range(s.steps), desc="sft", disable=not config.log.progress, dynamic_ncols=True)
+    with sharding.activate(mesh, config.sharding_rules):
+        for i in bar:
+            toks, mask, loss_mask = sft_rows(tokenizer, next(it), config.task.template, length)
+            params, opt_state, loss = step(params, opt_state, toks, mask, loss_mask)
+            if i % 50 == 0 or i == s.steps - 1:
+                bar.set_postfix(loss=f"{float(loss):.3f}")
+    ckpt = Checkpointer(out_dir, keep=1)
+    ckpt.save(s.steps, {"params": params}, {"sft_steps": s.steps})
+    ckpt.close()
+    return graphdef, params
+
+
+def load_base(config, workdir: str, mesh, tokenizer):
+    """The base policy: HF import, cached SFT checkpoint, or a fresh SFT run."""
+    if config.model.init_from:
+        from ada_jax import convert
+        _, graphdef, params = convert.load_hf_checkpoint(
+            config.model.init_from, mesh, config.sharding_rules, config.model.param_dtype)
+        return graphdef, params
+    out_dir = base_dir(config, workdir)
+    graphdef, params = init_params(config, mesh, config.seed)
+    if os.path.isdir(out_dir):
+        restored = Checkpointer(out_dir, keep=1).restore_latest(
+            abstract_like({"params": params}))
+        if restored is not None:
+            logging.info("base policy from %s", out_dir)
+            return graphdef, restored[1]["params"]
+    logging.info("no base checkpoint in %s: running SFT (%d steps)", out_dir, config.sft.steps)
+    return train_base(config, out_dir, mesh, tokenizer)
+
+
+def base_report(config, graphdef, params, tokenizer, k: int = 16) -> dict:
+    """Pass-rate spread of the base policy on the eval split at the sampling temperature."""
+    source = load_split(config, "eval")
+    problems = [source[i] for i in range(min(config.eval.prompts, len(source)))]
+    rewards = evaluate.sample_scores(graphdef, params, tokenizer, problems, config,
+                                     jax.random.key(config.seed + 7), k,
+                                     temperature=config.sampling.temperature)
+    report = evaluate.summarize(problems, rewards)
+    report["k"] = k
+    report["prompts"] = len(problems)
+    return report
+
+
+def write_report(report: dict, out_dir: str) -> None:
+    with open(os.path.join(out_dir, "pass_rates.json"), "w") as f:
+        json.dump(report, f, indent=1)

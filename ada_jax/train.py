@@ -1,0 +1,442 @@
+"""The RL loop: sample (adaptive engine) → score → select → advantages → PPO updates.
+
+`train_and_evaluate(config, workdir)` resumes from the newest readable checkpoint in the
+workdir (params, optimizer, DARO weights, step, data position, Ada-Est history); the step's RNG
+is fold_in(seed, step), so a resumed run replays exactly what an uninterrupted one would.
+Metrics go to `metrics.jsonl` and TensorBoard (`tb/`) every step; evaluation every
+`eval.every` steps; checkpoints every `checkpoint.every` steps and at the end.
+
+Shapes: B prompts per step, G kept samples per prompt, R = B·G training rows, P prompt
+length, N max new tokens.
+"""
+import dataclasses
+import functools
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from ada_jax import adaptive, advantages, evaluate, losses, objectives, sampling, sharding, sft
+from ada_jax import model as model_lib
+from ada_jax.checkpoint import Checkpointer, abstract_like
+from ada_jax.config_check import validate
+from ada_jax.rewards.embedded import encode_answers, token_scorer
+from ada_jax.tasks import PromptIterator, load_split
+from ada_jax.tokenizer import load_tokenizer
+
+ANSWER_LEN = 16  # max answer tokens for the jittable verifier
+
+
+# ----------------------------------------------------------------------------- setup
+@dataclasses.dataclass
+class Context:
+    """Everything a step needs that is fixed for the run."""
+    config: Any
+    mesh: Any
+    tokenizer: Any
+    model_cfg: model_lib.ModelConfig
+    graphdef: Any
+    engine: adaptive.EngineConfig
+    generator: adaptive.ModelGenerator
+    reward_fn: Any
+    group: int  # G
+    train_source: Any
+    eval_problems: list
+
+
+def engine_config(config) -> tuple[adaptive.EngineConfig, int]:
+    """Static engine settings and the training group size G for the configured policy."""
+    a, rl = config.adaptive, config.rl
+    common = dict(slots=a.slots, max_new_tokens=config.sampling.max_new_tokens,
+                  chunk_len=a.chunk_len, select_order=a.select_order)
+    if a.policy == "seq":
+        return adaptive.EngineConfig(keep=rl.n, exit_rule=a.exit_rule, k_pos=a.k_pos,
+                                     k_neg=a.k_neg, mode=a.mode,
+                                     samples_per_round=a.samples_per_round,
+                                     max_rounds=a.max_rounds, **common), rl.n
+    if a.policy == "est":
+        g = a.est_budget_per_prompt
+        cap = 4 * g
+        return adaptive.EngineConfig(keep=cap, exit_rule="none", mode=a.mode,
+                                     samples_per_round=cap, max_rounds=1, **common), cap
+    # uniform, dapo: every prompt gets exactly n samples
+    return adaptive.EngineConfig(keep=rl.n, exit_rule="none", mode=a.mode,
+                                 samples_per_round=rl.n, max_rounds=1, **common), rl.n
+
+
+def _make_reward(scorer):
+    def reward(data, prompt_S, seq_S, tokens_SN, lengths_S):
+        idx = jnp.maximum(prompt_S, 0)
+        return scorer(tokens_SN, lengths_S, data["answer_ids"][idx], data["answer_len"][idx])
+    return reward
+
+
+def make_optimizer(config):
+    o = config.optim
+    lr = optax.linear_schedule(0.0, o.lr, max(o.warmup_steps, 1))
+    lr = optax.join_schedules([lr, optax.constant_schedule(o.lr)], [max(o.warmup_steps, 1)])
+    return optax.chain(optax.clip_by_global_norm(o.grad_clip),
+                       optax.adamw(lr, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay))
+
+
+# ----------------------------------------------------------------------------- sampling
+def _est_budgets(config, problems, history) -> np.ndarray:
+    a = config.adaptive
+    p_hat = []
+    for p in problems:
+        n_tot, n_pos = history.get(str(p.id), (0.0, 0.0))
+        p_hat.append((n_pos + a.est_alpha) / (n_tot + a.est_alpha + a.est_beta))
+    total = a.est_budget_per_prompt * len(problems)
+    return objectives.est_allocation(np.asarray(p_hat), total, kind=a.est_weight,
+                                     objective=config.rl.objective,
+                                     alpha=config.rl.objective_alpha, n_min=1,
+                                     n_max=4 * a.est_budget_per_prompt)
+
+
+def _update_est_history(config, problems, batch, history):
+    a = config.adaptive
+    n = np.asarray(batch.pool_n_B)
+    k = np.asarray(batch.pool_pos_B)
+    for p, n_t, k_t in zip(problems, n, k):
+        n_tot, n_pos = history.get(str(p.id), (0.0, 0.0))
+        n_tot, n_pos, _ = objectives.est_update(n_tot, n_pos, float(n_t), float(k_t),
+                                                a.est_decay, a.est_alpha, a.est_beta)
+        history[str(p.id)] = (float(n_tot), float(n_pos))
+
+
+def run_engine(ctx: Context, params, problems, key, budgets=None):
+    """One engine call on a batch of problems: (engine state, Batch, prompt ids, metrics)."""
+    c = ctx.config
+    toks, mask = evaluate.encode_prompts(ctx.tokenizer, problems, c.task.template,
+                                         c.sampling.max_prompt_len)
+    ans, ans_len = encode_answers(ctx.tokenizer, [p.answer for p in problems], ANSWER_LEN)
+    if budgets is None:
+        if c.adaptive.policy == "seq":
+            budgets = np.full(len(problems), c.adaptive.samples_per_round
+                              * c.adaptive.max_rounds)
+        else:
+            budgets = np.full(len(problems), ctx.group)
+    budgets = jnp.asarray(budgets, jnp.int32)
+    st = adaptive.run(params, jnp.asarray(toks), jnp.asarray(mask), budgets,
+                      dict(answer_ids=jnp.asarray(ans), answer_len=jnp.asarray(ans_len)), key,
+                      cfg=ctx.engine, gen_fn=ctx.generator, reward_fn=ctx.reward_fn,
+                      group=ctx.group)
+    drop = None
+    if c.adaptive.policy == "seq" and c.adaptive.at_budget == "drop":
+        drop = ~adaptive._rule_met(ctx.engine, st.n_samples, st.n_pos)
+    batch = adaptive.select(st, ctx.group, drop_unresolved=drop)
+    return st, batch, toks, mask, adaptive.metrics(ctx.engine, st, batch, ctx.group)
+
+
+def collect(ctx: Context, params, iterator, key, history):
+    """Sample this step's groups with the configured policy; returns (problems, batch, toks,
+    mask, metrics). DAPO keeps drawing prompt batches until B mixed groups are collected."""
+    c = ctx.config
+    problems = next(iterator)
+    if c.adaptive.policy == "est":
+        budgets = _est_budgets(c, problems, history)
+        st, batch, toks, mask, met = run_engine(ctx, params, problems, key, budgets)
+        _update_est_history(c, problems, batch, history)
+        met["est_budget_max"] = int(budgets.max())
+        return problems, batch, toks, mask, met
+    if c.adaptive.policy != "dapo":
+        st, batch, toks, mask, met = run_engine(ctx, params, problems, key)
+        return problems, batch, toks, mask, met
+    # DAPO dynamic sampling: keep mixed groups until the batch is full.
+    B = len(problems)
+    kept, total = [], {}
+    for gen_batch in range(c.adaptive.dapo_max_gen_batches):
+        if gen_batch:
+            problems = next(iterator)
+        st, batch, toks, mask, met = run_engine(ctx, params, problems,
+                                                jax.random.fold_in(key, gen_batch))
+        for k_, v in met.items():
+            if isinstance(v, (int, float)):
+                total[k_] = total.get(k_, 0) + v
+        r = np.asarray(batch.reward_BG)
+        mixed = np.flatnonzero((r.min(1) < 0.5) & (r.max(1) > 0.5))
+        kept.extend((problems[i], jax.tree.map(lambda x: x[i], batch), toks[i], mask[i])
+                    for i in mixed)
+        if len(kept) >= B:
+            kept = kept[:B]
+            met = {k_: (v / (gen_batch + 1) if "ratio" in k_ or "share" in k_ or "mean" in k_
+                        or "_before" in k_ or "_after" in k_ or "utilisation" in k_ else v)
+                   for k_, v in total.items()}
+            met["dapo_gen_batches"] = gen_batch + 1
+            probs = [k_[0] for k_ in kept]
+            batch = jax.tree.map(lambda *xs: jnp.stack(xs), *[k_[1] for k_ in kept])
+            return (probs, batch, np.stack([k_[2] for k_ in kept]),
+                    np.stack([k_[3] for k_ in kept]), met)
+    raise RuntimeError(
+        f"DAPO dynamic sampling: {c.adaptive.dapo_max_gen_batches} generation batches gave "
+        f"only {len(kept)} of {B} groups with mixed rewards; raise "
+        f"config.adaptive.dapo_max_gen_batches or lower config.rl.prompts_per_step")
+
+
+# ----------------------------------------------------------------------------- learning
+def compute_advantages(config, batch: adaptive.Batch):
+    """Per-sample advantages [B, G] for the configured estimator."""
+    rl = config.rl
+    if rl.advantage == "pool":
+        return advantages.pool_baseline(
+            batch.reward_BG, batch.mask_BG, batch.pool_n_B, batch.pool_pos_B,
+            std_normalise=rl.std_normalise,
+            weight_fn=rl.objective if rl.objective_weight else None,
+            weight_alpha=rl.objective_alpha, correction=rl.importance_correction)
+    return advantages.compute(rl.advantage, batch.reward_BG, batch.mask_BG)
+
+
+def training_rows(batch: adaptive.Batch, toks_BP, mask_BP, adv_BG):
+    """Flatten groups to rows: prompt+completion tokens [R, P+N], masks, old log-probs, adv."""
+    B, G, N = batch.tokens_BGN.shape
+    P = toks_BP.shape[1]
+    completion_mask = (jnp.arange(N)[None, None] < batch.len_BG[..., None]) & batch.mask_BG[..., None]
+    tokens = jnp.concatenate([jnp.repeat(jnp.asarray(toks_BP)[:, None], G, 1),
+                              batch.tokens_BGN], axis=2).reshape(B * G, P + N)
+    mask = jnp.concatenate([jnp.repeat(jnp.asarray(mask_BP)[:, None], G, 1),
+                            completion_mask], axis=2).reshape(B * G, P + N)
+    mu = (batch.pool_pos_B / jnp.maximum(batch.pool_n_B, 1)).astype(jnp.float32)
+    return dict(tokens=tokens, mask=mask, loss_mask=completion_mask.reshape(B * G, N),
+                old_logp=batch.logp_BGN.reshape(B * G, N), adv=adv_BG.reshape(B * G),
+                group=jnp.repeat(jnp.arange(B), G), mu=jnp.repeat(mu, G))
+
+
+def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int):
+    """Jitted PPO minibatch update over {model, daro} params; skips non-finite steps."""
+    l, rl = config.loss, config.rl
+    temperature = max(config.sampling.temperature, 1e-6)
+    N = config.sampling.max_new_tokens
+
+    def loss_fn(trainable, mb, nan_now):
+        model = nnx.merge(graphdef, trainable["model"])
+        positions = model_lib.positions_from_mask(mb["mask"])
+        logits, _ = model(mb["tokens"], positions, mb["mask"])
+        logp, ent = model_lib.token_logprobs(logits[:, prompt_len - 1:-1],
+                                             mb["tokens"][:, prompt_len:], temperature)
+        loss, met = losses.policy_loss(
+            logp, mb["old_logp"], mb["adv"], mb["loss_mask"], clip_low=l.clip_low,
+            clip_high=l.clip_high, dual_clip=l.dual_clip, agg=l.agg, max_len=N,
+            n_groups=mb["tokens"].shape[0], entropy_BT=ent, entropy_coef=l.entropy_coef)
+        if rl.daro:
+            tok, _ = losses.ppo_token_loss(logp, mb["old_logp"],
+                                           jnp.broadcast_to(mb["adv"][:, None], logp.shape),
+                                           clip_low=l.clip_low, clip_high=l.clip_high,
+                                           dual_clip=l.dual_clip)
+            shares = losses.group_shares(tok, mb["loss_mask"], mb["group"], n_groups)
+            mu_g = jax.ops.segment_max(mb["mu"], mb["group"], n_groups)
+            loss, dm = losses.daro_loss(shares, mu_g, trainable["daro"])
+            met.update({k: v for k, v in dm.items() if k == "daro_nonpos"})
+        loss = loss + jnp.where(nan_now, jnp.nan, 0.0)
+        return loss, met
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def train_step(trainable, opt_state, mb, nan_now):
+        (loss, met), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable, mb, nan_now)
+        gnorm = optax.global_norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(gnorm)
+        updates, new_opt = optimizer.update(grads, opt_state, trainable)
+        new = optax.apply_updates(trainable, updates)
+        keep = lambda a, b: jnp.where(finite, a, b)  # noqa: E731
+        trainable = jax.tree.map(keep, new, trainable)
+        opt_state = jax.tree.map(keep, new_opt, opt_state)
+        return trainable, opt_state, dict(met, loss=loss, grad_norm=gnorm,
+                                          skipped=(~finite).astype(jnp.float32))
+
+    return train_step
+
+
+def learn(ctx, train_step, trainable, opt_state, rows, step: int):
+    """ppo_epochs passes over the rows in `minibatches` shuffled minibatches."""
+    c = ctx.config
+    R = rows["tokens"].shape[0]
+    mbs = c.rl.minibatches
+    rng = np.random.default_rng([c.seed, step])
+    mets = []
+    nan_now = jnp.asarray(step == c.rl.get("inject_nan_step", -1))
+    for _ in range(c.rl.ppo_epochs):
+        perm = rng.permutation(R).reshape(mbs, R // mbs)
+        for idx in perm:
+            mb = jax.tree.map(lambda x: x[idx], rows)
+            trainable, opt_state, met = train_step(trainable, opt_state, mb, nan_now)
+            mets.append(met)
+    mets = jax.device_get(mets)
+    out = {k: float(np.mean([m[k] for m in mets])) for k in mets[0]}
+    out["skipped"] = float(np.max([m["skipped"] for m in mets]))
+    if c.rl.daro:
+        out.update({f"daro_w/{i}": float(w) for i, w in
+                    enumerate(np.exp(np.asarray(trainable["daro"])))})
+    return trainable, opt_state, out
+
+
+# ----------------------------------------------------------------------------- logging
+class MetricsWriter:
+    """JSONL (truncated to the resumed step, so a resumed run's file equals a continuous one's)
+    plus TensorBoard scalars."""
+
+    def __init__(self, workdir: str, resume_step: int):
+        self.path = os.path.join(workdir, "metrics.jsonl")
+        kept = []
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                for line in f:
+                    try:
+                        rec = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # a line cut by a crash
+                    if rec.get("step", 0) < resume_step:
+                        kept.append(line if line.endswith("\n") else line + "\n")
+        with open(self.path, "w") as f:
+            f.writelines(kept)
+        self.tb = None
+        try:
+            from tensorboardX import SummaryWriter
+            self.tb = SummaryWriter(os.path.join(workdir, "tb"))
+        except ImportError:  # pragma: no cover
+            logging.warning("tensorboardX missing: TensorBoard logging off")
+
+    def write(self, step: int, metrics: dict):
+        rec = {"step": step, **metrics}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(rec, sort_keys=True) + "\n")
+        if self.tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and np.isfinite(v):
+                    self.tb.add_scalar(k, v, step)
+            self.tb.flush()
+
+
+# ----------------------------------------------------------------------------- main loop
+def setup(config, workdir: str):
+    """Mesh, tokenizer, data, model (from the base checkpoint), engine: (ctx, params)."""
+    validate(config)
+    sharding.maybe_initialize_distributed(config.distributed)
+    mesh = sharding.make_mesh(config.mesh)
+    tokenizer = load_tokenizer(config)
+    model_cfg = model_lib.ModelConfig.from_config(config.model)
+    graphdef, params = sft.load_base(config, workdir, mesh, tokenizer)
+    scfg = sampling.SamplingConfig(
+        max_new_tokens=config.sampling.max_new_tokens, eos_id=tokenizer.eos_id,
+        pad_id=tokenizer.pad_id, temperature=config.sampling.temperature,
+        top_k=config.sampling.top_k, top_p=config.sampling.top_p)
+    engine, group = engine_config(config)
+    eval_source = load_split(config, "eval")
+    eval_problems = [eval_source[i] for i in range(min(config.eval.prompts, len(eval_source)))]
+    ctx = Context(config=config, mesh=mesh, tokenizer=tokenizer, model_cfg=model_cfg,
+                  graphdef=graphdef, engine=engine,
+                  generator=adaptive.ModelGenerator(graphdef, model_cfg, scfg),
+                  reward_fn=_make_reward(token_scorer(tokenizer)), group=group,
+                  train_source=load_split(config, "train"), eval_problems=eval_problems)
+    return ctx, params
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+    """Train config.rl.steps steps (resuming if the workdir has a checkpoint); returns the
+    last step's metrics."""
+    os.makedirs(workdir, exist_ok=True)
+    ctx, params = setup(config, workdir)
+    c = config
+    rows_per_step = c.rl.prompts_per_step * ctx.group
+    if rows_per_step % c.rl.minibatches:
+        raise ValueError(f"config.rl.minibatches={c.rl.minibatches} must divide "
+                         f"prompts_per_step × group = {rows_per_step}")
+    optimizer = make_optimizer(c)
+    n_daro = max(c.rl.daro_buckets or ctx.group, 2) - 1
+    trainable = {"model": params, "daro": jnp.zeros((n_daro,), jnp.float32)}
+    opt_state = optimizer.init(trainable)
+    iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=c.seed)
+    history: dict = {}
+    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), c.checkpoint.keep)
+    start = 0
+    restored = ckpt.restore_latest(abstract_like({"trainable": trainable, "opt": opt_state}))
+    if restored is not None:
+        start, arrays, meta = restored
+        trainable, opt_state = arrays["trainable"], arrays["opt"]
+        iterator.restore(meta["iterator"])
+        history = {k: tuple(v) for k, v in meta["est_history"].items()}
+        logging.info("resumed from step %d", start)
+    writer = MetricsWriter(workdir, start)
+    train_step = make_train_step(ctx.graphdef, optimizer, c, c.sampling.max_prompt_len,
+                                 c.rl.prompts_per_step)
+    base_key = jax.random.key(c.seed)
+    train_key, eval_key = jax.random.fold_in(base_key, 0), jax.random.fold_in(base_key, 1)
+    totals = {"generated_tokens": 0, "samples": 0, "wall": 0.0}
+    if start:
+        last = _last_record(writer.path)
+        totals = {k: last.get(f"cum_{k}", 0) for k in totals}
+
+    def save(step):
+        ckpt.save(step, {"trainable": trainable, "opt": opt_state},
+                  {"iterator": iterator.state(), "est_history": history, "step": step})
+
+    bar = _progress(c, start)
+    met: dict = {}
+    with sharding.activate(ctx.mesh, c.sharding_rules):
+        if start == 0 and c.eval.every:
+            ev = evaluate.evaluate(ctx.graphdef, trainable["model"], ctx.tokenizer,
+                                   ctx.eval_problems, c, jax.random.fold_in(eval_key, 0))
+            writer.write(0, {f"eval/{k}": v for k, v in ev.items() if not isinstance(v, list)}
+                         | {"cum_generated_tokens": 0, "cum_samples": 0, "cum_wall": 0.0})
+        for step in range(start, c.rl.steps):
+            t0 = time.perf_counter()
+            key = jax.random.fold_in(train_key, step)
+            problems, batch, toks, mask, met = collect(ctx, trainable["model"], iterator, key,
+                                                      history)
+            jax.block_until_ready(batch)
+            t1 = time.perf_counter()
+            adv = compute_advantages(c, batch)
+            rows = training_rows(batch, toks, mask, adv)
+            t2 = time.perf_counter()
+            trainable, opt_state, lmet = learn(ctx, train_step, trainable, opt_state, rows,
+                                               step)
+            t3 = time.perf_counter()
+            if lmet["skipped"]:
+                logging.warning("step %d: non-finite loss or gradient; update skipped", step)
+            met.update(lmet)
+            met["reward_mean"] = float(np.mean(np.asarray(batch.pool_pos_B)
+                                               / np.maximum(np.asarray(batch.pool_n_B), 1)))
+            lens = np.asarray(batch.len_BG)[np.asarray(batch.mask_BG)]
+            met["response_length"] = float(lens.mean()) if lens.size else 0.0
+            met.update(time_sampling=t1 - t0, time_scoring=t2 - t1, time_learning=t3 - t2)
+            totals["generated_tokens"] += met["generated_tokens"]
+            totals["samples"] += met["samples_total"]
+            totals["wall"] += t3 - t0
+            met.update({f"cum_{k}": v for k, v in totals.items()})
+            done = step + 1
+            if c.eval.every and (done % c.eval.every == 0 or done == c.rl.steps):
+                ev = evaluate.evaluate(ctx.graphdef, trainable["model"], ctx.tokenizer,
+                                       ctx.eval_problems, c,
+                                       jax.random.fold_in(eval_key, done))
+                met.update({f"eval/{k}": v for k, v in ev.items() if not isinstance(v, list)})
+            writer.write(done, {k: v for k, v in met.items() if not isinstance(v, list)})
+            if not lmet["skipped"] and (done % c.checkpoint.every == 0 or done == c.rl.steps):
+                save(done)
+            bar.update(1)
+            bar.set_postfix(reward=f"{met['reward_mean']:.2f}",
+                            eff=f"{met['effective_prompt_ratio']:.2f}",
+                            spp=f"{met['samples_per_prompt_mean']:.1f}",
+                            **({"eval": f"{met[f'eval/avg@{c.eval.k}']:.3f}"}
+                               if f"eval/avg@{c.eval.k}" in met else {}))
+    bar.close()
+    ckpt.close()
+    return met
+
+
+def _last_record(path):
+    last = {}
+    with open(path) as f:
+        for line in f:
+            last = json.loads(line)
+    return last
+
+
+def _progress(config, start):
+    from tqdm.auto import tqdm
+    return tqdm(total=config.rl.steps, initial=start, desc=f"{config.algo}",
+                disable=not config.log.progress, dynamic_ncols=True)

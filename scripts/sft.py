@@ -1,0 +1,39 @@
+"""Produce the base policy by SFT and report its pass-rate spread.
+
+  python scripts/sft.py --workdir=workdir          # writes workdir/base (+ pass_rates.json)
+"""
+import json
+import logging
+import os
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from ada_jax import sft, sharding
+from ada_jax.config_check import validate
+from ada_jax.tokenizer import load_tokenizer
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "base.py"),
+    "Config file.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory; the base goes in base/.")
+_K = flags.DEFINE_integer("k", 16, "Samples per eval prompt for the pass-rate report.")
+
+
+def main(argv):
+    del argv
+    logging.getLogger().setLevel(logging.INFO)
+    config = _CONFIG.value
+    validate(config)
+    mesh = sharding.make_mesh(config.mesh)
+    tokenizer = load_tokenizer(config)
+    out_dir = sft.base_dir(config, _WORKDIR.value)
+    graphdef, params = sft.load_base(config, _WORKDIR.value, mesh, tokenizer)
+    with sharding.activate(mesh, config.sharding_rules):
+        report = sft.base_report(config, graphdef, params, tokenizer, _K.value)
+    sft.write_report(report, out_dir)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    app.run(main)

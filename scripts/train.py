@@ -1,0 +1,42 @@
+"""Train with RL on the configured task (default: Ada-Seq-balance, tiny model, embedded task).
+
+  python scripts/train.py                                    # the main job, ~15 min on 2 CPUs
+  python scripts/train.py --config=configs/base.py:algo=grpo --config.rl.steps=100 \
+      --workdir=/tmp/grpo
+
+The workdir holds the base policy (SFT'd once and reused), checkpoints (resumed
+automatically), metrics.jsonl, TensorBoard events and plots.
+"""
+import logging
+import os
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from ada_jax import train
+from ada_jax.config_check import validate
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "base.py"),
+    "Config file (with :key=value variant args).", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory.")
+_PLOTS = flags.DEFINE_bool("plots", True, "Draw plots into <workdir>/plots at the end.")
+
+
+def main(argv):
+    del argv
+    logging.getLogger().setLevel(logging.INFO)
+    config = _CONFIG.value
+    validate(config)  # again: command-line overrides come after get_config's check
+    metrics = train.train_and_evaluate(config, _WORKDIR.value)
+    keys = [k for k in sorted(metrics) if k.startswith("eval/") and "level" not in k]
+    print({k: round(metrics[k], 4) for k in keys + ["reward_mean", "cum_generated_tokens"]
+           if k in metrics})
+    if _PLOTS.value:
+        from ada_jax import plots
+        print("plots:", plots.plot_runs([_WORKDIR.value], os.path.join(_WORKDIR.value,
+                                                                        "plots")))
+
+
+if __name__ == "__main__":
+    app.run(main)

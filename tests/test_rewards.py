@@ -1,0 +1,289 @@
+"""Verifiers: the embedded token/text scorer and the math-verify worker pool (incl. fuzzing)."""
+import os
+import random
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ada_jax.rewards.embedded import encode_answers, score_text, score_tokens, token_scorer
+from ada_jax.rewards.math_verifier import MathVerifierPool, last_boxed
+from ada_jax.tasks.embedded import EmbeddedSource
+from ada_jax.tokenizer import SentencePieceTokenizer
+
+TOK = SentencePieceTokenizer()
+SCORE = jax.jit(token_scorer(TOK))
+
+
+# ---------------------------------------------------------------- embedded verifier
+
+def _pad(rows, width, fill=0):
+    out = np.full((len(rows), width), fill, np.int32)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return out
+
+
+def _token_scores(texts, answers, truncate=None):
+    ids = [TOK.encode(t) for t in texts]
+    lengths = np.array([len(x) if truncate is None else min(len(x), t)
+                        for x, t in zip(ids, truncate or [0] * len(ids))], np.int32)
+    ans_ids, ans_len = encode_answers(TOK, answers, max_len=12)
+    width = max(max(map(len, ids)), 1)
+    return np.asarray(SCORE(_pad(ids, width), lengths, ans_ids, ans_len)), ids, lengths
+
+
+def test_reference_solutions_score_one_and_wrong_answers_zero():
+    problems = list(EmbeddedSource("eval", 64, seed=3))
+    good = [p.solution for p in problems]
+    wrong_answer = [p.solution.replace(f"{{{p.answer}}}", f"{{{int(p.answer) + 1}}}")
+                    for p in problems]
+    answers = [p.answer for p in problems]
+    s_good, _, _ = _token_scores(good, answers)
+    s_bad, _, _ = _token_scores(wrong_answer, answers)
+    assert s_good.dtype == np.float32 and s_good.shape == (64,)
+    assert s_good.tolist() == [1.0] * 64 and s_bad.tolist() == [0.0] * 64
+    assert [score_text(t, a) for t, a in zip(good, answers)] == [1.0] * 64
+
+
+@pytest.mark.parametrize("text,answer,expected", [
+    ("\\boxed{42}", "42", 1.0),
+    ("\\boxed{41}\\boxed{42}", "42", 1.0),          # the last box counts
+    ("\\boxed{42}\\boxed{41}", "42", 0.0),
+    ("\\boxed{42", "42", 0.0),                      # unclosed
+    ("\\boxed{42 }", "42", 0.0),
+    ("\\boxed{042}", "42", 0.0),                    # exact match, no normalisation
+    ("}\\boxed{}", "", 1.0),
+    ("\\boxed{4\\boxed{42}}", "42", 1.0),
+    ("42}", "42", 0.0),
+    ("\\\\boxed{42}", "42", 1.0),
+    ("\\boxed{42}}}", "42", 1.0),
+    ("\\boxed{\\boxed{42}", "42", 1.0),
+])
+def test_adversarial_cases_agree(text, answer, expected):
+    s, _, _ = _token_scores([text], [answer])
+    assert score_text(text, answer) == expected
+    assert s[0] == expected
+
+
+def test_length_mask_hides_the_tail():
+    text = "12+3=15\n\\boxed{15}"
+    s, ids, _ = _token_scores([text, text, text], ["15"] * 3, truncate=[len(TOK.encode(text)) - 1,
+                                                                       100, 3])
+    assert s.tolist() == [0.0, 1.0, 0.0]
+
+
+def _random_text(rng: random.Random) -> tuple[str, str]:
+    """Random strings built from pieces that stress the rule: boxes, braces, digits, junk."""
+    pieces = ["\\boxed{", "}", "{", "\\boxed", "\\", "\n", " ", "=", "+", "-", "*",
+              "é", "x", "Compute", "Hint:"] + list("0123456789") * 3
+    answer = str(rng.randrange(0, 10 ** rng.randrange(1, 5)))
+    parts = [rng.choice(pieces) for _ in range(rng.randrange(0, 30))]
+    if rng.random() < 0.5:  # plant the answer (sometimes off by a character) in a box
+        planted = answer if rng.random() < 0.6 else answer + rng.choice(["", "0", " ", "}"])
+        parts.insert(rng.randrange(0, len(parts) + 1), f"\\boxed{{{planted}}}")
+    return "".join(parts), answer
+
+
+def test_token_and_text_verifiers_agree_on_random_strings():
+    rng = random.Random(0)
+    cases = [_random_text(rng) for _ in range(3000)]
+    texts, answers = zip(*cases)
+    cut = [rng.randrange(0, 60) if rng.random() < 0.3 else 10**6 for _ in cases]
+    s, ids, lengths = _token_scores(texts, answers, truncate=cut)
+    expected = [score_text(TOK.decode(x[:n]), a) for x, n, a in zip(ids, lengths, answers)]
+    assert s.tolist() == expected
+    assert 0.15 < np.mean(expected) < 0.6  # both outcomes well represented
+
+
+def test_score_tokens_traces_once_and_takes_explicit_ids():
+    fn = jax.jit(score_tokens, static_argnames=("boxed_id", "close_id"))
+    ids = jnp.array([[4, 8, 5], [4, 9, 5]], jnp.int32)
+    out = fn(ids, jnp.array([3, 3]), jnp.array([[8], [8]]), jnp.array([1, 1]),
+             boxed_id=4, close_id=5)
+    assert out.tolist() == [1.0, 0.0]
+
+
+def test_token_scorer_rejects_tokenizers_without_single_box_token():
+    class CharTok:
+        def encode(self, text):
+            return [ord(c) for c in text]
+    with pytest.raises(ValueError, match="single tokens"):
+        token_scorer(CharTok())
+
+
+# ---------------------------------------------------------------- last_boxed
+
+@pytest.mark.parametrize("text,expected", [
+    ("so \\boxed{\\frac{1}{2}}.", "\\frac{1}{2}"),
+    ("\\boxed{1} then \\boxed{2}", "2"),
+    ("\\boxed{1} then \\boxed{2", None),
+    ("no box", None),
+    ("\\boxed{a{b{c}}d}e}", "a{b{c}}d"),
+    ("\\boxed{}", ""),
+])
+def test_last_boxed(text, expected):
+    assert last_boxed(text) == expected
+
+
+def test_last_boxed_is_linear_on_megabyte_inputs():
+    t = time.perf_counter()
+    assert last_boxed("\\boxed{" * 150_000) is None
+    assert last_boxed("{" * 10**6 + "\\boxed{1}") == "1"
+    assert last_boxed("\\boxed{" + "{" * 500_000 + "}" * 500_000 + "}") is not None
+    assert time.perf_counter() - t < 5
+
+
+# ---------------------------------------------------------------- math verifier pool
+
+SENTINEL = "/tmp/ada_jax_verifier_sentinel"
+INJECTIONS = [
+    f"__import__('os').system('touch {SENTINEL}')",
+    f"\\boxed{{__import__('os').system('touch {SENTINEL}')}}",
+    f"\\boxed{{eval(\"__import__('os').system('touch {SENTINEL}')\")}}",
+    f"\\boxed{{exec('import os; os.system(\"touch {SENTINEL}\")')}}",
+    f"\\boxed{{\\text{{__import__('os').system('touch {SENTINEL}')}}}}",
+    f"\\boxed{{x = __import__(\"os\").system(\"touch {SENTINEL}\")}}",
+    "\\boxed{().__class__.__bases__[0].__subclasses__()}",
+    f"\\boxed{{open('{SENTINEL}', 'w')}}",
+]
+BOMBS = [
+    "\\boxed{10^{10^{10^{10}}}}", "\\boxed{9^{9^{9^{9}}}}", "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
+    "\\boxed{(10^{7})!}", "\\boxed{10000000!}", "\\boxed{\\sum_{n=1}^{10^{12}} n^{n}}",
+    "\\boxed{" + "{" * 5000 + "1" + "}" * 5000 + "}", "\\boxed{" + "(" * 3000 + ")" * 3000 + "}",
+    "\\boxed{" + "\\frac{1}{" * 300 + "2" + "}" * 300 + "}",
+    "\\boxed{" + "x^{" * 400 + "1" + "}" * 400 + "}",
+    "\\boxed{1" + "+1" * 400 + "}",
+    "\\boxed{" + "{" * 100, "}" * 1000 + "\\boxed{", "\\boxed{\\begin{pmatrix}" + "1&" * 400 + "1\\end{pmatrix}}",
+]
+
+
+@pytest.fixture(scope="module")
+def pool():
+    if os.path.exists(SENTINEL):
+        os.remove(SENTINEL)
+    with MathVerifierPool(num_workers=2, timeout_s=3.0) as p:
+        yield p
+    assert not os.path.exists(SENTINEL), "model text was executed"
+
+
+def test_equivalences(pool):
+    cases = [
+        ("The answer is \\boxed{72}.", "72", 1), ("\\boxed{0.5}", "\\frac{1}{2}", 1),
+        ("\\boxed{\\frac12}", "0.5", 1), ("\\boxed{2^{1/2}}", "\\sqrt{2}", 1),
+        ("\\boxed{(1, 2]}", "(1,2]", 1), ("\\boxed{1+x^2}", "x^2+1", 1),
+        ("\\boxed{25\\pi}", "25\\pi", 1), ("\\boxed{8\\sqrt{2}}", "8\\sqrt{2}", 1),
+        ("\\boxed{73}", "72", 0), ("\\boxed{x^2}", "x^3", 0), ("no answer", "1", 0),
+        ("\\boxed{1} and finally \\boxed{2}", "1", 0), ("\\boxed{2", "2", 0),
+        (b"\\boxed{7}\xff\xfe", "7", 1), ("\\boxed{7}\udcff", "7", 1),
+    ]
+    scores = pool.score([c for c, _, _ in cases], [g for _, g, _ in cases])
+    assert scores.dtype == np.float32
+    assert scores.tolist() == [float(e) for _, _, e in cases]
+
+
+def test_injections_and_bombs_score_zero_within_the_timeout(pool):
+    texts = INJECTIONS + BOMBS
+    t = time.monotonic()
+    scores = pool.score(texts, ["1"] * len(texts))
+    elapsed = time.monotonic() - t
+    assert scores.tolist() == [0.0] * len(texts)
+    # Every sample ends within its timeout (+ respawn slack): 2 workers in parallel.
+    assert elapsed < len(texts) * pool.timeout_s / 2 + 30
+    assert not os.path.exists(SENTINEL)
+    assert pool.score(["\\boxed{3}"], ["3"]).tolist() == [1.0]  # still healthy
+
+
+def hang_on_marker(pred: str, gold: str, inner_timeout: int) -> bool:
+    """A check that hangs (as if stuck in C code) on the content 'HANG'."""
+    if pred == "HANG":
+        while True:
+            time.sleep(1)
+    return pred == gold
+
+
+def test_hung_worker_is_killed_respawned_and_scores_zero():
+    with MathVerifierPool(num_workers=2, timeout_s=1.0, memory_mb=0,
+                          check="test_rewards:hang_on_marker") as p:
+        texts = ["\\boxed{HANG}", "\\boxed{1}", "\\boxed{HANG}", "\\boxed{2}", "\\boxed{3}"]
+        t = time.monotonic()
+        scores = p.score(texts, ["HANG", "1", "HANG", "2", "4"])
+        elapsed = time.monotonic() - t
+        assert scores.tolist() == [0.0, 1.0, 0.0, 1.0, 0.0]
+        assert p.n_timeouts == 2 and p.n_crashes == 0
+        assert elapsed < 1.0 * 2 + 60  # two timeouts in parallel + respawns under load
+        assert p.score(["\\boxed{5}"] * 4, ["5"] * 4).tolist() == [1.0] * 4
+
+
+def test_killed_worker_counts_as_crash_and_recovers():
+    with MathVerifierPool(num_workers=1, timeout_s=30.0, memory_mb=0,
+                          check="test_rewards:exit_on_marker") as p:
+        scores = p.score(["\\boxed{EXIT}", "\\boxed{1}"], ["1", "1"])
+        assert scores.tolist() == [0.0, 1.0] and p.n_crashes == 1
+
+
+def exit_on_marker(pred: str, gold: str, inner_timeout: int) -> bool:
+    if pred == "EXIT":
+        os._exit(3)
+    return pred == gold
+
+
+_fragments = st.sampled_from(
+    ["\\boxed{", "}", "{", "\\frac{", "^{", "10", "9", "!", "\\sqrt{", "(", ")", "\\left(",
+     "\\right)", "x", "=", "+", "-", "\\", "\\begin{pmatrix}", "\\end{pmatrix}", "&", "\\\\",
+     "\\infty", "\\pi", "\\text{", "__import__('os')", ".system(", "eval(", "'", '"', "\x00",
+     "\udcff", "é", "\u202e", " "] + INJECTIONS[:2])
+_adversarial = st.one_of(
+    st.lists(_fragments, max_size=40).map("".join),
+    st.text(max_size=200),
+    st.builds(lambda d, s: "\\boxed{" + "{" * d + s + "}" * d + "}",
+              st.integers(0, 3000), st.text(max_size=20)),
+    st.builds(lambda k: "\\boxed{" + "10^{" * k + "10" + "}" * k + "}", st.integers(1, 60)),
+)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(texts=st.lists(_adversarial, min_size=1, max_size=4), gold=st.sampled_from(["1", "x"]))
+def test_fuzz_fast(pool, texts, gold):
+    t = time.monotonic()
+    scores = pool.score(texts, [gold] * len(texts))
+    assert scores.shape == (len(texts),) and set(scores.tolist()) <= {0.0, 1.0}
+    assert time.monotonic() - t < len(texts) * pool.timeout_s + 30
+    assert not os.path.exists(SENTINEL)
+
+
+def test_megabyte_and_non_utf8_outputs(pool):
+    big = "x" * 10**6 + "\\boxed{5}"
+    texts = [big, "\\boxed{" + "1" * 10**6 + "}", random.Random(0).randbytes(10**6), b"\xc3\x28\\boxed{5}"]
+    t = time.monotonic()
+    assert pool.score(texts, ["5"] * 4).tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert time.monotonic() - t < 30
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(texts=st.lists(st.one_of(_adversarial, st.sampled_from(BOMBS + INJECTIONS)),
+                      min_size=1, max_size=8),
+       gold=st.sampled_from(["1", "x", "\\frac{1}{2}", "10^{10}"]))
+def test_fuzz_slow(pool, texts, gold):
+    t = time.monotonic()
+    scores = pool.score(texts, [gold] * len(texts))
+    assert set(scores.tolist()) <= {0.0, 1.0}
+    assert time.monotonic() - t < len(texts) * pool.timeout_s + 30
+    assert not os.path.exists(SENTINEL)
+
+
+@pytest.mark.slow
+def test_megabyte_answers_reach_the_workers_and_time_out_cleanly():
+    with MathVerifierPool(num_workers=2, timeout_s=2.0, max_answer_chars=10**7) as p:
+        texts = ["\\boxed{" + "1+" * 500_000 + "1}", "\\boxed{" + "{" * 300_000 + "}" * 300_000
+                 + "}", "\\boxed{7}"]
+        t = time.monotonic()
+        assert p.score(texts, ["1", "1", "7"]).tolist() == [0.0, 0.0, 1.0]
+        assert time.monotonic() - t < 2 * 2.0 + 60
