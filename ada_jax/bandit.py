@@ -18,6 +18,7 @@ w(p) = f'(p) means "unbiased for J_f"; w/f' - 1 is the estimator's bias per prom
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Callable
 
@@ -150,13 +151,24 @@ def binomial_configs(p: float, n: int, width: int | None = None):
     return rewards, mask, prob
 
 
+@functools.lru_cache(maxsize=None)
+def _jit(fn):
+    """One compiled copy per advantage function: exact weights call it with a few fixed shapes."""
+    return jax.jit(fn)
+
+
+@functools.lru_cache(maxsize=None)
+def _pool_fn(pool_kw: tuple):
+    return jax.jit(functools.partial(advantages.pool_baseline, **dict(pool_kw)))
+
+
 def group_weight(adv_fn: Callable, p: float, n: int, width: int | None = None) -> float:
     """Exact w(p) of the per-prompt-mean estimator with advantages adv_fn(rewards_BN, mask_BN, p_B)
     (p_B is the true pass rate, for oracle baselines / weights; most adv_fn ignore it)."""
     if n <= 0:
         return 0.0
     r, m, prob = binomial_configs(p, n, width)
-    adv = adv_fn(jnp.asarray(r), jnp.asarray(m), jnp.full((len(prob),), p, jnp.float32))
+    adv = _jit(adv_fn)(jnp.asarray(r), jnp.asarray(m), jnp.full((len(prob),), p, jnp.float32))
     return weight_from_configs(p, r, m, np.asarray(adv), prob)
 
 
@@ -212,8 +224,8 @@ def seq_weight(p: float, *, round_size: int, max_rounds: int, k_pos: int, k_neg:
     j = np.arange(width)[None, :]
     rewards = (j < m_pos[:, None]).astype(np.float32)
     mask = j < (m_pos + m_neg)[:, None]
-    adv = advantages.pool_baseline(jnp.asarray(rewards), jnp.asarray(mask), jnp.asarray(n_s),
-                                   jnp.asarray(k_s), **pool_kw)
+    fn = _pool_fn(tuple(sorted(pool_kw.items())))
+    adv = fn(jnp.asarray(rewards), jnp.asarray(mask), jnp.asarray(n_s), jnp.asarray(k_s))
     return weight_from_configs(p, rewards, mask, np.asarray(adv), prob)
 
 

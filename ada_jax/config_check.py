@@ -5,6 +5,7 @@ _CHOICES = {
     "model.param_dtype": ("float32", "bfloat16"),
     "model.dtype": ("float32", "bfloat16"),
     "model.rope_scaling": ("none", "llama3"),
+    "task.reward": ("verifier", "synthetic"),
     "task.template": ("embedded", "qwen_math", "llama3_chat"),
     "task.on_bad_row": ("error", "skip"),
     "adaptive.policy": ("uniform", "seq", "est", "gvm", "dapo"),
@@ -28,7 +29,8 @@ _POSITIVE_INTS = (
 _NON_NEGATIVE = (
     "sampling.temperature", "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg",
     "loss.clip_low", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",
-    "optim.warmup_steps", "optim.grad_clip", "eval.every", "checkpoint.every",
+    "optim.warmup_steps", "optim.grad_clip", "eval.every", "checkpoint.every", "sft.steps",
+    "adaptive.overcommit",
 )
 
 

@@ -34,15 +34,20 @@ def init_params(config, mesh, seed: int):
                                  config.sharding_rules)
 
 
-def sft_rows(tokenizer, problems, template: str, length: int):
-    """Tokens [B, length] (prompt then solution then EOS, left-aligned), input mask and the
-    loss mask over the solution tokens."""
+def sft_rows(tokenizer, problems, template: str, length: int, bucket: int = 32):
+    """Tokens [B, L] (prompt then solution then EOS, left-aligned), input mask and the loss mask
+    over the solution tokens; L is the batch's longest row rounded up to `bucket` (capped at
+    `length`), so few shapes compile and short batches cost less."""
+    rows = []
+    for p in problems:
+        prompt = prompt_ids(tokenizer, render_prompt(p.question, template))
+        rows.append((prompt, tokenizer.encode(p.solution) + [tokenizer.eos_id]))
+    longest = max(len(a) + len(b) for a, b in rows)
+    length = min(length, -(-longest // bucket) * bucket)
     toks = np.full((len(problems), length), tokenizer.pad_id, np.int32)
     mask = np.zeros((len(problems), length), bool)
     loss = np.zeros((len(problems), length), bool)
-    for i, p in enumerate(problems):
-        prompt = prompt_ids(tokenizer, render_prompt(p.question, template))
-        answer = tokenizer.encode(p.solution) + [tokenizer.eos_id]
+    for i, (prompt, answer) in enumerate(rows):
         seq = (prompt + answer)[:length]
         toks[i, :len(seq)] = seq
         mask[i, :len(seq)] = True
@@ -97,6 +102,8 @@ def load_base(config, workdir: str, mesh, tokenizer):
         return graphdef, params
     out_dir = base_dir(config, workdir)
     graphdef, params = init_params(config, mesh, config.seed)
+    if config.sft.steps == 0:  # no warm start: RL from the random init (tests, benchmarks)
+        return graphdef, params
     if os.path.isdir(out_dir):
         restored = Checkpointer(out_dir, keep=1).restore_latest(
             abstract_like({"params": params}))

@@ -27,6 +27,7 @@ from ada_jax import adaptive, advantages, evaluate, losses, objectives, sampling
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, abstract_like
 from ada_jax.config_check import validate
+from ada_jax.rewards import synthetic
 from ada_jax.rewards.embedded import encode_answers, token_scorer
 from ada_jax.tasks import PromptIterator, load_split
 from ada_jax.tokenizer import load_tokenizer
@@ -46,36 +47,57 @@ class Context:
     engine: adaptive.EngineConfig
     generator: adaptive.ModelGenerator
     reward_fn: Any
-    group: int  # G
+    group: int  # G: kept samples per prompt
+    rows_per_prompt: int  # training rows per prompt (R = B · rows_per_prompt)
     train_source: Any
     eval_problems: list
 
 
-def engine_config(config) -> tuple[adaptive.EngineConfig, int]:
-    """Static engine settings and the training group size G for the configured policy."""
+def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
+    """Static engine settings, the kept group size G and the training rows per prompt.
+
+    uniform / dapo: exactly n samples per prompt. seq: pos / balance exits, budget M·R, keep n.
+    est / gvm: per-prompt budgets from the allocation solvers (capped at 4× the mean budget),
+    every sample trained on, so G is that cap and the rows per prompt are the mean budget.
+    """
     a, rl = config.adaptive, config.rl
     common = dict(slots=a.slots, max_new_tokens=config.sampling.max_new_tokens,
-                  chunk_len=a.chunk_len, select_order=a.select_order)
+                  chunk_len=a.chunk_len, select_order=a.select_order, overcommit=a.overcommit)
     if a.policy == "seq":
         return adaptive.EngineConfig(keep=rl.n, exit_rule=a.exit_rule, k_pos=a.k_pos,
                                      k_neg=a.k_neg, mode=a.mode,
                                      samples_per_round=a.samples_per_round,
-                                     max_rounds=a.max_rounds, **common), rl.n
-    if a.policy == "est":
-        g = a.est_budget_per_prompt
-        cap = 4 * g
+                                     max_rounds=a.max_rounds, **common), rl.n, rl.n
+    if a.policy in ("est", "gvm"):
+        mean = a.est_budget_per_prompt if a.policy == "est" else a.gvm_budget_per_prompt
+        cap = 4 * mean
         return adaptive.EngineConfig(keep=cap, exit_rule="none", mode=a.mode,
-                                     samples_per_round=cap, max_rounds=1, **common), cap
-    # uniform, dapo: every prompt gets exactly n samples
+                                     samples_per_round=cap, max_rounds=1, **common), cap, mean
     return adaptive.EngineConfig(keep=rl.n, exit_rule="none", mode=a.mode,
-                                 samples_per_round=rl.n, max_rounds=1, **common), rl.n
+                                 samples_per_round=rl.n, max_rounds=1, **common), rl.n, rl.n
 
 
-def _make_reward(scorer):
+def _make_reward(config, tokenizer):
+    """Engine reward: the task verifier on token ids, or the synthetic first-token reward."""
+    if config.task.reward == "synthetic":
+        def reward(data, prompt_S, seq_S, tokens_SN, lengths_S):
+            return synthetic.first_token_reward(tokens_SN, lengths_S,
+                                                data["threshold"][jnp.maximum(prompt_S, 0)])
+        return reward
+    scorer = token_scorer(tokenizer)
+
     def reward(data, prompt_S, seq_S, tokens_SN, lengths_S):
         idx = jnp.maximum(prompt_S, 0)
         return scorer(tokens_SN, lengths_S, data["answer_ids"][idx], data["answer_len"][idx])
     return reward
+
+
+def reward_data(config, tokenizer, problems) -> dict:
+    if config.task.reward == "synthetic":
+        return dict(threshold=jnp.asarray(synthetic.thresholds([p.id for p in problems],
+                                                               config.model.vocab_size)))
+    ans, ans_len = encode_answers(tokenizer, [p.answer for p in problems], ANSWER_LEN)
+    return dict(answer_ids=jnp.asarray(ans), answer_len=jnp.asarray(ans_len))
 
 
 def make_optimizer(config):
@@ -116,23 +138,22 @@ def run_engine(ctx: Context, params, problems, key, budgets=None):
     c = ctx.config
     toks, mask = evaluate.encode_prompts(ctx.tokenizer, problems, c.task.template,
                                          c.sampling.max_prompt_len)
-    ans, ans_len = encode_answers(ctx.tokenizer, [p.answer for p in problems], ANSWER_LEN)
     if budgets is None:
         if c.adaptive.policy == "seq":
             budgets = np.full(len(problems), c.adaptive.samples_per_round
                               * c.adaptive.max_rounds)
         else:
-            budgets = np.full(len(problems), ctx.group)
+            budgets = np.full(len(problems), ctx.rows_per_prompt)
     budgets = jnp.asarray(budgets, jnp.int32)
     st = adaptive.run(params, jnp.asarray(toks), jnp.asarray(mask), budgets,
-                      dict(answer_ids=jnp.asarray(ans), answer_len=jnp.asarray(ans_len)), key,
+                      reward_data(c, ctx.tokenizer, problems), key,
                       cfg=ctx.engine, gen_fn=ctx.generator, reward_fn=ctx.reward_fn,
-                      group=ctx.group)
+                      group=c.rl.n)
     drop = None
     if c.adaptive.policy == "seq" and c.adaptive.at_budget == "drop":
         drop = ~adaptive._rule_met(ctx.engine, st.n_samples, st.n_pos)
     batch = adaptive.select(st, ctx.group, drop_unresolved=drop)
-    return st, batch, toks, mask, adaptive.metrics(ctx.engine, st, batch, ctx.group)
+    return st, batch, toks, mask, adaptive.metrics(ctx.engine, st, batch, c.rl.n)
 
 
 def collect(ctx: Context, params, iterator, key, history):
@@ -142,42 +163,97 @@ def collect(ctx: Context, params, iterator, key, history):
     problems = next(iterator)
     if c.adaptive.policy == "est":
         budgets = _est_budgets(c, problems, history)
-        st, batch, toks, mask, met = run_engine(ctx, params, problems, key, budgets)
+        _, batch, toks, mask, met = run_engine(ctx, params, problems, key, budgets)
         _update_est_history(c, problems, batch, history)
         met["est_budget_max"] = int(budgets.max())
         return problems, batch, toks, mask, met
-    if c.adaptive.policy != "dapo":
-        st, batch, toks, mask, met = run_engine(ctx, params, problems, key)
-        return problems, batch, toks, mask, met
-    # DAPO dynamic sampling: keep mixed groups until the batch is full.
+    if c.adaptive.policy == "gvm":
+        return (problems,) + _gvm_collect(ctx, params, problems, key)
+    if c.adaptive.policy == "dapo":
+        return _dapo_collect(ctx, params, iterator, problems, key)
+    _, batch, toks, mask, met = run_engine(ctx, params, problems, key)
+    return problems, batch, toks, mask, met
+
+
+_SUMMED = ("samples_total", "generated_tokens", "decode_steps", "chunks", "cut_tokens")
+
+
+def _dapo_collect(ctx, params, iterator, problems, key):
+    """DAPO dynamic sampling: draw prompt batches (n samples each), keep groups with mixed
+    rewards until B are collected; a clear error past dapo_max_gen_batches (as verl)."""
+    c = ctx.config
     B = len(problems)
-    kept, total = [], {}
+    kept, met = [], {}
     for gen_batch in range(c.adaptive.dapo_max_gen_batches):
         if gen_batch:
             problems = next(iterator)
-        st, batch, toks, mask, met = run_engine(ctx, params, problems,
-                                                jax.random.fold_in(key, gen_batch))
-        for k_, v in met.items():
-            if isinstance(v, (int, float)):
-                total[k_] = total.get(k_, 0) + v
-        r = np.asarray(batch.reward_BG)
-        mixed = np.flatnonzero((r.min(1) < 0.5) & (r.max(1) > 0.5))
+        _, batch, toks, mask, m = run_engine(ctx, params, problems,
+                                             jax.random.fold_in(key, gen_batch))
+        # Shares and ratios describe the first (fresh) batch; costs add up over all.
+        met = m if not met else {k: met[k] + m[k] if k in _SUMMED else met[k] for k in met}
+        r, valid = np.asarray(batch.reward_BG), np.asarray(batch.mask_BG)
+        n_pos = (r * valid).sum(1)
+        mixed = np.flatnonzero((n_pos > 0) & (n_pos < valid.sum(1)))
         kept.extend((problems[i], jax.tree.map(lambda x: x[i], batch), toks[i], mask[i])
                     for i in mixed)
         if len(kept) >= B:
             kept = kept[:B]
-            met = {k_: (v / (gen_batch + 1) if "ratio" in k_ or "share" in k_ or "mean" in k_
-                        or "_before" in k_ or "_after" in k_ or "utilisation" in k_ else v)
-                   for k_, v in total.items()}
             met["dapo_gen_batches"] = gen_batch + 1
-            probs = [k_[0] for k_ in kept]
-            batch = jax.tree.map(lambda *xs: jnp.stack(xs), *[k_[1] for k_ in kept])
-            return (probs, batch, np.stack([k_[2] for k_ in kept]),
-                    np.stack([k_[3] for k_ in kept]), met)
+            batch = jax.tree.map(lambda *xs: jnp.stack(xs), *[k[1] for k in kept])
+            return ([k[0] for k in kept], batch, np.stack([k[2] for k in kept]),
+                    np.stack([k[3] for k in kept]), met)
     raise RuntimeError(
         f"DAPO dynamic sampling: {c.adaptive.dapo_max_gen_batches} generation batches gave "
         f"only {len(kept)} of {B} groups with mixed rewards; raise "
         f"config.adaptive.dapo_max_gen_batches or lower config.rl.prompts_per_step")
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature"))
+def sample_grad_norms(graphdef, params, tokens, mask, loss_mask, *, prompt_len, temperature):
+    """‖∇θ log π(a|x)‖ per row (sequence log-prob), one row at a time to bound memory."""
+    def one(args):
+        tok, m, lm = args
+
+        def logp_sum(p):
+            logits, _ = nnx.merge(graphdef, p)(tok[None], model_lib.positions_from_mask(m[None]),
+                                               m[None])
+            logp, _ = model_lib.token_logprobs(logits[:, prompt_len - 1:-1],
+                                               tok[None, prompt_len:], temperature)
+            return jnp.sum(logp * lm[None])
+        return optax.global_norm(jax.grad(logp_sum)(params))
+    return jax.lax.map(one, (tokens, mask, loss_mask))
+
+
+def _gvm_collect(ctx, params, problems, key):
+    """GVM two-stage: a pilot of N' samples per prompt gives p_i and G_i (mean gradient norm of
+    its correct samples); budgets N_i ∝ G_i/√(p_i + α/p_i^(β-1)) (0 where p_i = 0 or G_i = 0)
+    sum to gvm_budget_per_prompt·B; then the prompts are sampled again with those budgets."""
+    c, a = ctx.config, ctx.config.adaptive
+    B = len(problems)
+    _, pilot, toks, mask, pmet = run_engine(ctx, params, problems, jax.random.fold_in(key, 0),
+                                            np.full(B, a.gvm_pilot))
+    rows = training_rows(pilot, toks, mask, jnp.zeros(pilot.reward_BG.shape), B * ctx.group)
+    norms = np.asarray(sample_grad_norms(
+        ctx.graphdef, params, rows["tokens"], rows["mask"], rows["loss_mask"],
+        prompt_len=c.sampling.max_prompt_len, temperature=max(c.sampling.temperature, 1e-6)))
+    valid = np.flatnonzero(np.asarray(pilot.mask_BG).reshape(-1))
+    correct = np.asarray(pilot.reward_BG).reshape(-1)[valid] > 0.5
+    owner = valid // ctx.group
+    g = np.zeros(B)
+    for i in range(B):
+        sel = correct & (owner == i)
+        g[i] = norms[:len(valid)][sel].mean() if sel.any() else 0.0
+    p = np.asarray(pilot.pool_pos_B) / np.maximum(np.asarray(pilot.pool_n_B), 1)
+    budgets = objectives.gvm_allocation(p, g, a.gvm_budget_per_prompt * B, a.gvm_alpha,
+                                        a.gvm_beta, n_min=0, n_max=ctx.group)
+    _, batch, toks, mask, met = run_engine(ctx, params, problems, jax.random.fold_in(key, 1),
+                                           budgets)
+    for k in _SUMMED:
+        met[k] += pmet[k]
+    met.update(gvm_pilot_samples=pmet["samples_total"], gvm_zero_budget=int((budgets == 0).sum()),
+               all_correct_before=pmet["all_correct_before"],
+               all_wrong_before=pmet["all_wrong_before"])
+    return batch, toks, mask, met
 
 
 # ----------------------------------------------------------------------------- learning
@@ -193,19 +269,25 @@ def compute_advantages(config, batch: adaptive.Batch):
     return advantages.compute(rl.advantage, batch.reward_BG, batch.mask_BG)
 
 
-def training_rows(batch: adaptive.Batch, toks_BP, mask_BP, adv_BG):
-    """Flatten groups to rows: prompt+completion tokens [R, P+N], masks, old log-probs, adv."""
+def training_rows(batch: adaptive.Batch, toks_BP, mask_BP, adv_BG, rows: int):
+    """Pack the valid samples of all groups into `rows` training rows (the rest masked):
+    prompt+completion tokens [R, P+N], input and loss masks, old log-probs, advantages."""
     B, G, N = batch.tokens_BGN.shape
-    P = toks_BP.shape[1]
-    completion_mask = (jnp.arange(N)[None, None] < batch.len_BG[..., None]) & batch.mask_BG[..., None]
-    tokens = jnp.concatenate([jnp.repeat(jnp.asarray(toks_BP)[:, None], G, 1),
-                              batch.tokens_BGN], axis=2).reshape(B * G, P + N)
-    mask = jnp.concatenate([jnp.repeat(jnp.asarray(mask_BP)[:, None], G, 1),
-                            completion_mask], axis=2).reshape(B * G, P + N)
+    valid = np.flatnonzero(np.asarray(batch.mask_BG).reshape(-1))
+    if len(valid) > rows:
+        raise ValueError(f"{len(valid)} kept samples exceed the {rows} training rows per step")
+    idx = np.concatenate([valid, np.zeros(rows - len(valid), valid.dtype)])
+    real = jnp.asarray(np.arange(rows) < len(valid))
+    b_of = jnp.asarray(idx // G)
+    flat = lambda x: x.reshape((B * G,) + x.shape[2:])[idx]  # noqa: E731
+    lens = flat(batch.len_BG)
+    completion_mask = (jnp.arange(N)[None] < lens[:, None]) & real[:, None]
+    tokens = jnp.concatenate([jnp.asarray(toks_BP)[b_of], flat(batch.tokens_BGN)], axis=1)
+    mask = jnp.concatenate([jnp.asarray(mask_BP)[b_of], completion_mask], axis=1)
     mu = (batch.pool_pos_B / jnp.maximum(batch.pool_n_B, 1)).astype(jnp.float32)
-    return dict(tokens=tokens, mask=mask, loss_mask=completion_mask.reshape(B * G, N),
-                old_logp=batch.logp_BGN.reshape(B * G, N), adv=adv_BG.reshape(B * G),
-                group=jnp.repeat(jnp.arange(B), G), mu=jnp.repeat(mu, G))
+    return dict(tokens=tokens, mask=mask, loss_mask=completion_mask,
+                old_logp=flat(batch.logp_BGN), adv=jnp.where(real, flat(adv_BG), 0.0),
+                group=b_of, mu=mu[b_of])
 
 
 def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int):
@@ -325,13 +407,14 @@ def setup(config, workdir: str):
         max_new_tokens=config.sampling.max_new_tokens, eos_id=tokenizer.eos_id,
         pad_id=tokenizer.pad_id, temperature=config.sampling.temperature,
         top_k=config.sampling.top_k, top_p=config.sampling.top_p)
-    engine, group = engine_config(config)
+    engine, group, rows_per_prompt = engine_config(config)
     eval_source = load_split(config, "eval")
     eval_problems = [eval_source[i] for i in range(min(config.eval.prompts, len(eval_source)))]
     ctx = Context(config=config, mesh=mesh, tokenizer=tokenizer, model_cfg=model_cfg,
                   graphdef=graphdef, engine=engine,
                   generator=adaptive.ModelGenerator(graphdef, model_cfg, scfg),
-                  reward_fn=_make_reward(token_scorer(tokenizer)), group=group,
+                  reward_fn=_make_reward(config, tokenizer), group=group,
+                  rows_per_prompt=rows_per_prompt,
                   train_source=load_split(config, "train"), eval_problems=eval_problems)
     return ctx, params
 
@@ -342,12 +425,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
     os.makedirs(workdir, exist_ok=True)
     ctx, params = setup(config, workdir)
     c = config
-    rows_per_step = c.rl.prompts_per_step * ctx.group
+    rows_per_step = c.rl.prompts_per_step * ctx.rows_per_prompt
     if rows_per_step % c.rl.minibatches:
-        raise ValueError(f"config.rl.minibatches={c.rl.minibatches} must divide "
-                         f"prompts_per_step × group = {rows_per_step}")
+        raise ValueError(f"config.rl.minibatches={c.rl.minibatches} must divide the "
+                         f"{rows_per_step} training rows per step")
     optimizer = make_optimizer(c)
-    n_daro = max(c.rl.daro_buckets or ctx.group, 2) - 1
+    n_daro = max(c.rl.daro_buckets or c.rl.n, 2) - 1
     trainable = {"model": params, "daro": jnp.zeros((n_daro,), jnp.float32)}
     opt_state = optimizer.init(trainable)
     iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=c.seed)
@@ -391,7 +474,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
             jax.block_until_ready(batch)
             t1 = time.perf_counter()
             adv = compute_advantages(c, batch)
-            rows = training_rows(batch, toks, mask, adv)
+            rows = training_rows(batch, toks, mask, adv, rows_per_step)
             t2 = time.perf_counter()
             trainable, opt_state, lmet = learn(ctx, train_step, trainable, opt_state, rows,
                                                step)

@@ -102,7 +102,7 @@ def get_config(arg: str = ""):
         eval_temperature=1.0))
 
     c.task = ml_collections.ConfigDict(dict(
-        name=args["task"], template="embedded", min_level=1, max_level=8, train_size=20_000,
+        name=args["task"], reward="verifier", template="embedded", min_level=1, max_level=8, train_size=20_000,
         eval_size=256, seed=1234, files=ml_collections.FieldReference("", field_type=str),
         field_map=ml_collections.ConfigDict(dict(question="", answer="", solution="")),
         on_bad_row="error"))
@@ -112,7 +112,8 @@ def get_config(arg: str = ""):
         k_pos=2, k_neg=2, samples_per_round=8, max_rounds=4, at_budget="keep",
         slots=64, chunk_len=16, select_order="generation",
         est_decay=0.9, est_alpha=1.0, est_beta=16.0, est_weight="inv_sqrt",
-        est_budget_per_prompt=8, gvm_pilot=8, gvm_alpha=1e-3, gvm_beta=2.0,
+        est_budget_per_prompt=8, gvm_pilot=8, gvm_budget_per_prompt=8, gvm_alpha=1e-3,
+        gvm_beta=2.0, overcommit=0.25,
         dapo_max_gen_batches=4))
 
     c.rl = ml_collections.ConfigDict(dict(

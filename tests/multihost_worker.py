@@ -5,8 +5,8 @@
 
 Joins the run through `sharding.maybe_initialize_distributed`, builds the tiny model sharded
 over the global (data=2, fsdp=2, tensor=2) mesh, runs one train step (loss, grads, Adam) and one
-sampler call, and saves the fully gathered results. `run()` is also the single-process
-reference: the test calls it in-process on its 8 fake devices.
+sampler call, and saves the fully gathered results. With --num_processes=1 (and 8 devices) it
+is the single-process reference.
 """
 import argparse
 
@@ -75,12 +75,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--process_id", type=int, required=True)
     parser.add_argument("--num_processes", type=int, required=True)
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     jax.config.update("jax_default_matmul_precision", "highest")
     sharding.maybe_initialize_distributed(ml_collections.ConfigDict(dict(
-        enabled=True, coordinator_address=f"localhost:{args.port}",
+        enabled=args.num_processes > 1, coordinator_address=f"localhost:{args.port}",
         num_processes=args.num_processes, process_id=args.process_id)))
     np.savez(args.out, **run())
     multihost_utils.sync_global_devices("done")  # nobody exits while others still gather

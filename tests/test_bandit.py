@@ -33,11 +33,11 @@ def estimators(bandit):
 def test_closed_forms(bandit, p):
     np.testing.assert_allclose(p, P, rtol=1e-5)
     for name in O.OBJECTIVES:
-        auto = jax.grad(bd.objective)(bandit.logits_BA, bandit.correct_BA, name, 0.5)
-        np.testing.assert_allclose(bd.objective_grad(bandit.logits_BA, bandit.correct_BA, name, 0.5),
+        auto = jax.jit(jax.grad(bd.objective), static_argnums=2)(bandit.logits_BA, bandit.correct_BA, name)
+        np.testing.assert_allclose(bd.objective_grad(bandit.logits_BA, bandit.correct_BA, name),
                                    auto, rtol=2e-4, atol=1e-7)
     actions = jnp.array([[0, 5], [31, 2]] * 4)
-    auto = jax.vmap(jax.grad(lambda th, a: jax.nn.log_softmax(th)[a]), (None, 0))
+    auto = jax.jit(jax.vmap(jax.grad(lambda th, a: jax.nn.log_softmax(th)[a]), (None, 0)))
     for b in range(2):
         np.testing.assert_allclose(bd.grad_logp(bandit.logits_BA, actions)[b],
                                    auto(bandit.logits_BA[b], actions[b]), atol=1e-6)
@@ -122,8 +122,8 @@ def _mc(bandit, est, seed):
 
 @pytest.mark.parametrize("name,unbiased", [
     ("oracle_log", True), ("oracle_arcsin", True), ("oracle_power", True), ("rloo", True),
-    ("est_rloo_log", True), ("grpo", False), ("drgrpo", False), ("raft_mean_pos", False),
-    ("pool16_log", False), ("gvm_raft", False), ("seq_bal_full", None), ("seq_pos_corr", None),
+    ("est_rloo_log", True), ("grpo", False), ("drgrpo", False), ("pool16_log", False),
+    ("gvm_raft", False), ("seq_bal_full", None), ("seq_pos_corr", None),
 ])
 def test_mc_gradient_matches_exact(bandit, p, estimators, name, unbiased):
     """MC mean of ĝ_b matches E[ĝ_b] = w(p_b)∇p_b/B within 4 SE, coordinate-wise and along ∇p_b;
@@ -132,11 +132,13 @@ def test_mc_gradient_matches_exact(bandit, p, estimators, name, unbiased):
     w, target = est.weight(p), est.target(p)
     g, mean_w, se_w = _mc(bandit, est, seed=sum(map(ord, name)))
     assert np.all(np.abs(mean_w - w) < 4 * se_w), (mean_w, w, se_w)
-    dp = np.asarray(bd.pass_rate_grad(bandit.logits_BA, bandit.correct_BA))
-    expect = w[:, None] * dp / len(p)
-    g = np.asarray(g, np.float64)
-    z = (g.mean(0) - expect) / np.maximum(g.std(0, ddof=1) / math.sqrt(REPS), 1e-12)
-    assert np.abs(z).max() < 5.0  # Bonferroni over the B·A coordinates
+    # the part of ĝ_b orthogonal to ∇p_b averages to zero: check 4 fixed random directions per
+    # prompt (projections, not single coordinates, whose rare-action tails defeat a normal SE)
+    dp = np.asarray(bd.pass_rate_grad(bandit.logits_BA, bandit.correct_BA), np.float64)
+    dirs = np.random.default_rng(0).normal(size=(4,) + dp.shape)
+    dirs -= ((dirs * dp).sum(-1, keepdims=True) / (dp * dp).sum(-1, keepdims=True)) * dp
+    proj = np.einsum("rba,dba->rdb", np.asarray(g, np.float64), dirs)
+    assert np.all(np.abs(proj.mean(0)) < 4 * proj.std(0, ddof=1) / math.sqrt(REPS))
     if unbiased:
         np.testing.assert_allclose(w, target, rtol=1e-4)
     elif unbiased is False:  # the measured bias against the stated objective is real
@@ -160,7 +162,7 @@ def test_pool_correction_removes_selection_bias(bandit, p):
               bd.group_gradient(logits, s["actions"], cor, s["mask"])]
         return jnp.stack([len(P) * (x * dp).sum(-1) / (dp * dp).sum(-1) for x in gs])  # [3, B]
 
-    keys = jax.random.split(jax.random.PRNGKey(11), 2 * REPS)
+    keys = jax.random.split(jax.random.PRNGKey(11), REPS)
     w = np.asarray(jax.jit(jax.vmap(draw, (0, None, None)))(keys, bandit.logits_BA, bandit.correct_BA),
                    np.float64)
     se = lambda x: x.std(0, ddof=1) / math.sqrt(len(x))  # noqa: E731
@@ -172,13 +174,20 @@ def test_pool_correction_removes_selection_bias(bandit, p):
     np.testing.assert_array_less(np.abs(d_ref.mean(0) - (w_ref - w_full)), 4 * se(d_ref))
 
 
-def _variance(bandit, f, n_b, seed):
-    est = bd.oracle_estimator(f, n_b)
-    g = bd.monte_carlo(jax.random.PRNGKey(seed), bandit, est.draw, REPS)
-    v, se = bd.measured_variance(g, bd.objective_grad(bandit.logits_BA, bandit.correct_BA, f))
-    exact = bd.oracle_variance(bandit.logits_BA, bandit.correct_BA, n_b, f)
-    assert abs(v - exact) < 4 * se  # the MC variance is the exact one
-    return v, se
+def _variance(bandit, n_b, seed):
+    """MC variance of the oracle estimator for log and arcsin from one set of draws: ĝ_f is
+    f'(p_b)·ĥ_b per prompt with ĥ the linear oracle, so V_f = Σ_b f'(p_b)² E‖ĥ_b - ∇p_b/B‖²."""
+    g = bd.monte_carlo(jax.random.PRNGKey(seed), bandit, bd.oracle_estimator("linear", n_b).draw, REPS)
+    dev = np.asarray(((g - bd.objective_grad(bandit.logits_BA, bandit.correct_BA, "linear")) ** 2).sum(-1),
+                     np.float64)  # [R, B]
+    p = np.asarray(bd.pass_rate(bandit.logits_BA, bandit.correct_BA), np.float64)
+    out = {}
+    for f in ("log", "arcsin"):
+        sq = dev @ O.weight(f, p) ** 2
+        v, se = sq.mean(), sq.std(ddof=1) / math.sqrt(REPS)
+        assert abs(v - bd.oracle_variance(bandit.logits_BA, bandit.correct_BA, n_b, f)) < 4 * se
+        out[f] = (v, se)
+    return out
 
 
 def test_variance_optimal_allocation_beats_uniform(bandit, p):
@@ -187,16 +196,15 @@ def test_variance_optimal_allocation_beats_uniform(bandit, p):
     n_log = O.variance_optimal_allocation(p, total, "log")
     assert n_log.sum() == total and n_log[0] > n_log[-1]
     np.testing.assert_array_equal(O.variance_optimal_allocation(p, total, "arcsin"), uniform)
+    v_opt, v_uni = _variance(bandit, n_log, seed=1), _variance(bandit, uniform, seed=2)
     results = {}
-    for f, alloc in (("log", n_log), ("arcsin", n_log)):
-        v_opt, se_opt = _variance(bandit, f, alloc, seed=1)
-        v_uni, se_uni = _variance(bandit, f, uniform, seed=2)
-        ratio = v_opt / v_uni
-        rel_se = ratio * math.hypot(se_opt / v_opt, se_uni / v_uni)
-        predicted = O.allocation_variance(p, alloc, f) / O.allocation_variance(p, uniform, f)
-        results[f] = (ratio, rel_se, predicted)
+    for f in ("log", "arcsin"):
+        (a, sa), (b, sb) = v_opt[f], v_uni[f]
+        ratio = a / b
+        predicted = O.allocation_variance(p, n_log, f) / O.allocation_variance(p, uniform, f)
+        results[f] = (ratio, ratio * math.hypot(sa / a, sb / b), predicted)
         assert ratio == pytest.approx(predicted, rel=0.10)  # SPEC §3's variance model, within 10%
-    ratio, rel_se, predicted = results["log"]
-    assert predicted < 0.6 and ratio + 4 * rel_se < 1.0  # log: variance-optimal beats uniform
-    ratio, rel_se, predicted = results["arcsin"]
-    assert predicted > 2 and ratio - 4 * rel_se > 1.0  # arcsin: uniform is optimal, log-alloc hurts
+    ratio, se, predicted = results["log"]
+    assert predicted < 0.6 and ratio + 4 * se < 1.0  # log: the variance-optimal allocation wins
+    ratio, se, predicted = results["arcsin"]
+    assert predicted > 2 and ratio - 4 * se > 1.0  # arcsin: uniform is optimal, log's hurts

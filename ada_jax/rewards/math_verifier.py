@@ -138,7 +138,7 @@ class MathVerifierPool:
         self.timeout_s, self.max_answer_chars = timeout_s, max_answer_chars
         self.start_timeout_s = start_timeout_s
         # math-verify's own signal-based timeouts end most slow cases before we must kill.
-        self._args = [str(memory_mb), str(max(1, int(timeout_s / 3))), check]
+        self._args = [str(memory_mb), str(max(1, int(timeout_s / 2))), check]
         self._workers = [_Worker(self._args, start_timeout_s) for _ in range(num_workers)]
         self.n_scored = self.n_timeouts = self.n_crashes = 0
 
