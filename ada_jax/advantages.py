@@ -130,8 +130,10 @@ def pool_baseline(rewards_BN, mask_BN, pool_n_B, pool_pos_B, *, std_normalise: b
         adv = adv / (jnp.where(single, 1.0, jnp.maximum(std, eps)) + eps)
     if weight_fn is not None:
         ps = jnp.clip(p, delta, 1.0 - delta)
-        w = objectives.weight(weight_fn, ps, weight_alpha) if isinstance(weight_fn, str) else weight_fn(ps)
-        adv = adv * w
+        if isinstance(weight_fn, str):
+            adv = adv * objectives.weight(weight_fn, ps, weight_alpha)
+        else:
+            adv = adv * weight_fn(ps)
     return adv * m
 
 

@@ -8,7 +8,8 @@ Prompt b has logits θ_b ∈ R^A, policy π_b = softmax(θ_b) and a fixed correc
   J_f = (1/B) Σ_b f(p_b),  ∇_θb J_f = f'(p_b) ∇p_b / B.
 
 Label identity (used for every exact expectation here): given its label r, an action's score has
-mean E[∇log π(a) | r] = ∇p·(r - p)/(p(1-p)). Any estimator ĝ_b = (1/n)Σ_j A_j ∇log π(a_j) whose
+mean E[∇log π(a) | r] = ∇p·(r - p)/(p(1-p)). Samples are i.i.d., so given all labels the actions
+are independent draws from π(·|r). Any estimator ĝ_b = (1/n)Σ_j A_j ∇log π(a_j) whose
 coefficients A_j and selected samples depend only on the labels (group baselines, std, pool
 counts, sequential stopping, label-dependent downsampling) therefore has
   E[ĝ_b] = w(p_b)·∇p_b,   w(p) = E[Σ_j A_j (r_j - p)] / (n p (1-p)),
@@ -36,7 +37,7 @@ class Bandit:
     correct_BA: jax.Array  # bool
 
 
-def make(pass_rates, n_actions: int = 16, n_correct: int | None = None, seed: int = 0,
+def make(pass_rates, n_actions: int = 32, n_correct: int | None = None, seed: int = 0,
          spread: float = 0.5) -> Bandit:
     """Random logits (N(0, spread²)) shifted on the correct set so that p_b hits pass_rates[b]."""
     p = np.asarray(pass_rates, np.float64)
@@ -111,7 +112,8 @@ def per_sample_variance(logits_BA, correct_BA):
 
 
 def oracle_variance(logits_BA, correct_BA, n_B, name: str, alpha: float = 0.5):
-    """Exact trace-variance of ĝ = (1/B)Σ_b f'(p_b)(1/N_b)Σ_j (r - p_b)∇log π: (1/B²)Σ f'² σ²_b / N_b."""
+    """Exact trace-variance of ĝ = (1/B)Σ_b f'(p_b)(1/N_b)Σ_j (r - p_b)∇log π, which is
+    (1/B²) Σ_b f'(p_b)² σ²_b / N_b."""
     p = pass_rate(logits_BA, correct_BA)
     w = objectives.weight(name, p, alpha)
     return float((w ** 2 * per_sample_variance(logits_BA, correct_BA) / jnp.asarray(n_B)).sum()
@@ -129,7 +131,7 @@ def success_grad_norm(logits_BA, correct_BA):
 
 
 def weight_from_configs(p: float, rewards_CN, mask_CN, adv_CN, prob_C) -> float:
-    """w(p) = Σ_c P_c Σ_j A_cj (r_cj - p) / (n_c p(1-p)) over label configurations c (module doc)."""
+    """w(p) = Σ_c P_c Σ_j A_cj (r_cj - p) / (n_c p(1-p)) over label configurations c."""
     r, m, a = (np.asarray(x, np.float64) for x in (rewards_CN, mask_CN, adv_CN))
     n = np.maximum(m.sum(-1), 1.0)
     s = (a * (r - p) * m).sum(-1) / n
@@ -175,13 +177,10 @@ def group_weight(adv_fn: Callable, p: float, n: int, width: int | None = None) -
 def downsample_counts(pool_n, pool_pos, n: int):
     """Balanced selection (SPEC §4): ⌈n/2⌉ positives and the rest negatives where available, any
     shortfall filled from the other class. Returns (m_pos, m_neg); works on numpy or JAX ints."""
-    t_pos = -(-n // 2)
-    neg = pool_n - pool_pos
-    m_pos = jnp.minimum(pool_pos, t_pos) if isinstance(pool_n, jax.Array) else np.minimum(pool_pos, t_pos)
     xp = jnp if isinstance(pool_n, jax.Array) else np
-    m_neg = xp.minimum(neg, n - m_pos)
-    m_pos = xp.minimum(pool_pos, n - m_neg)
-    return m_pos, m_neg
+    m_pos = xp.minimum(pool_pos, -(-n // 2))
+    m_neg = xp.minimum(pool_n - pool_pos, n - m_pos)
+    return xp.minimum(pool_pos, n - m_neg), m_neg
 
 
 def seq_terminal_states(p: float, round_size: int, max_rounds: int, k_pos: int, k_neg: int):
@@ -295,9 +294,13 @@ def _group(adv_fn, n_B):
 def oracle_estimator(objective_name: str, n_B, alpha: float = 0.5) -> Estimator:
     """SPEC §3's ĝ = (1/B)Σ_b f'(p_b)(1/N_b)Σ_j (r - p_b)∇log π with the true p_b and N_b samples:
     unbiased for J_f under any allocation; its variance is `oracle_variance`."""
-    fw = lambda q: objectives.weight(objective_name, np.asarray(q, np.float64), alpha)  # noqa: E731
-    adv = lambda r, m, q: objectives.weight(objective_name, q, alpha)[:, None] * (r - q[:, None]) * m  # noqa: E731
-    return Estimator(f"oracle_{objective_name}", objective_name, *_group(adv, n_B), fw)
+    def adv(r, m, q):
+        return objectives.weight(objective_name, q, alpha)[:, None] * (r - q[:, None]) * m
+
+    def target(q):
+        return objectives.weight(objective_name, np.asarray(q, np.float64), alpha)
+
+    return Estimator(f"oracle_{objective_name}", objective_name, *_group(adv, n_B), target)
 
 
 def _seq(cfg, full_pool=False, **pool_kw):
@@ -331,7 +334,8 @@ def standard_estimators(bandit: Bandit, n: int = 4, pool_n: int = 16, budget_per
       seq_<rule>_ref    kept balanced group, A = r - p̃ (reference code)
       seq_<rule>_corr   kept group with the exact importance correction
       seq_bal_*_log     the same with the explicit 1/p̃ weight
-      est_*             Ada-Est: N_i ∝ 1/√p̂ (total budget_per_prompt·B), explicit 1/p̂ weight
+      est_*             Ada-Est: N_i ∝ 1/√p̂ (total budget_per_prompt·B), explicit 1/p̂ weight,
+                        group-mean (reference) or leave-one-out baseline
       gvm_raft          GVM: N_i ∝ G_i/√(p + α/p^(β-1)), RAFT mean over accepted samples
     """
     p = np.asarray(pass_rate(bandit.logits_BA, bandit.correct_BA), np.float64)
@@ -381,9 +385,11 @@ def standard_estimators(bandit: Bandit, n: int = 4, pool_n: int = 16, budget_per
 def monte_carlo(key, bandit: Bandit, draw: Callable, reps: int, chunk: int = 1000):
     """reps independent draws of ĝ [R, B, A] (jit + vmap, in chunks to bound memory)."""
     run = jax.jit(jax.vmap(draw, in_axes=(0, None, None)))
-    keys = jax.random.split(key, reps)
-    return jnp.concatenate([run(keys[i:i + chunk], bandit.logits_BA, bandit.correct_BA)
-                            for i in range(0, reps, chunk)])
+    chunk = min(chunk, reps)
+    keys = jax.random.split(key, -(-reps // chunk) * chunk)  # whole chunks: one compiled shape
+    out = [run(keys[i:i + chunk], bandit.logits_BA, bandit.correct_BA)
+           for i in range(0, len(keys), chunk)]
+    return jnp.concatenate(out)[:reps]
 
 
 def measured_weight(bandit: Bandit, g_RBA):

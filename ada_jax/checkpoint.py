@@ -6,6 +6,7 @@ back from the newest step and skips any checkpoint it cannot read, logging why.
 """
 import logging
 import os
+import time
 
 import jax
 import orbax.checkpoint as ocp
@@ -27,16 +28,21 @@ class Checkpointer:
     def restore_latest(self, abstract_arrays):
         """(step, arrays, meta) of the newest readable checkpoint, or None if there is none."""
         self.manager.reload()
+        found = None
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
                 out = self.manager.restore(step, args=ocp.args.Composite(
                     arrays=ocp.args.StandardRestore(abstract_arrays),
                     meta=ocp.args.JsonRestore()))
-                return step, out["arrays"], out["meta"]
+                found = step, out["arrays"], out["meta"]
+                break
             except Exception as e:  # corrupted / partial: fall back to an older one
-                logging.warning("checkpoint %d in %s is unreadable (%s: %s); trying older",
-                                step, self.directory, type(e).__name__, e)
-        return None
+                logging.warning("checkpoint %d in %s is unreadable (%s: %s); moving it aside "
+                                "and trying older", step, self.directory, type(e).__name__, e)
+                bad = os.path.join(self.directory, str(step))
+                os.replace(bad, f"{bad}.corrupt-{int(time.time())}")
+        self.manager.reload()
+        return found
 
     def close(self):
         self.manager.close()

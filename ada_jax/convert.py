@@ -83,6 +83,13 @@ def model_config_from_hf(hf: dict, param_dtype: str = "float32", **overrides
     return model_lib.ModelConfig(**{**fields, **overrides})
 
 
+def architecture(cfg: model_lib.ModelConfig) -> dict:
+    """The fields a checkpoint fixes (everything but dtypes, remat and max_len): compare a
+    loaded checkpoint's config with config.model before training."""
+    skip = RUNTIME_FIELDS + ("param_dtype",)
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in skip}
+
+
 def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | None = None,
                                 dtype: str | None = None) -> dict:
     """A config.json dict (Hub format) for cfg; model_type defaults to qwen2 iff qkv_bias."""

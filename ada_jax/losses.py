@@ -1,4 +1,4 @@
-"""Policy losses: PPO clipped surrogate, aggregation modes, KL estimators, entropy, DARO (SPEC §1-2).
+"""Policy losses: PPO clipped surrogate, aggregation, KL estimators, entropy, DARO (SPEC §1-2).
 
 Dimension letters: B sequences (rows), T response tokens, G prompt groups, K DARO buckets.
 All inputs are cast to float32; masks are bool or {0,1}. Every loss returns (scalar, metrics) and
@@ -72,7 +72,7 @@ def entropy_from_logits(logits_BTV):
 
 def ppo_token_loss(logp_BT, old_logp_BT, adv_BT, *, clip_low: float, clip_high: float,
                    dual_clip: float = 0.0):
-    """Per-token clipped surrogate -min(ρA, clip(ρ, 1-ε_low, 1+ε_high)A), ρ = exp(clamped log-ratio);
+    """Per-token clipped surrogate -min(ρA, clip(ρ, 1-ε_low, 1+ε_high)A), ρ = exp(clamped log ρ);
     with dual_clip = c > 1, tokens with A < 0 are further capped at -A·c. Returns (ℓ_BT, ρ_BT)."""
     log_ratio = jnp.clip(logp_BT.astype(jnp.float32) - old_logp_BT.astype(jnp.float32),
                          -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
@@ -140,12 +140,15 @@ def group_shares(loss_BT, mask_BT, group_B, n_groups: int):
     return jax.ops.segment_sum(per_row, group_B, n_groups)
 
 
-def daro_loss(per_group_loss_G, mu_G, log_w_K, *, valid_G=None, floor: float = 1e-4):
+def daro_loss(per_group_loss_G, mu_G, log_w_K, n_buckets: int | None = None, *, valid_G=None,
+              floor: float = 1e-4):
     """DARO: Σ_μ (w_μ·L_μ - ln w_μ) over the buckets present in the batch, w_μ = exp(log_w_μ) > 0.
 
     per_group_loss_G: each group's share of the policy loss (they sum to the batch loss, e.g. a
-    token_mean decomposed by group); mu_G: group pass rates; log_w_K: K-1 learnable log-weights,
-    one per level μ = j/K (train them with the policy params). L_μ sums the groups in bucket μ.
+    token_mean decomposed by group, see group_shares); mu_G: group pass rates; log_w_K: K-1
+    learnable log-weights, one per level μ = j/K, j = 1..K-1 (K = n_buckets, usually the group
+    size; train them with the policy params). L_μ sums the groups in bucket μ; valid_G masks
+    padding groups.
 
     L_μ ≤ 0 makes w·L - ln w unbounded below in w (w → ∞), so the weight objective uses
     L̄_μ = max(|L_μ|, floor) with the policy term kept as w·L_μ:
@@ -156,6 +159,9 @@ def daro_loss(per_group_loss_G, mu_G, log_w_K, *, valid_G=None, floor: float = 1
     Buckets with no group this step contribute nothing (their -ln w would push w → ∞).
     """
     n_levels = log_w_K.shape[0] + 1
+    if n_buckets is not None and n_buckets != n_levels:
+        raise ValueError(f"log_w_K has {n_levels - 1} entries, n_buckets={n_buckets} needs "
+                         f"{n_buckets - 1}")
     idx = daro_bucket(mu_G, n_levels)
     keep = idx >= 0 if valid_G is None else (idx >= 0) & valid_G
     seg = jnp.where(keep, idx, n_levels - 1)  # dropped groups go to a spare segment

@@ -1,8 +1,8 @@
-"""Non-linear pass-rate objectives J_f = E_x[f(p(x))] and the sampling budgets they imply (SPEC §3-4).
+"""Non-linear pass-rate objectives J_f = E_x[f(p(x))] and the budgets they imply (SPEC §3-4).
 
-Dimension letters: B prompts, T samples (stopping time). Every f / f' / gate function accepts numpy or
-JAX input and returns the same kind (JAX ones are jittable). Allocation solvers run on the host
-between steps: numpy in, `np.int64` out, and their integers always sum exactly to the budget.
+Dimension letters: B prompts, T samples (stopping time). Every f / f' / gate function accepts
+numpy or JAX input and returns the same kind (JAX ones are jittable). Allocation solvers run on
+the host between steps: numpy in, `np.int64` out, and their integers sum exactly to the budget.
 
   f-transforms   value(name, p, alpha) = f(p), weight(name, p, alpha) = f'(p) = w(p)
   smoothing      clip_pass_rate (p in [δ, 1-δ]), bayes_pass_rate ((k+α)/(N+α+β))
@@ -24,7 +24,7 @@ OBJECTIVES = ("linear", "log", "arcsin", "power")
 
 
 def _xp(x):
-    """numpy for host values, jax.numpy for traced / device arrays (so one code path serves both)."""
+    """numpy for host values, jax.numpy for traced / device arrays (one code path for both)."""
     return jnp if isinstance(x, jax.Array) else np
 
 
@@ -94,18 +94,19 @@ def allocate_continuous(scores, total: float, n_min=1, n_max=None) -> np.ndarray
     lo = np.broadcast_to(np.asarray(n_min, np.float64), s.shape).copy()
     hi = np.broadcast_to(np.asarray(np.inf if n_max is None else n_max, np.float64), s.shape).copy()
     if np.any(lo > hi) or lo.sum() > total + 1e-9 or hi.sum() < total - 1e-9:
-        raise ValueError(f"infeasible budget {total} for bounds sum(lo)={lo.sum()}, sum(hi)={hi.sum()}")
+        raise ValueError(f"infeasible budget {total}: sum(lo)={lo.sum()}, sum(hi)={hi.sum()}")
     pos = s > 0
     if not pos.any():  # nothing to be proportional to: spread evenly
         return allocate_continuous(np.ones_like(s), total, lo, hi)
     cap = hi[pos].sum() + lo[~pos].sum()
     if cap < total:  # positive prompts saturate at hi; the rest goes evenly to zero-score ones
         out = np.where(pos, hi, 0.0)
-        out[~pos] = allocate_continuous(np.ones((~pos).sum()), total - hi[pos].sum(), lo[~pos], hi[~pos])
+        out[~pos] = allocate_continuous(np.ones((~pos).sum()), total - hi[pos].sum(),
+                                        lo[~pos], hi[~pos])
         return out
-    s = s / s.max()  # only ratios matter; avoids overflow for tiny scores
-    with np.errstate(over="ignore"):
-        bps = np.concatenate([lo[pos] / s[pos], hi[pos] / s[pos]])
+    # only ratios matter: rescale, and floor positive ratios so bound / score stays finite
+    s = np.where(pos, np.maximum(s / s.max(), 1e-250), 0.0)
+    bps = np.concatenate([lo[pos] / s[pos], hi[pos] / s[pos]])
     bps = np.unique(bps[np.isfinite(bps)])
     g = lambda t: np.clip(t * s, lo, hi).sum()  # noqa: E731
     if total >= g(bps[-1]):  # past the last breakpoint only prompts with hi = inf still grow
@@ -165,7 +166,8 @@ def variance_optimal_allocation(p, total: int, objective: str = "log", alpha: fl
 
 def allocation_variance(p, n, objective: str = "log", alpha: float = 0.5, delta: float = 1e-3):
     """SPEC §3 variance model Σ_i f'(p_i)² p_i(1-p_i) / N_i (up to the shared E‖∇log π‖² / B²)."""
-    return float(np.sum(variance_optimal_scores(p, objective, alpha, delta) ** 2 / np.asarray(n, np.float64)))
+    s = variance_optimal_scores(p, objective, alpha, delta)
+    return float(np.sum(s ** 2 / np.asarray(n, np.float64)))
 
 
 def est_allocation(p_hat, total: int, kind: str = "inv_sqrt", objective: str = "log",
@@ -196,8 +198,9 @@ def gvm_scores(p, grad_norm, alpha: float = 1e-3, beta: float = 2.0) -> np.ndarr
 def gvm_allocation(p, grad_norm, total: int, alpha: float = 1e-3, beta: float = 2.0,
                    n_min: int = 0, n_max=None) -> np.ndarray:
     """GVM budgets N_i ∝ G_i/√(p_i + α/p_i^(β-1)) (reference α=1e-3, β=2, total 8·B); zero-score
-    prompts get 0 (n_min applies to the others only). If every score is 0, the budget is spread
-    evenly (the reference would divide by zero)."""
+    prompts get 0 (n_min applies to the others only). If every score is 0, or the others cannot
+    absorb the total within n_max, the (excess) budget is spread evenly over the zero-score
+    prompts so the total stays exact (the reference would divide by zero)."""
     s = gvm_scores(p, grad_norm, alpha, beta)
     lo = np.where(s > 0, n_min, 0) if s.any() else np.full(s.shape, n_min)
     return allocate(s, total, lo, n_max)
@@ -262,13 +265,14 @@ def stopping_moments(p: float, k_pos: int, k_neg: int = 0, round_size: int = 1,
 def tier_cost(budgets, shares) -> float:
     """Seed 000's escalation example as written: Σ_t K_t·share_t. With K = 4/32/256 and shares
     62.7% / 16.9% / 1.7% this is ≈ 12.3 per prompt (SPEC §4.5). It charges each solved prompt only
-    its final tier's budget and ignores unsolved prompts; see `escalation_cost` for full accounting."""
+    its final tier's budget and ignores unsolved prompts; `escalation_cost` charges everything."""
     return float(np.dot(np.asarray(budgets, np.float64), np.asarray(shares, np.float64)))
 
 
 def escalation_cost(budgets, shares) -> float:
-    """Expected samples when every prompt starts at K_1 and unsolved ones escalate to K_{t+1} total:
-    K_1 + Σ_t (K_{t+1} - K_t)·P(unsolved after tier t), P(unsolved after t) = 1 - Σ_{s≤t} share_s."""
+    """Expected samples when every prompt starts at K_1 and unsolved ones escalate to K_{t+1} in
+    total: K_1 + Σ_t (K_{t+1} - K_t)·P(unsolved after t), P(unsolved after t) = 1 - Σ_{s≤t} share_s.
+    """
     k = np.asarray(budgets, np.float64)
     unsolved = 1.0 - np.cumsum(np.asarray(shares, np.float64))
     return float(k[0] + np.sum(np.diff(k) * unsolved[:-1]))
@@ -279,8 +283,9 @@ def escalation_cost(budgets, shares) -> float:
 
 def est_update(n_tot, n_pos, n_t, k_t, decay: float = 0.9, alpha: float = 1.0, beta: float = 16.0):
     """One Ada-Est history step: N_tot ← λN_tot + n_t, N_pos ← λN_pos + k_t,
-    p̂ = (N_pos + α)/(N_tot + α + β) (reference λ=0.9, α=1, β=16). Pure and jittable; pass only the
-    rows of the prompts seen this step (gather / scatter around it) unless unseen ones should decay."""
+    p̂ = (N_pos + α)/(N_tot + α + β) (reference λ=0.9, α=1, β=16). Pure and jittable; pass only
+    the rows of the prompts seen this step (gather / scatter around it) unless unseen ones should
+    decay too."""
     n_tot = decay * n_tot + n_t
     n_pos = decay * n_pos + k_t
     return n_tot, n_pos, bayes_pass_rate(n_pos, n_tot, alpha, beta)

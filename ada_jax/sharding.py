@@ -123,3 +123,13 @@ def init_sharded(make_module, mesh: Mesh, rules: Rules):
     shardings = state_shardings(abstract_state, mesh, rules)
     state = jax.jit(lambda: nnx.state(make_module()), out_shardings=shardings)()
     return graphdef, state
+
+
+def place_on_mesh(tree, mesh: Mesh):
+    """Replicate every leaf not already laid out on `mesh` (optimizer counters, small extra
+    params), so one jit sees a single device set and restores keep that layout."""
+    def one(x):
+        if isinstance(getattr(x, "sharding", None), NamedSharding) and x.sharding.mesh == mesh:
+            return x
+        return jax.device_put(x, NamedSharding(mesh, PartitionSpec()))
+    return jax.tree.map(one, tree)

@@ -372,7 +372,7 @@ class MetricsWriter:
                         rec = json.loads(line)
                     except json.JSONDecodeError:
                         continue  # a line cut by a crash
-                    if rec.get("step", 0) < resume_step:
+                    if rec.get("step", 0) <= resume_step:
                         kept.append(line if line.endswith("\n") else line + "\n")
         with open(self.path, "w") as f:
             f.writelines(kept)
@@ -431,8 +431,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
                          f"{rows_per_step} training rows per step")
     optimizer = make_optimizer(c)
     n_daro = max(c.rl.daro_buckets or c.rl.n, 2) - 1
-    trainable = {"model": params, "daro": jnp.zeros((n_daro,), jnp.float32)}
-    opt_state = optimizer.init(trainable)
+    trainable = sharding.place_on_mesh(
+        {"model": params, "daro": jnp.zeros((n_daro,), jnp.float32)}, ctx.mesh)
+    opt_state = sharding.place_on_mesh(optimizer.init(trainable), ctx.mesh)
     iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=c.seed)
     history: dict = {}
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), c.checkpoint.keep)

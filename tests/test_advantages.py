@@ -1,4 +1,5 @@
 """Advantages: hand-computed cases, verl's conventions (loop ports below) and ragged masks."""
+import itertools
 import math
 
 import jax
@@ -96,6 +97,15 @@ def test_rloo_raft_drgrpo_hand():
                                [[2.0, 2.0, 0, 0], [0, 0, 0, 0]])  # n/k: mean over the 2 positives
 
 
+def test_batch_normalised_hand_case():
+    # centred rewards [[.5, -.5], [0, 0]]: batch mean 0, unbiased batch var (0.25 + 0.25)/3 = 1/6
+    r = jnp.array([[1.0, 0.0], [1.0, 1.0]])
+    m = jnp.ones((2, 2), bool)
+    a = 0.5 / math.sqrt(1 / 6)
+    np.testing.assert_allclose(A.liteppo(r, m), [[a, -a], [0, 0]], rtol=1e-5)
+    np.testing.assert_allclose(A.reinforce_pp(r, m), [[a, -a], [0, 0]], rtol=1e-5)
+
+
 def test_liteppo():
     r, m = _ragged(3)
     c = verl_grpo(r, m, norm=False)
@@ -117,8 +127,8 @@ def test_pool_baseline_hand_cases():
                                [[0.8 / (std + 1e-6)] * 2 + [-0.2 / (std + 1e-6)] * 2], rtol=1e-5)
     np.testing.assert_allclose(A.pool_baseline(r, m, n, k, weight_fn="log"),
                                [[4.0, 4.0, -1.0, -1.0]], rtol=1e-5)  # × 1/p̃ = 5
-    np.testing.assert_allclose(A.pool_baseline(r, m, n, k, weight_fn=lambda p: 1 / jnp.sqrt(p)),
-                               [[0.8 / math.sqrt(0.2)] * 2 + [-0.2 / math.sqrt(0.2)] * 2], rtol=1e-5)
+    inv_sqrt = A.pool_baseline(r, m, n, k, weight_fn=lambda p: 1 / jnp.sqrt(p))
+    np.testing.assert_allclose(inv_sqrt, np.array([[0.8, 0.8, -0.2, -0.2]]) / np.sqrt(0.2), rtol=1e-5)
 
 
 def test_pool_baseline_correction_is_exact_importance_weighting():
@@ -131,7 +141,6 @@ def test_pool_baseline_correction_is_exact_importance_weighting():
     lab = np.array([1] * k + [0] * (big_n - k), np.float32)
     p = k / big_n
     full = np.mean((lab - p) * x)
-    import itertools
     vals = []
     for pos in itertools.combinations(range(k), 2):  # balanced: 2 positives, 2 negatives
         for neg in itertools.combinations(range(k, big_n), 2):
@@ -146,8 +155,8 @@ def test_ragged_shapes_and_jit():
     r, m = _ragged(5)
     n_b = jnp.array([20, 12, 1, 3, 30, 8])
     k_b = jnp.array([4, 3, 0, 1, 30, 2])
-    f = jax.jit(lambda r, m, n, k: A.compute("pool", r, m, pool_n_B=n, pool_pos_B=k, correction=True,
-                                             std_normalise=True, weight_fn="log"))
+    f = jax.jit(lambda r, m, n, k: A.compute("pool", r, m, pool_n_B=n, pool_pos_B=k,
+                                             correction=True, std_normalise=True, weight_fn="log"))
     adv = np.asarray(f(r, m, n_b, k_b))
     assert adv.shape == r.shape and np.all(np.isfinite(adv))
     assert np.all(adv[~np.asarray(m)] == 0)

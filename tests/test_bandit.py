@@ -33,7 +33,8 @@ def estimators(bandit):
 def test_closed_forms(bandit, p):
     np.testing.assert_allclose(p, P, rtol=1e-5)
     for name in O.OBJECTIVES:
-        auto = jax.jit(jax.grad(bd.objective), static_argnums=2)(bandit.logits_BA, bandit.correct_BA, name)
+        auto = jax.jit(jax.grad(bd.objective), static_argnums=2)(bandit.logits_BA,
+                                                                  bandit.correct_BA, name)
         np.testing.assert_allclose(bd.objective_grad(bandit.logits_BA, bandit.correct_BA, name),
                                    auto, rtol=2e-4, atol=1e-7)
     actions = jnp.array([[0, 5], [31, 2]] * 4)
@@ -55,7 +56,8 @@ def test_label_identity_and_variance_by_enumeration(bandit, p):
         np.testing.assert_allclose(cond, dp * ((r - p) / (p * (1 - p)))[:, None], atol=1e-6)
     x = (c - p[:, None])[:, :, None] * score  # (r - p)∇log π for each action
     var = (pi[:, :, None] * x ** 2).sum((1, 2)) - (dp ** 2).sum(1)
-    np.testing.assert_allclose(bd.per_sample_variance(bandit.logits_BA, bandit.correct_BA), var, rtol=1e-4)
+    got = bd.per_sample_variance(bandit.logits_BA, bandit.correct_BA)
+    np.testing.assert_allclose(got, var, rtol=1e-4)
 
 
 def test_exact_weights_match_closed_forms(estimators, p):
@@ -72,14 +74,15 @@ def test_exact_weights_match_closed_forms(estimators, p):
     s = np.sqrt(k * (n - k) / (n * (n - 1)))
     for q, wq in zip(p, w["grpo"]):
         pk = binom * q ** k * (1 - q) ** (n - k)
-        assert wq == pytest.approx((pk * (k * (n - k) / n) / (s + 1e-6)).sum() / (n * q * (1 - q)), rel=1e-4)
+        want = (pk * (k * (n - k) / n) / (s + 1e-6)).sum() / (n * q * (1 - q))
+        assert wq == pytest.approx(want, rel=1e-4)
     # gate factors: the log objective is only reached when some other sample succeeds
     np.testing.assert_allclose(w["raft_mean_pos"], (1 - (1 - p) ** n) / p, rtol=1e-5)
     np.testing.assert_allclose(w["pool16_log"], (1 - (1 - p) ** 15) / p, rtol=1e-4)
     np.testing.assert_allclose(w["est_rloo_log"], 1 / p, rtol=1e-5)
     np.testing.assert_allclose(w["seq_bal_corr"], w["seq_bal_full"], rtol=1e-5)
     np.testing.assert_allclose(w["seq_pos_corr"], w["seq_pos_full"], rtol=1e-5)
-    assert np.all(np.abs(w["seq_bal_ref"] / w["seq_bal_full"] - 1) > 0.1)  # reference code is biased
+    assert np.all(np.abs(w["seq_bal_ref"] / w["seq_bal_full"] - 1) > 0.1)  # reference: biased
     # GRPO's implicit objective is arcsin only as n grows: w_n(p)·√(p(1-p)) -> 1
     grpo = lambda r, m, q: A.grpo(r, m)  # noqa: E731
     big = [bd.group_weight(grpo, q, 400) * math.sqrt(q * (1 - q)) for q in (0.3, 0.5, 0.7)]
@@ -102,7 +105,8 @@ def test_seq_states_match_stopping_law():
 
 def test_simulated_pools_follow_the_exact_law(bandit, p):
     cfg = dict(round_size=8, max_rounds=4, k_pos=2, k_neg=2, n_keep=4)
-    sim = jax.jit(jax.vmap(lambda k: bd.simulate_seq(k, bandit.logits_BA, bandit.correct_BA, **cfg)))
+    sim = jax.jit(jax.vmap(
+        lambda k: bd.simulate_seq(k, bandit.logits_BA, bandit.correct_BA, **cfg)))
     s = jax.tree.map(np.asarray, sim(jax.random.split(jax.random.PRNGKey(7), REPS)))
     m_pos, m_neg = bd.downsample_counts(s["pool_n"], s["pool_pos"], 4)
     np.testing.assert_array_equal(s["mask"].sum(-1), m_pos + m_neg)
@@ -163,8 +167,8 @@ def test_pool_correction_removes_selection_bias(bandit, p):
         return jnp.stack([len(P) * (x * dp).sum(-1) / (dp * dp).sum(-1) for x in gs])  # [3, B]
 
     keys = jax.random.split(jax.random.PRNGKey(11), REPS)
-    w = np.asarray(jax.jit(jax.vmap(draw, (0, None, None)))(keys, bandit.logits_BA, bandit.correct_BA),
-                   np.float64)
+    run = jax.jit(jax.vmap(draw, (0, None, None)))
+    w = np.asarray(run(keys, bandit.logits_BA, bandit.correct_BA), np.float64)
     se = lambda x: x.std(0, ddof=1) / math.sqrt(len(x))  # noqa: E731
     d_ref, d_cor = w[:, 1] - w[:, 0], w[:, 2] - w[:, 0]
     assert np.all(np.abs(d_ref.mean(0)) > 6 * se(d_ref))  # uncorrected: biased on every prompt
@@ -177,9 +181,10 @@ def test_pool_correction_removes_selection_bias(bandit, p):
 def _variance(bandit, n_b, seed):
     """MC variance of the oracle estimator for log and arcsin from one set of draws: ĝ_f is
     f'(p_b)·ĥ_b per prompt with ĥ the linear oracle, so V_f = Σ_b f'(p_b)² E‖ĥ_b - ∇p_b/B‖²."""
-    g = bd.monte_carlo(jax.random.PRNGKey(seed), bandit, bd.oracle_estimator("linear", n_b).draw, REPS)
-    dev = np.asarray(((g - bd.objective_grad(bandit.logits_BA, bandit.correct_BA, "linear")) ** 2).sum(-1),
-                     np.float64)  # [R, B]
+    est = bd.oracle_estimator("linear", n_b)
+    g = bd.monte_carlo(jax.random.PRNGKey(seed), bandit, est.draw, REPS)
+    mean = bd.objective_grad(bandit.logits_BA, bandit.correct_BA, "linear")
+    dev = np.asarray(((g - mean) ** 2).sum(-1), np.float64)  # [R, B]
     p = np.asarray(bd.pass_rate(bandit.logits_BA, bandit.correct_BA), np.float64)
     out = {}
     for f in ("log", "arcsin"):

@@ -167,6 +167,39 @@ def test_runtime_overrides_reach_the_graphdef(saved, mesh):
         convert.load_hf_checkpoint(path, mesh, RULES, d_model=16)
 
 
+# config.json of the reference models as published on the Hugging Face Hub (the keys we read).
+HUB_CONFIGS = {
+    "qwen2_5_math_1_5b": dict(
+        architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
+        hidden_size=1536, intermediate_size=8960, max_position_embeddings=4096,
+        num_attention_heads=12, num_hidden_layers=28, num_key_value_heads=2, rms_norm_eps=1e-6,
+        rope_theta=10000.0, sliding_window=4096, use_sliding_window=False,
+        tie_word_embeddings=True, torch_dtype="bfloat16", vocab_size=151936),
+    "qwen2_5_math_7b": dict(
+        architectures=["Qwen2ForCausalLM"], model_type="qwen2", hidden_act="silu",
+        hidden_size=3584, intermediate_size=18944, max_position_embeddings=4096,
+        num_attention_heads=28, num_hidden_layers=28, num_key_value_heads=4, rms_norm_eps=1e-6,
+        rope_theta=10000.0, sliding_window=4096, use_sliding_window=False,
+        tie_word_embeddings=False, torch_dtype="bfloat16", vocab_size=152064),
+    "llama3_2_3b_instruct": dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", attention_bias=False,
+        head_dim=128, hidden_act="silu", hidden_size=3072, intermediate_size=8192,
+        max_position_embeddings=131072, mlp_bias=False, num_attention_heads=24,
+        num_hidden_layers=28, num_key_value_heads=8, rms_norm_eps=1e-5, rope_theta=500000.0,
+        rope_scaling=dict(factor=32.0, high_freq_factor=4.0, low_freq_factor=1.0,
+                          original_max_position_embeddings=8192, rope_type="llama3"),
+        tie_word_embeddings=True, torch_dtype="bfloat16", vocab_size=128256),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HUB_CONFIGS))
+def test_configs_models_match_the_hub(name):
+    got = convert.model_config_from_hf(HUB_CONFIGS[name])
+    want = model_lib.ModelConfig(**base.MODELS[name])
+    assert convert.architecture(got) == convert.architecture(want)
+    assert got.max_len == want.max_len
+
+
 # ---- errors --------------------------------------------------------------------------------
 
 def _copy(saved, tmp_path):

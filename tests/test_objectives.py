@@ -1,4 +1,4 @@
-"""Objectives, smoothing, allocation solvers, gate and stopping costs against SPEC §3-4 closed forms."""
+"""Objectives, smoothing, allocation, gate and stopping costs against SPEC §3-4 closed forms."""
 import math
 
 import jax
@@ -71,7 +71,8 @@ def test_optimal_allocation_closed_forms(name, alpha, expect):
 def test_water_filling_by_hand():
     # scores 3, 0, 1, tiny with box [1, 5], total 10: prompt 0 saturates at 5, zero-score prompt and
     # tiny prompt sit at 1, the free prompt takes the remaining 3.
-    np.testing.assert_allclose(O.allocate_continuous([3, 0, 1, 1e-9], 10, 1, 5), [5, 1, 3, 1], atol=1e-6)
+    real = O.allocate_continuous([3, 0, 1, 1e-9], 10, 1, 5)
+    np.testing.assert_allclose(real, [5, 1, 3, 1], atol=1e-6)
     np.testing.assert_array_equal(O.allocate([3, 0, 1, 1e-9], 10, 1, 5), [5, 1, 3, 1])
     # Largest remainder: 10 ∝ (1, 1, 1) -> 3.33 each -> one extra unit to the first (stable ties).
     np.testing.assert_array_equal(O.allocate([1, 1, 1], 10, 0), [4, 3, 3])
@@ -79,7 +80,7 @@ def test_water_filling_by_hand():
         O.allocate([1, 1], 10, 1, 4)  # 2·4 < 10: infeasible
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.lists(st.floats(0.0, 50.0), min_size=1, max_size=24), st.integers(0, 6),
        st.integers(0, 40), st.data())
 def test_allocation_invariants(scores, n_min, extra, data):
@@ -119,7 +120,8 @@ def test_est_allocation():
     p_hat = np.array([0.01, 0.04, 0.25, 1.0])
     n = O.est_allocation(p_hat, 100, "inv_sqrt")
     np.testing.assert_array_equal(n, O.allocate(1 / np.sqrt(p_hat), 100, 1))
-    np.testing.assert_allclose(n / n.sum(), (1 / np.sqrt(p_hat)) / (1 / np.sqrt(p_hat)).sum(), atol=0.01)
+    share = 1 / np.sqrt(p_hat)
+    np.testing.assert_allclose(n / n.sum(), share / share.sum(), atol=0.01)
     n = O.est_allocation(p_hat, 20, "inv")  # 1/p̂ = 100:25:4:1 -> at least 1 each
     assert n.sum() == 20 and n.min() >= 1 and n[0] > n[1] > n[2] >= n[3]
     assert O.est_allocation(p_hat, 20, "inv", n_max=8).max() <= 8
@@ -133,7 +135,8 @@ def test_gvm_allocation_and_zero_rules():
     assert s[0] == 0 and s[1] == 0  # p = 0 or G = 0 -> no samples
     assert s[2] == pytest.approx(2.0 / math.sqrt(0.5 + 1e-3 / 0.5))
     assert s[3] == pytest.approx(1.0 / math.sqrt(0.05 + 1e-3 / 0.05))
-    assert O.gvm_scores([0.1], [1.0], alpha=0.01, beta=3.0)[0] == pytest.approx(1 / math.sqrt(0.1 + 0.01 / 0.01))
+    s3 = O.gvm_scores([0.1], [1.0], alpha=0.01, beta=3.0)[0]  # α / p^(β-1) = 0.01 / 0.01
+    assert s3 == pytest.approx(1 / math.sqrt(0.1 + 1.0))
     n = O.gvm_allocation(p, g, 8 * len(p))
     assert n.sum() == 40 and n[0] == 0 and n[1] == 0
     np.testing.assert_allclose(n[2:], 40 * s[2:] / s.sum(), atol=1.0)

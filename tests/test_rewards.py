@@ -168,6 +168,8 @@ def pool():
         os.remove(SENTINEL)
     with MathVerifierPool(num_workers=2, timeout_s=3.0) as p:
         yield p
+        print(f"\nverifier pool: {p.n_scored} scored, {p.n_timeouts} timeouts, "
+              f"{p.n_crashes} crashes")
     assert not os.path.exists(SENTINEL), "model text was executed"
 
 
@@ -195,7 +197,7 @@ def test_injections_and_bombs_score_zero_within_the_timeout(pool):
     # Every sample ends within its timeout (+ respawn slack): 2 workers in parallel.
     assert elapsed < len(texts) * pool.timeout_s / 2 + 30
     assert not os.path.exists(SENTINEL)
-    assert pool.score(["\\boxed{3}"], ["3"]).tolist() == [1.0]  # still healthy
+    assert pool.score(["\\boxed{3}"], ["\\frac{6}{2}"]).tolist() == [1.0]  # still healthy
 
 
 def misbehave_on_marker(pred: str, gold: str, inner_timeout: int) -> bool:
@@ -205,7 +207,7 @@ def misbehave_on_marker(pred: str, gold: str, inner_timeout: int) -> bool:
             time.sleep(1)
     if pred == "EXIT":
         os._exit(3)
-    return pred == gold
+    return pred.isdigit() and gold.isdigit() and int(pred) == int(gold)
 
 
 def test_hung_or_dead_workers_are_replaced_and_score_zero():
@@ -214,12 +216,12 @@ def test_hung_or_dead_workers_are_replaced_and_score_zero():
         texts = ["\\boxed{HANG}", "\\boxed{1}", "\\boxed{HANG}", "\\boxed{EXIT}", "\\boxed{2}",
                  "\\boxed{3}"]
         t = time.monotonic()
-        scores = p.score(texts, ["HANG", "1", "HANG", "EXIT", "2", "4"])
+        scores = p.score(texts, ["x", "01", "x", "x", "02", "4"])  # "01": not a text match
         elapsed = time.monotonic() - t
         assert scores.tolist() == [0.0, 1.0, 0.0, 0.0, 1.0, 0.0]
         assert (p.n_timeouts, p.n_crashes) == (2, 1)
         assert elapsed < 2 * 1.0 + 60  # two timeouts + respawns (slow on a loaded machine)
-        assert p.score(["\\boxed{5}"] * 4, ["5"] * 4).tolist() == [1.0] * 4
+        assert p.score(["\\boxed{5}"] * 4, ["05"] * 4).tolist() == [1.0] * 4
 
 
 _fragments = st.sampled_from(
@@ -277,3 +279,21 @@ def test_megabyte_answers_reach_the_workers_and_time_out_cleanly():
         t = time.monotonic()
         assert p.score(texts, ["1", "1", "7"]).tolist() == [0.0, 0.0, 1.0]
         assert time.monotonic() - t < 2 * 2.0 + 60
+
+
+def test_eval_guard_lets_only_number_literals_through(tmp_path):
+    """In a worker process sympy's eval is replaced: numbers parse, code does not run."""
+    import subprocess
+    import sys
+    flag = tmp_path / "ran"
+    code = (
+        "from ada_jax.rewards.math_verifier import math_verify_check\n"
+        "import sympy\n"
+        "assert math_verify_check('1', '1', 5)\n"
+        "assert sympy.Number('12') == 12 and sympy.Number('1.5') == 1.5\n"
+        f"try:\n    sympy.sympify(\"__import__('pathlib').Path('{flag}').touch()\")\n"
+        "except ValueError as e:\n    assert 'refuses' in str(e)\n"
+        "else:\n    raise SystemExit('sympify ran code')\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__))))
+    assert not flag.exists()

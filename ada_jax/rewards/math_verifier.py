@@ -124,7 +124,8 @@ class MathVerifierPool:
     num_workers processes (2 by default) each verify one sample at a time. A sample whose
     verification exceeds timeout_s scores 0, and its worker is killed and respawned.
     Completions without a closed `\\boxed{}`, or with more than max_answer_chars inside it,
-    score 0 without reaching a worker. Bytes are decoded as UTF-8 with replacement.
+    score 0 without reaching a worker; boxed text identical to the gold scores 1 at once.
+    Bytes are decoded as UTF-8 with replacement.
     `check` ("module:function", (pred, gold, inner_timeout) -> bool) replaces math-verify.
     Counters: n_scored, n_timeouts, n_crashes.
     """
@@ -152,9 +153,11 @@ class MathVerifierPool:
         for i, (text, gold) in enumerate(zip(completions, answers)):
             if isinstance(text, bytes):
                 text = text.decode("utf-8", errors="replace")
-            pred = last_boxed(text)
-            if pred is not None and len(pred) <= self.max_answer_chars:
-                todo.append((i, pred, str(gold)))
+            pred, gold = last_boxed(text), str(gold)
+            if pred is not None and pred.strip() == gold.strip() and gold.strip():
+                scores[i] = 1.0  # identical text: no need to ask math-verify
+            elif pred is not None and len(pred) <= self.max_answer_chars:
+                todo.append((i, pred, gold))
         todo.reverse()  # pop() from the end keeps submission order
         while todo or any(w.task is not None for w in self._workers):
             now = time.monotonic()

@@ -11,9 +11,10 @@ answer in \\boxed{}:
 
 Each line must be computed in one shot (no digit-level scratch work), so difficulty grows with
 the number of lines (errors compound) and with the width of the numbers (carries must be
-resolved before the leading digit is written). Level 1 is one small addition; level 8 is six
-operations on four-digit numbers including multiplications, far beyond a few-hundred-thousand
-parameter model. All values stay in [0, bound), so answers are plain digit strings.
+resolved before the leading digit is written, products of a 3-4 digit number need every digit
+at once). Level 1 is a one-digit sum (100 facts to memorise); level 8 is five operations on
+four-digit numbers including multiplications, far beyond a few-hundred-thousand-parameter
+model. All values stay in [0, bound), so answers are plain digit strings.
 
 Problems are generated on the fly and deterministically from (seed, split, index); train and
 eval are disjoint because membership is decided by the question text (`problem.split_of`).
@@ -36,20 +37,21 @@ class Level:
 
 
 LEVELS = {
-    1: Level(steps=1, start_digits=2, digits=1, ops="+", bound=1000),
-    2: Level(steps=2, start_digits=2, digits=1, ops="+-", bound=1000),
-    3: Level(steps=2, start_digits=2, digits=2, ops="+-", bound=1000),
-    4: Level(steps=3, start_digits=2, digits=2, ops="+-*", bound=1000),
-    5: Level(steps=3, start_digits=3, digits=3, ops="+-*", bound=10_000),
-    6: Level(steps=4, start_digits=3, digits=3, ops="+-*", bound=10_000),
-    7: Level(steps=5, start_digits=4, digits=4, ops="+-*", bound=10_000),
-    8: Level(steps=6, start_digits=4, digits=4, ops="+-*", bound=10_000),
+    1: Level(steps=1, start_digits=1, digits=1, ops="+", bound=100),
+    2: Level(steps=2, start_digits=1, digits=1, ops="+-", bound=100),
+    3: Level(steps=2, start_digits=2, digits=1, ops="+-", bound=1000),
+    4: Level(steps=2, start_digits=2, digits=2, ops="+-", bound=1000),
+    5: Level(steps=3, start_digits=2, digits=2, ops="+-*", bound=1000),
+    6: Level(steps=3, start_digits=3, digits=3, ops="+-*", bound=10_000),
+    7: Level(steps=4, start_digits=3, digits=3, ops="+-*", bound=10_000),
+    8: Level(steps=5, start_digits=4, digits=4, ops="+-*", bound=10_000),
 }
 MAX_LEVEL = max(LEVELS)
 
 
 def _number(rng: random.Random, digits: int) -> int:
-    return rng.randrange(10 ** (digits - 1) if digits > 1 else 1, 10**digits)
+    """Uniform over numbers with exactly `digits` digits (0..9 for one digit)."""
+    return rng.randrange(10 ** (digits - 1) if digits > 1 else 0, 10**digits)
 
 
 def _chain(rng: random.Random, level: Level) -> tuple[int, list[tuple[str, int]]]:

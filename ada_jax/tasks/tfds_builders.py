@@ -123,6 +123,8 @@ class TfdsSource:
         return len(self._records)
 
     def __getitem__(self, index: int) -> Problem:
+        if not 0 <= index < len(self._records):
+            raise IndexError(f"index {index} out of range for {len(self._records)} problems")
         r = self._records[index]
         text = lambda v: v.decode("utf-8") if isinstance(v, bytes) else str(v)
         return Problem(id=int(r["id"]), question=text(r["question"]), answer=text(r["answer"]),
