@@ -1,4 +1,5 @@
 """Config validation: every bad value is rejected with the field's dotted name, before compiling."""
+import logging
 from typing import Any
 
 _CHOICES = {
@@ -30,8 +31,9 @@ _NON_NEGATIVE = (
     "sampling.temperature", "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg",
     "loss.clip_low", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",
     "optim.warmup_steps", "optim.grad_clip", "eval.every", "checkpoint.every", "sft.steps",
-    "adaptive.overcommit",
+    "adaptive.overcommit", "sampling.prefill_chunk",
 )
+_STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_token")
 
 
 def _get(config, dotted: str) -> Any:
@@ -53,7 +55,22 @@ def validate(config) -> None:
     for name in _NON_NEGATIVE:
         if _get(config, name) < 0:
             raise ValueError(f"config.{name}={_get(config, name)!r}: must be >= 0")
+    if not isinstance(config.sampling.prefill_chunk, int):
+        raise ValueError(f"config.sampling.prefill_chunk={config.sampling.prefill_chunk!r}: "
+                         f"must be an integer (rows per prefill call, 0 = all)")
+    for name in _STRINGS:
+        if not isinstance(_get(config, name), str):
+            raise ValueError(f"config.{name}={_get(config, name)!r}: must be a string")
     m = config.model
+    extra = m.extra_eos_tokens
+    if (not isinstance(extra, (tuple, list))
+            or not all(isinstance(t, str) and t for t in extra)):
+        raise ValueError(f"config.model.extra_eos_tokens={extra!r}: must be a tuple of "
+                         f"non-empty token strings")
+    if m.param_dtype == "bfloat16" and config.optim.lr < 1e-4:
+        logging.warning("config.model.param_dtype='bfloat16' with config.optim.lr=%g: bf16 "
+                        "weights round most updates this small away; use float32 params "
+                        "(with dtype='bfloat16' compute)", config.optim.lr)
     if m.n_heads % m.n_kv_heads:
         raise ValueError(f"config.model.n_heads={m.n_heads} must be a multiple of "
                          f"config.model.n_kv_heads={m.n_kv_heads}")

@@ -193,11 +193,15 @@ class Transformer(nnx.Module):
             self.lm_head = _param(rngs.params(), (cfg.d_model, cfg.vocab_size),
                                   ("embed", "vocab"), pd, 1.0 / math.sqrt(cfg.d_model))
 
-    def __call__(self, tokens_BT, positions_BT, mask_BT, cache: Cache | None = None):
+    def __call__(self, tokens_BT, positions_BT, mask_BT, cache: Cache | None = None,
+                 logits_at_BU=None):
         """Logits [B,T,V] (float32) and the updated cache (None without one).
 
         mask_BT marks real tokens (False = padding). Positions are each token's index among
         its row's real tokens (RoPE). With a cache the T tokens are appended at cache["pos"].
+        logits_at_BU: optional int [B,U] indices into T; then the logits are [B,U,V], computed
+        only at those positions (the hidden states are gathered before the output head, so the
+        [B,T,V] array never exists: prefill passes each row's last position).
         """
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
@@ -216,14 +220,14 @@ class Transformer(nnx.Module):
                 cache["valid"], mask_BT, pos_B)
             kv_mask = valid[:, None, :] & (jnp.arange(S)[None, None, :] <= idx_BT[:, :, None])
         new_layers = []
-        block_fn = _block_call
-        if cfg.remat:
-            block_fn = nnx.remat(_block_call)
+        remat = cfg.remat and cache is None  # decoding is never differentiated
         for i, block in enumerate(self.blocks):
             lc = None if cache is None else {"k": cache["k"][i], "v": cache["v"][i],
                                               "pos": cache["pos"]}
-            x, lc = block_fn(block, x, positions_BT, inv_freq, kv_mask, lc)
+            x, lc = _block_call(block, x, positions_BT, inv_freq, kv_mask, lc, remat)
             new_layers.append(lc)
+        if logits_at_BU is not None:
+            x = jnp.take_along_axis(x, logits_at_BU[:, :, None].astype(jnp.int32), axis=1)
         x = self.final_norm(x)
         w = self.embed[...].T if cfg.tie_embeddings else self.lm_head[...]
         logits = jnp.einsum("btd,dv->btv", x, w.astype(dt)).astype(jnp.float32)
@@ -234,8 +238,21 @@ class Transformer(nnx.Module):
         return logits, new_cache
 
 
-def _block_call(block, x, positions_BT, inv_freq, kv_mask, layer_cache):
-    return block(x, positions_BT, inv_freq, kv_mask, layer_cache)
+def _block_call(block, x, positions_BT, inv_freq, kv_mask, layer_cache, remat: bool):
+    """One block; with remat only its input is saved for the backward pass.
+
+    Remat is `jax.checkpoint` over a pure function of the block's state (not `nnx.remat`,
+    which mutates the caller's Variables and so fails when the model is closed over by an
+    inner trace: a `lax.while_loop` / `lax.map` body such as the sampler's).
+    """
+    if not remat:
+        return block(x, positions_BT, inv_freq, kv_mask, layer_cache)
+    graphdef, state = nnx.split(block)
+
+    def pure(state, x, positions_BT, inv_freq, kv_mask, layer_cache):
+        return nnx.merge(graphdef, state)(x, positions_BT, inv_freq, kv_mask, layer_cache)
+
+    return jax.checkpoint(pure)(state, x, positions_BT, inv_freq, kv_mask, layer_cache)
 
 
 def init_cache(cfg: ModelConfig, batch: int, length: int) -> Cache:

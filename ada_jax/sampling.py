@@ -2,6 +2,11 @@
 
 Shapes: B rows, P prompt length (left-padded), N max new tokens, S = P + N cache length, V vocab.
 
+Prefill computes logits at each row's last prompt position only and can run the rows in
+chunks (`SamplingConfig.prefill_chunk`), so its float32 transients stay small: the attention
+scores of one chunk, never a [B,P,V] logits array. A row stops at `eos_id` or any of
+`extra_eos_ids` (e.g. Qwen's <|endoftext|> next to the chat turn's <|im_end|>).
+
 Log-probs returned are log softmax(logits / temperature) of the sampled token, in float32, before
 top-k / top-p truncation: the quantity the learner recomputes as π_old (verl's convention), so at
 T = 1 and top-p = 1 they are exactly the policy's log-probs. Params are traced arguments (the
@@ -25,6 +30,12 @@ class SamplingConfig:
     temperature: float = 1.0  # 0 = greedy
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
+    extra_eos_ids: tuple[int, ...] = ()  # further stop tokens besides eos_id
+    prefill_chunk: int = 0  # rows per prefill call (0 = all rows at once)
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        return (self.eos_id, *self.extra_eos_ids)
 
 
 @struct.dataclass
@@ -75,13 +86,47 @@ def sample_token(logits_BV, key, cfg: SamplingConfig):
     return token.astype(jnp.int32), logp
 
 
-def prefill(model, prompt_BP, prompt_mask_BP, cache_len: int):
-    """Run the prompt through the model once: (last-position logits [B,V], cache, next pos [B])."""
-    B = prompt_BP.shape[0]
+def is_eos(token_B, eos_ids) -> jax.Array:
+    """True where a token is one of the (static) stop ids."""
+    done = jnp.zeros(token_B.shape, bool)
+    for e in eos_ids:
+        done = done | (token_B == e)
+    return done
+
+
+def _prefill_rows(model, prompt_BP, prompt_mask_BP, cache_len: int):
+    B, P = prompt_BP.shape
     cache = model_lib.init_cache(model.cfg, B, cache_len)
     positions = model_lib.positions_from_mask(prompt_mask_BP)
-    logits, cache = model(prompt_BP, positions, prompt_mask_BP, cache)
-    return logits[:, -1], cache, jnp.sum(prompt_mask_BP, axis=1).astype(jnp.int32)
+    last_B1 = jnp.full((B, 1), P - 1, jnp.int32)  # left-padded: every row's last real token
+    logits, cache = model(prompt_BP, positions, prompt_mask_BP, cache, logits_at_BU=last_B1)
+    return logits[:, 0], cache, jnp.sum(prompt_mask_BP, axis=1).astype(jnp.int32)
+
+
+def prefill(model, prompt_BP, prompt_mask_BP, cache_len: int, chunk_rows: int = 0):
+    """Run the prompt through the model once: (last-position logits [B,V], cache, next pos [B]).
+
+    chunk_rows > 0 prefills that many rows at a time (a `lax.map` over ceil(B / chunk_rows)
+    chunks; the last is padded with empty rows), bounding the float32 attention scores to
+    [chunk_rows, H, P, cache_len]. Chunk j holds rows j, j + n, j + 2n, … (n chunks), so with
+    rows sharded over the mesh every chunk is spread over all devices.
+    """
+    B = prompt_BP.shape[0]
+    if chunk_rows <= 0 or chunk_rows >= B:
+        return _prefill_rows(model, prompt_BP, prompt_mask_BP, cache_len)
+    n = -(-B // chunk_rows)
+    pad = n * chunk_rows - B
+
+    def split(x):  # [B, ...] -> [n, chunk_rows, ...]
+        x = jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1))
+        return jnp.swapaxes(x.reshape(chunk_rows, n, *x.shape[1:]), 0, 1)
+
+    def merge(x):  # [n, chunk_rows, ...] -> [B, ...]
+        return jnp.swapaxes(x, 0, 1).reshape(n * chunk_rows, *x.shape[2:])[:B]
+
+    out = jax.lax.map(lambda a: _prefill_rows(model, a[0], a[1], cache_len),
+                      (split(prompt_BP), split(prompt_mask_BP)))
+    return jax.tree.map(merge, out)
 
 
 def decode_step(model, logits_BV, key, cache, next_pos_B, live_B, cfg: SamplingConfig):
@@ -98,11 +143,13 @@ def decode_step(model, logits_BV, key, cache, next_pos_B, live_B, cfg: SamplingC
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "cfg"))
 def sample(graphdef, params, prompt_BP, prompt_mask_BP, key, *, cfg: SamplingConfig):
-    """Sample up to cfg.max_new_tokens per row; stops a row at EOS, the loop when all stop."""
+    """Sample up to cfg.max_new_tokens per row; stops a row at any of cfg.eos_ids, the loop
+    when all rows have stopped."""
     model = nnx.merge(graphdef, params)
     B, P = prompt_BP.shape
     N = cfg.max_new_tokens
-    logits, cache, next_pos = prefill(model, prompt_BP, prompt_mask_BP, P + N)
+    logits, cache, next_pos = prefill(model, prompt_BP, prompt_mask_BP, P + N,
+                                      cfg.prefill_chunk)
     out = SampleOutput(tokens_BN=jnp.full((B, N), cfg.pad_id, jnp.int32),
                        logp_BN=jnp.zeros((B, N), jnp.float32),
                        lengths_B=jnp.zeros((B,), jnp.int32), steps=jnp.int32(0))
@@ -121,7 +168,7 @@ def sample(graphdef, params, prompt_BP, prompt_mask_BP, key, *, cfg: SamplingCon
         o = o.replace(tokens_BN=o.tokens_BN.at[:, s.step].set(token),
                       logp_BN=o.logp_BN.at[:, s.step].set(jnp.where(live, logp, 0.0)),
                       lengths_B=o.lengths_B + live.astype(jnp.int32), steps=s.step + 1)
-        done = s.done_B | (live & (token == cfg.eos_id))
+        done = s.done_B | (live & is_eos(token, cfg.eos_ids))
         return s.replace(step=s.step + 1, logits_BV=logits, next_pos_B=s.next_pos_B + live,
                          done_B=done, out=o, cache=cache)
 

@@ -96,10 +96,7 @@ def train_base(config, out_dir: str, mesh, tokenizer):
 def load_base(config, workdir: str, mesh, tokenizer):
     """The base policy: HF import, cached SFT checkpoint, or a fresh SFT run."""
     if config.model.init_from:
-        from ada_jax import convert
-        _, graphdef, params = convert.load_hf_checkpoint(
-            config.model.init_from, mesh, config.sharding_rules, config.model.param_dtype)
-        return graphdef, params
+        return _load_hf(config, mesh)
     out_dir = base_dir(config, workdir)
     graphdef, params = init_params(config, mesh, config.seed)
     if config.sft.steps == 0:  # no warm start: RL from the random init (tests, benchmarks)
@@ -112,6 +109,27 @@ def load_base(config, workdir: str, mesh, tokenizer):
             return graphdef, restored[1]["params"]
     logging.info("no base checkpoint in %s: running SFT (%d steps)", out_dir, config.sft.steps)
     return train_base(config, out_dir, mesh, tokenizer)
+
+
+def _load_hf(config, mesh):
+    """Import config.model.init_from (a Hugging Face folder) with config.model's param dtype,
+    compute dtype, remat and max_len, after checking its config.json describes config.model."""
+    from ada_jax import convert
+    m = config.model
+    hf_cfg = convert.model_config_from_hf(convert.read_hf_config(m.init_from))
+    got = convert.architecture(hf_cfg)
+    want = convert.architecture(model_lib.ModelConfig.from_config(m))
+    diff = [f"config.model.{k}={want[k]!r} but config.json gives {got[k]!r}"
+            for k in want if want[k] != got[k]]
+    if diff:
+        raise ValueError(f"config.model.init_from={m.init_from!r} does not hold model={m.name}: "
+                         + "; ".join(diff) + " (`python scripts/convert_hf.py --hf_dir=…` names "
+                         "the matching model= variant)")
+    _, graphdef, params = convert.load_hf_checkpoint(
+        m.init_from, mesh, config.sharding_rules, m.param_dtype, dtype=m.dtype, remat=m.remat,
+        max_len=m.max_len)
+    logging.info("base policy from %s", m.init_from)
+    return graphdef, params
 
 
 def base_report(config, graphdef, params, tokenizer, k: int = 16) -> dict:

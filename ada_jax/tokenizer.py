@@ -102,18 +102,42 @@ class HFTokenizer:
 
 
 def load_tokenizer(config) -> Tokenizer:
-    """config.model.tokenizer: "" = the embedded sentencepiece model, `*.model` = another
-    sentencepiece model, else a tokenizer.json (or its folder). Checks it fits the model."""
-    path = config.model.tokenizer
+    """The tokenizer at config.model.tokenizer, else at config.model.init_from (a Hugging Face
+    model folder holds its tokenizer.json): "" = the embedded sentencepiece model, `*.model` =
+    another sentencepiece model, else a tokenizer.json (or its folder), whose eos / pad are
+    config.model.eos_token / pad_token when set. Checks it fits the model and that
+    config.model.extra_eos_tokens are single tokens."""
+    m = config.model
+    path = m.get("tokenizer", "") or m.get("init_from", "")
     if not path or path.endswith(".model"):
         tok = SentencePieceTokenizer(path or None)
     else:
-        tok = HFTokenizer(path, eos_token=config.model.get("eos_token", ""),
-                          pad_token=config.model.get("pad_token", ""))
-    if tok.vocab_size > config.model.vocab_size:
+        field = "tokenizer" if m.get("tokenizer", "") else "init_from"
+        if not os.path.exists(os.path.join(path, "tokenizer.json") if os.path.isdir(path)
+                              else path):
+            raise FileNotFoundError(f"config.model.{field}={path!r}: no tokenizer.json there; "
+                                    f"set config.model.tokenizer")
+        tok = HFTokenizer(path, eos_token=m.get("eos_token", ""),
+                          pad_token=m.get("pad_token", ""))
+    if tok.vocab_size > m.vocab_size:
         raise ValueError(f"tokenizer {path or EMBEDDED_MODEL!r} has {tok.vocab_size} tokens, more "
-                         f"than config.model.vocab_size={config.model.vocab_size}")
+                         f"than config.model.vocab_size={m.vocab_size}")
+    extra_eos_ids(tok, config)  # fail now, not at the first sampling call
     return tok
+
+
+def extra_eos_ids(tokenizer: Tokenizer, config) -> tuple[int, ...]:
+    """Ids of config.model.extra_eos_tokens (stop tokens besides tokenizer.eos_id), for
+    `SamplingConfig.extra_eos_ids`; each must encode as exactly one token."""
+    ids = []
+    for text in config.model.get("extra_eos_tokens", ()):
+        got = tokenizer.encode(text)
+        if len(got) != 1:
+            raise ValueError(f"config.model.extra_eos_tokens: {text!r} is not one token of the "
+                             f"tokenizer (encodes as {got})")
+        if got[0] != tokenizer.eos_id and got[0] not in ids:
+            ids.append(got[0])
+    return tuple(ids)
 
 
 def render_prompt(question: str, template: str, hint: str = "") -> str:

@@ -419,6 +419,25 @@ def setup(config, workdir: str):
     return ctx, params
 
 
+def init_train_state(ctx: Context, params):
+    """(optimizer, trainable = {model, daro log-weights}, optimizer state), all on the mesh."""
+    c = ctx.config
+    optimizer = make_optimizer(c)
+    n_daro = max(c.rl.daro_buckets or c.rl.n, 2) - 1
+    trainable = sharding.place_on_mesh(
+        {"model": params, "daro": jnp.zeros((n_daro,), jnp.float32)}, ctx.mesh)
+    return optimizer, trainable, sharding.place_on_mesh(optimizer.init(trainable), ctx.mesh)
+
+
+def restore_checkpoint(ckpt: Checkpointer, trainable, opt_state):
+    """(step, trainable, opt_state, meta) from the newest readable checkpoint, or None."""
+    restored = ckpt.restore_latest(abstract_like({"trainable": trainable, "opt": opt_state}))
+    if restored is None:
+        return None
+    step, arrays, meta = restored
+    return step, arrays["trainable"], arrays["opt"], meta
+
+
 def train_and_evaluate(config, workdir: str) -> dict:
     """Train config.rl.steps steps (resuming if the workdir has a checkpoint); returns the
     last step's metrics."""
@@ -429,19 +448,14 @@ def train_and_evaluate(config, workdir: str) -> dict:
     if rows_per_step % c.rl.minibatches:
         raise ValueError(f"config.rl.minibatches={c.rl.minibatches} must divide the "
                          f"{rows_per_step} training rows per step")
-    optimizer = make_optimizer(c)
-    n_daro = max(c.rl.daro_buckets or c.rl.n, 2) - 1
-    trainable = sharding.place_on_mesh(
-        {"model": params, "daro": jnp.zeros((n_daro,), jnp.float32)}, ctx.mesh)
-    opt_state = sharding.place_on_mesh(optimizer.init(trainable), ctx.mesh)
+    optimizer, trainable, opt_state = init_train_state(ctx, params)
     iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=c.seed)
     history: dict = {}
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), c.checkpoint.keep)
     start = 0
-    restored = ckpt.restore_latest(abstract_like({"trainable": trainable, "opt": opt_state}))
+    restored = restore_checkpoint(ckpt, trainable, opt_state)
     if restored is not None:
-        start, arrays, meta = restored
-        trainable, opt_state = arrays["trainable"], arrays["opt"]
+        start, trainable, opt_state, meta = restored
         iterator.restore(meta["iterator"])
         history = {k: tuple(v) for k, v in meta["est_history"].items()}
         logging.info("resumed from step %d", start)

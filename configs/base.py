@@ -34,8 +34,23 @@ MODELS = {
                                  qkv_bias=False, tie_embeddings=True, norm_eps=1e-5,
                                  max_len=131_072, rope_scaling="llama3"),
 }
-PRETRAINED = ("qwen2_5_0_5b", "qwen2_5_math_1_5b", "qwen2_5_math_7b", "llama3_2_1b",
-              "llama3_2_3b_instruct")
+# Pretrained models: what differs per model. template: the prompt format (tokenizer.TEMPLATES);
+# eos_token: where a response ends (the chat turn's end token, overriding tokenizer_config.json,
+# whose eos is <|endoftext|> for the Qwen2.5(-Math) base models); extra_eos_tokens: further stop
+# tokens (the base models' end of text); slots: decode slots (global), sized for one 8xH100
+# host by scripts/memory_estimate.py (docs/scaling.md §6), fewer devices need fewer.
+# max_len is the checkpoint's max_position_embeddings: Qwen2.5-Math's 4096 holds the reference
+# prompt 1024 + response 2048 (raise it only with a longer response, past the trained range).
+_QWEN = dict(template="qwen_math", eos_token="<|im_end|>", extra_eos_tokens=("<|endoftext|>",))
+_LLAMA = dict(template="llama3_chat", eos_token="<|eot_id|>",
+              extra_eos_tokens=("<|end_of_text|>",))
+PRETRAINED = {
+    "qwen2_5_0_5b": dict(_QWEN, slots=4096),
+    "qwen2_5_math_1_5b": dict(_QWEN, slots=4096),
+    "qwen2_5_math_7b": dict(_QWEN, slots=2048),
+    "llama3_2_1b": dict(_LLAMA, slots=4096),
+    "llama3_2_3b_instruct": dict(_LLAMA, slots=1024),
+}
 
 # Algorithm presets: which advantage estimator and which sampling policy of the engine.
 ALGOS = {
@@ -59,6 +74,7 @@ def _model_config(name):
         name=name, rope_scaling="none", rope_scaling_factor=32.0, rope_low_freq_factor=1.0,
         rope_high_freq_factor=4.0, rope_original_max_len=8192,
         param_dtype="float32", dtype="float32", remat=False, init_from="", tokenizer="",
+        eos_token="", pad_token="", extra_eos_tokens=(),
     ))
     m.update(MODELS[name])
     return m
@@ -99,7 +115,7 @@ def get_config(arg: str = ""):
 
     c.sampling = ml_collections.ConfigDict(dict(
         temperature=1.0, top_k=0, top_p=1.0, max_prompt_len=48, max_new_tokens=112,
-        eval_temperature=1.0))
+        eval_temperature=1.0, prefill_chunk=0))
 
     c.task = ml_collections.ConfigDict(dict(
         name=args["task"], reward="verifier", template="embedded", min_level=1, max_level=8, train_size=20_000,
@@ -136,15 +152,18 @@ def get_config(arg: str = ""):
     c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))
     c.log = ml_collections.ConfigDict(dict(every=1, progress=True))
 
-    if c.model.name in PRETRAINED:
-        c.model.param_dtype = "bfloat16"
-        c.model.dtype = "bfloat16"
-        c.model.remat = True
-        c.task.template = "qwen_math"
-        c.sampling.max_prompt_len = 1024
-        c.sampling.max_new_tokens = 3072
-        c.rl.prompts_per_step = 512
+    if c.model.name in PRETRAINED:  # the reference run (docs/scaling.md §4)
+        p = PRETRAINED[c.model.name]
+        # float32 master weights, bfloat16 compute: bf16 params round lr-1e-6 updates away.
+        c.model.update(param_dtype="float32", dtype="bfloat16", remat=True,
+                       eos_token=p["eos_token"], extra_eos_tokens=p["extra_eos_tokens"])
+        c.task.template = p["template"]
+        c.adaptive.slots = p["slots"]
+        c.sampling.update(max_prompt_len=1024, max_new_tokens=2048, prefill_chunk=64)
+        c.rl.update(steps=400, prompts_per_step=512, minibatches=4)
         c.optim.lr = 1e-6
+        c.checkpoint.every = 50
+        c.eval.every = 50
         c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
 
     if smoke:

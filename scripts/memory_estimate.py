@@ -6,12 +6,13 @@ docs/scaling.md.
 
 Counts what ada_jax allocates: float32 master params, float32 grads and Adam moments (optax
 keeps them in the param dtype), a bf16 copy of the params for decoding, the sampler's KV caches
-(one per prompt from prefill, one per slot), the prefill transients (attention scores and
-all-position logits, both float32 in the current code) and the learner's activations under
-remat (each block's input kept, one block recomputed at a time, float32 logits). The
-prefill terms match XLA's buffer assignment (`compiled.memory_analysis()`: 2.93 GiB measured vs
-2.97 estimated for 4 rows of a 4-layer Qwen2.5-0.5B); the learner terms are analytic (XLA:CPU
-does not honour remat when assigning buffers, so it cannot check them). Params and
+(one per prompt from prefill, one per slot), the prefill transients (one chunk's float32
+attention scores over the prompt-length cache the engine prefills, and its last-position
+logits) and the learner's activations under remat (each block's input kept, one block
+recomputed at a time, float32 logits). The prefill terms match XLA's buffer assignment
+(`compiled.memory_analysis()`: 2.93 GiB measured vs 2.97 estimated for 4 rows of a 4-layer
+Qwen2.5-0.5B, all-position logits, as the code then was); the learner terms are analytic
+(XLA:CPU does not honour remat when assigning buffers, so it cannot check them). Params and
 optimizer state are split over fsdp x tensor; batch rows over data x fsdp; heads, kv heads, mlp
 and vocab over tensor when it divides them. XLA's temporaries and fragmentation come on top:
 keep the peak under ~85% of HBM.
@@ -38,25 +39,24 @@ def n_params(cfg: model_lib.ModelConfig) -> int:
 
 def estimate(cfg, *, data=1, fsdp=8, tensor=1, prompts=512, slots=512, prompt_len=1024,
              response_len=2048, micro_batch=2, param_bytes=4, compute_bytes=2,
-             prefill_chunk=0, last_logits_only=False, hbm=80.0) -> dict:
+             prefill_chunk=64, hbm=80.0) -> dict:
     """GiB per device for each item, the peaks of the sampling and learning phases, and the
     most slots that fit in 85% of `hbm` GiB. micro_batch: sequences per device in one learner
-    forward/backward (gradient accumulation over the rest); slots: rows decoded at once;
-    prompts: prompts prefilled per step; prefill_chunk: rows per device per prefill call (0 =
-    all at once, as now); last_logits_only: prefill computes logits for the last position
-    only (the sampler needs no others)."""
+    forward/backward (gradient accumulation over the rest); slots: rows decoded at once
+    (config.adaptive.slots); prompts: prompts prefilled per step; prefill_chunk: rows per
+    prefill call over the whole mesh (config.sampling.prefill_chunk; 0 = all at once)."""
     n = n_params(cfg)
     shard = fsdp * tensor
     rows = data * fsdp  # batch rows are split over these
     def split(dim):
         return tensor if dim % tensor == 0 else 1
-    S, T = prompt_len + response_len, prompt_len + response_len
+    S = T = prompt_len + response_len
     kv_token = 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * compute_bytes
     kv_token /= split(cfg.n_kv_heads)
     h, f, v = (cfg.n_heads / split(cfg.n_heads), cfg.d_ff / split(cfg.d_ff),
                cfg.vocab_size / split(cfg.vocab_size))
     prefill_rows = -(-prompts // rows)
-    chunk = min(prefill_chunk or prefill_rows, prefill_rows)
+    chunk = min(-(-prefill_chunk // rows) if prefill_chunk else prefill_rows, prefill_rows)
     out = dict(
         params_b=n / 1e9,
         params=n * param_bytes / shard,
@@ -65,8 +65,10 @@ def estimate(cfg, *, data=1, fsdp=8, tensor=1, prompts=512, slots=512, prompt_le
         decode_copy=n * compute_bytes / shard if param_bytes != compute_bytes else 0.0,
         prompt_kv=prefill_rows * prompt_len * kv_token,
         slot_kv=-(-slots // rows) * S * kv_token,
-        prefill_tmp=chunk * (h * prompt_len * S + (1 if last_logits_only else prompt_len) * v)
-        * 4,
+        # the engine prefills prompt-length caches; logits at the last position only; in
+        # chunks, the chunks' caches are re-ordered into row order (one more prompt_kv)
+        prefill_tmp=chunk * (h * prompt_len * prompt_len + v) * 4
+        + (prefill_rows * prompt_len * kv_token if chunk < prefill_rows else 0),
         remat_saved=micro_batch * cfg.n_layers * T * cfg.d_model * compute_bytes,
         # one block's backward: ~20 bytes per attention score (f32 scores, masked scores,
         # exp and their grads, bf16 probs), ~6 bf16 [T, F] MLP arrays
@@ -85,15 +87,19 @@ def estimate(cfg, *, data=1, fsdp=8, tensor=1, prompts=512, slots=512, prompt_le
     return out
 
 
+def _slots(name):  # the config's default (sized for one 8xH100 host)
+    return base.PRETRAINED[name]["slots"]
+
+
 # (label, model, mesh (data, fsdp, tensor), HBM GiB per device, prompts, slots, micro_batch)
 SETUPS = [
-    ("8xH100", "qwen2_5_math_1_5b", (1, 8, 1), 80, 512, 512, 2),
-    ("8xH100", "llama3_2_3b_instruct", (1, 8, 1), 80, 512, 512, 2),
-    ("8xH100", "qwen2_5_math_7b", (1, 8, 1), 80, 512, 256, 1),
-    ("8xH100", "qwen2_5_math_7b", (1, 4, 2), 80, 512, 256, 1),
-    ("TPU v5p-32 (16 chips, 4 hosts)", "qwen2_5_math_7b", (1, 16, 1), 95, 512, 512, 1),
-    ("TPU v4-64 (32 chips, 8 hosts)", "qwen2_5_math_7b", (2, 8, 2), 32, 512, 256, 1),
-    ("TPU v5e-64 (64 chips, 16 hosts)", "qwen2_5_math_1_5b", (4, 16, 1), 16, 512, 512, 1),
+    ("8xH100", "qwen2_5_math_1_5b", (1, 8, 1), 80, 512, _slots("qwen2_5_math_1_5b"), 2),
+    ("8xH100", "llama3_2_3b_instruct", (1, 8, 1), 80, 512, _slots("llama3_2_3b_instruct"), 2),
+    ("8xH100", "qwen2_5_math_7b", (1, 8, 1), 80, 512, _slots("qwen2_5_math_7b"), 1),
+    ("8xH100", "qwen2_5_math_7b", (1, 4, 2), 80, 512, _slots("qwen2_5_math_7b"), 1),
+    ("TPU v5p-32 (16 chips, 4 hosts)", "qwen2_5_math_7b", (1, 16, 1), 95, 512, 4096, 1),
+    ("TPU v4-64 (32 chips, 8 hosts)", "qwen2_5_math_7b", (2, 8, 2), 32, 512, 2048, 1),
+    ("TPU v5e-64 (64 chips, 16 hosts)", "qwen2_5_math_1_5b", (4, 16, 1), 16, 512, 4096, 1),
 ]
 COLUMNS = ("params", "adam", "grads", "decode_copy", "prompt_kv", "slot_kv", "prefill_tmp",
            "remat_saved", "block_tmp", "logits", "sampling_peak", "learning_peak", "max_slots")
@@ -126,21 +132,20 @@ def main():
     p.add_argument("--prompt_len", type=int, default=1024)
     p.add_argument("--response_len", type=int, default=2048)
     p.add_argument("--hbm", type=float, default=80.0)
-    p.add_argument("--prefill_chunk", type=int, default=0)
-    p.add_argument("--last_logits_only", action="store_true")
+    p.add_argument("--prefill_chunk", type=int, default=64)
     a = p.parse_args()
     if not a.model:
-        print(f"As the code is now (prompt {a.prompt_len}, response {a.response_len}):\n")
-        print(table(a.prompt_len, a.response_len))
-        print("\nWith prefill in chunks of 8 rows per device and last-position logits only:\n")
-        print(table(a.prompt_len, a.response_len, prefill_chunk=8, last_logits_only=True))
+        print(f"Prompt {a.prompt_len}, response {a.response_len}, prefill in chunks of "
+              f"{a.prefill_chunk} rows:\n")
+        print(table(a.prompt_len, a.response_len, prefill_chunk=a.prefill_chunk))
         return
     e = estimate(model_lib.ModelConfig(**base.MODELS[a.model]), data=a.data, fsdp=a.fsdp,
                  tensor=a.tensor, prompts=a.prompts, slots=a.slots, micro_batch=a.micro_batch,
                  prompt_len=a.prompt_len, response_len=a.response_len, hbm=a.hbm,
-                 prefill_chunk=a.prefill_chunk, last_logits_only=a.last_logits_only)
+                 prefill_chunk=a.prefill_chunk)
     for k, x in e.items():
-        print(f"{k:>14}: {x:8.2f}" + ("" if k in ("params_b", "max_slots") else " GiB"))
+        print(f"{k:>14}: " + (f"{x:8d}" if k == "max_slots" else f"{x:8.2f}")
+              + ("" if k in ("params_b", "max_slots") else " GiB"))
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ Why a pool of our own: math-verify (sympy underneath) can take unbounded time or
 adversarial answers. Each worker handles one sample at a time; one that runs past `timeout_s`
 is killed and respawned and the sample scores 0. Workers cap their address space, so huge
 numbers fail with MemoryError instead of exhausting the host. Workers are fresh interpreters
-(`python -m ada_jax.rewards.math_verifier`), never forks of the (multithreaded JAX) trainer,
-and never re-run the trainer's main script.
+that import only this module, never forks of the (multithreaded JAX) trainer, and never re-run
+the trainer's main script.
 
 Safety: answers are parsed as LaTeX only (no `ExprExtractionConfig`, whose sympy `parse_expr`
 calls `eval`), and sympy's `eval_expr` is replaced by a guard that only evaluates the number
@@ -74,8 +74,13 @@ def math_verify_check(pred: str, gold: str, inner_timeout: int) -> bool:
                   timeout_seconds=inner_timeout) is True
 
 
-def _worker_main(fd: int, memory_mb: int, inner_timeout: int, check_path: str) -> None:
+_WORKER = ("import sys; from ada_jax.rewards.math_verifier import _worker_main; "
+           "_worker_main(*sys.argv[1:])")
+
+
+def _worker_main(fd: str, memory_mb: str, inner_timeout: str, check_path: str) -> None:
     """Worker loop: receive (pred, gold), send back 0.0 / 1.0; exits when the pool goes."""
+    fd, memory_mb, inner_timeout = int(fd), int(memory_mb), int(inner_timeout)
     import logging
     import resource
     logging.disable(logging.CRITICAL)  # math-verify logs whole (possibly 1 MB) inputs on timeouts
@@ -105,7 +110,7 @@ class _Worker:
         parent, child = socket.socketpair()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ada_jax.rewards.math_verifier", str(child.fileno()), *args],
+            [sys.executable, "-c", _WORKER, str(child.fileno()), *args],
             pass_fds=[child.fileno()], env=env, stdin=subprocess.DEVNULL)
         child.close()
         self.conn = Connection(parent.detach())
@@ -129,6 +134,12 @@ class MathVerifierPool:
     `check` ("module:function", (pred, gold, inner_timeout) -> bool) replaces math-verify.
     Counters: n_scored, n_timeouts, n_crashes.
     """
+
+    @classmethod
+    def from_config(cls, config) -> "MathVerifierPool":
+        """config.task.verifier_workers (default 2) and verifier_timeout_s (default 5.0)."""
+        return cls(num_workers=config.task.get("verifier_workers", 2),
+                   timeout_s=config.task.get("verifier_timeout_s", 5.0))
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, memory_mb: int = 2048,
                  max_answer_chars: int = 1000, start_timeout_s: float = 120.0,
@@ -216,7 +227,3 @@ class MathVerifierPool:
             self.close()
         except Exception:
             pass
-
-
-if __name__ == "__main__":
-    _worker_main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

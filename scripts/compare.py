@@ -1,0 +1,51 @@
+"""Compare runs: plots (reward / eval vs step, tokens, wall time; effective-prompt ratio;
+all-correct / all-wrong shares; samples per prompt) and a markdown table.
+
+  python scripts/compare.py --workdirs /tmp/grpo /tmp/ada --out plots/ --target 0.5
+  python scripts/compare.py --groups grpo4=/tmp/g4_s0,/tmp/g4_s1 ada=/tmp/a_s0,/tmp/a_s1
+"""
+import argparse
+import os
+
+import numpy as np
+
+from ada_jax import plots
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workdirs", nargs="*", default=[], help="run directories")
+    ap.add_argument("--groups", nargs="*", default=[],
+                    help="label=dir1,dir2,… : seeds of one method, averaged in the table")
+    ap.add_argument("--out", default="plots", help="where the PNGs go")
+    ap.add_argument("--target", type=float, default=None,
+                    help="eval accuracy for the tokens-to-target column")
+    args = ap.parse_args()
+    groups = [(os.path.basename(os.path.normpath(w)), [w]) for w in args.workdirs]
+    groups += [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.groups]
+    if not groups:
+        ap.error("give --workdirs or --groups")
+    dirs = [d for _, ds in groups for d in ds]
+    labels = [label if len(ds) == 1 else f"{label}/{os.path.basename(os.path.normpath(d))}"
+              for label, ds in groups for d in ds]
+    print("plots:", *plots.plot_runs(dirs, args.out, labels), sep="\n  ")
+    rows = []
+    for label, ds in groups:
+        per_seed = [plots.summary_row(d, args.target) for d in ds]
+        row = {"method": label, "seeds": len(ds)}
+        for k in per_seed[0]:
+            if k == "run":
+                continue
+            vals = [r[k] for r in per_seed]
+            if all(isinstance(v, (int, float)) for v in vals):
+                row[k] = float(np.mean(vals))
+                if len(vals) > 1:
+                    row[k + "_sd"] = float(np.std(vals, ddof=1))
+            else:
+                row[k] = "/".join(str(v) for v in vals)
+        rows.append(row)
+    print(plots.markdown_table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Evaluate a run's latest checkpoint (or its base policy): avg@k, pass@k, per level.
+
+  python scripts/evaluate.py --workdir=workdir --k=16
+"""
+import json
+import logging
+import os
+
+import jax
+from absl import app, flags
+from ml_collections import config_flags
+
+from ada_jax import evaluate, sharding, train
+from ada_jax.checkpoint import Checkpointer
+from ada_jax.config_check import validate
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "base.py"),
+    "Config file.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory.")
+_K = flags.DEFINE_integer("k", 16, "Samples per prompt.")
+_BASE = flags.DEFINE_bool("base", False, "Evaluate the base policy instead of the RL one.")
+
+
+def main(argv):
+    del argv
+    logging.getLogger().setLevel(logging.INFO)
+    config = _CONFIG.value
+    validate(config)
+    ctx, params = train.setup(config, _WORKDIR.value)
+    step = 0
+    if not _BASE.value:
+        _, trainable, opt_state = train.init_train_state(ctx, params)
+        restored = train.restore_checkpoint(
+            Checkpointer(os.path.join(_WORKDIR.value, "checkpoints")), trainable, opt_state)
+        if restored is None:
+            raise SystemExit(f"no checkpoint in {_WORKDIR.value}/checkpoints (use --base)")
+        step, params = restored[0], restored[1]["model"]
+    with sharding.activate(ctx.mesh, config.sharding_rules):
+        out = evaluate.evaluate(ctx.graphdef, params, ctx.tokenizer, ctx.eval_problems, config,
+                                jax.random.key(config.seed + 99), _K.value)
+    out["step"] = step
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The embedded-task comparison of docs/results.md: every method, several seeds, same prompt
+# batch and steps, all starting from one shared SFT base policy.
+#   bash scripts/reproduce.sh [OUT_DIR] [STEPS] [SEEDS]
+# Runs two at a time (2 CPU cores); prints the markdown table and writes plots to OUT/plots.
+set -euo pipefail
+OUT=${1:-runs}
+STEPS=${2:-40}
+SEEDS=${3:-"0 1 2"}
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT"
+BASE="$OUT/base"
+[ -d "$BASE" ] || python scripts/sft.py --workdir="$OUT" --config.sft.base_dir="$BASE" \
+  --config.log.progress=False
+
+COMMON="--config.sft.base_dir=$BASE --config.rl.steps=$STEPS --config.eval.every=10 \
+ --config.checkpoint.every=$STEPS --config.log.progress=False --plots=false"
+declare -A METHODS=(
+  [grpo_n4]="algo=grpo|--config.rl.n=4"
+  [grpo_n8]="algo=grpo|--config.rl.n=8"
+  [grpo_n16]="algo=grpo|--config.rl.n=16 --config.rl.minibatches=4"
+  [ada_pos]="algo=ada_pos|--config.adaptive.k_pos=2"
+  [ada_balance_rounds]="algo=ada_balance|--config.adaptive.mode=rounds"
+  [ada_balance_refill]="algo=ada_balance|--config.adaptive.mode=refill"
+  [ada_est]="algo=ada_est|"
+  [dapo]="algo=dapo|--config.adaptive.dapo_max_gen_batches=8"
+)
+jobs=()
+for name in "${!METHODS[@]}"; do
+  for seed in $SEEDS; do
+    IFS='|' read -r variant extra <<< "${METHODS[$name]}"
+    wd="$OUT/${name}_s${seed}"
+    [ -f "$wd/checkpoints/$STEPS/_CHECKPOINT_METADATA" ] && continue
+    jobs+=("python scripts/train.py --config=configs/base.py:$variant --workdir=$wd \
+      --config.seed=$seed $COMMON $extra > $wd.log 2>&1")
+  done
+done
+printf '%s\n' "${jobs[@]}" | xargs -P 2 -I{} bash -c '{}'
+groups=()
+for name in $(printf '%s\n' "${!METHODS[@]}" | sort); do
+  dirs=$(for s in $SEEDS; do printf '%s,' "$OUT/${name}_s$s"; done)
+  groups+=("$name=${dirs%,}")
+done
+python scripts/compare.py --groups "${groups[@]}" --out "$OUT/plots" ${TARGET:+--target $TARGET}
