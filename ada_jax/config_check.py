@@ -17,6 +17,7 @@ _CHOICES = {
     "adaptive.est_weight": ("inv_sqrt", "inv", "optimal"),
     "rl.advantage": ("grpo", "drgrpo", "rloo", "raft", "liteppo", "reinforce_pp", "pool"),
     "rl.objective": ("linear", "log", "arcsin", "power"),
+    "rl.hints": ("none", "sage", "sage_light"),
     "loss.agg": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant"),
     "loss.kl_type": ("k1", "k2", "k3"),
 }
@@ -90,6 +91,9 @@ def validate(config) -> None:
         raise ValueError("config.adaptive.k_pos must be >= 1 for exit_rule='pos'")
     if config.rl.n < 2 and config.rl.advantage in ("grpo", "rloo", "drgrpo", "liteppo"):
         raise ValueError(f"config.rl.n={config.rl.n}: group estimators need n >= 2")
+    if config.rl.hints != "none" and a.policy not in ("uniform", "seq"):
+        raise ValueError(f"config.rl.hints={config.rl.hints!r} works with adaptive.policy "
+                         f"'uniform' or 'seq', not {a.policy!r}")
     for axis in ("data", "fsdp", "tensor"):
         v = config.mesh[axis]
         if not isinstance(v, int) or (v < 1 and v != -1):

@@ -23,7 +23,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ada_jax import adaptive, advantages, evaluate, losses, objectives, sampling, sharding, sft
+from ada_jax import (adaptive, advantages, evaluate, hints, losses, objectives, sampling,
+                     sharding, sft)
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, abstract_like
 from ada_jax.config_check import validate
@@ -133,17 +134,21 @@ def _update_est_history(config, problems, batch, history):
         history[str(p.id)] = (float(n_tot), float(n_pos))
 
 
-def run_engine(ctx: Context, params, problems, key, budgets=None):
-    """One engine call on a batch of problems: (engine state, Batch, prompt ids, metrics)."""
+def default_budgets(ctx: Context, n_prompts: int) -> np.ndarray:
+    """Per-prompt sample budgets: M·R for sequential exits, else the rows per prompt."""
+    a = ctx.config.adaptive
+    per = a.samples_per_round * a.max_rounds if a.policy == "seq" else ctx.rows_per_prompt
+    return np.full(n_prompts, per)
+
+
+def run_engine(ctx: Context, params, problems, key, budgets=None, hint_texts=None):
+    """One engine call on a batch of problems (optionally with hints in the prompts):
+    (engine state, Batch, prompt ids, prompt mask, metrics)."""
     c = ctx.config
     toks, mask = evaluate.encode_prompts(ctx.tokenizer, problems, c.task.template,
-                                         c.sampling.max_prompt_len)
+                                         c.sampling.max_prompt_len, hint_texts)
     if budgets is None:
-        if c.adaptive.policy == "seq":
-            budgets = np.full(len(problems), c.adaptive.samples_per_round
-                              * c.adaptive.max_rounds)
-        else:
-            budgets = np.full(len(problems), ctx.rows_per_prompt)
+        budgets = default_budgets(ctx, len(problems))
     budgets = jnp.asarray(budgets, jnp.int32)
     st = adaptive.run(params, jnp.asarray(toks), jnp.asarray(mask), budgets,
                       reward_data(c, ctx.tokenizer, problems), key,
@@ -156,23 +161,53 @@ def run_engine(ctx: Context, params, problems, key, budgets=None):
     return st, batch, toks, mask, adaptive.metrics(ctx.engine, st, batch, c.rl.n)
 
 
-def collect(ctx: Context, params, iterator, key, history):
+def collect(ctx: Context, params, iterator, key, state):
     """Sample this step's groups with the configured policy; returns (problems, batch, toks,
-    mask, metrics). DAPO keeps drawing prompt batches until B mixed groups are collected."""
+    mask, metrics). `state` holds what persists across steps (Ada-Est history, hint levels)
+    and goes into checkpoints. DAPO keeps drawing prompt batches until B mixed groups are
+    collected; self-hinting re-rolls collapsed groups under hints."""
     c = ctx.config
     problems = next(iterator)
     if c.adaptive.policy == "est":
-        budgets = _est_budgets(c, problems, history)
+        budgets = _est_budgets(c, problems, state["est"])
         _, batch, toks, mask, met = run_engine(ctx, params, problems, key, budgets)
-        _update_est_history(c, problems, batch, history)
+        _update_est_history(c, problems, batch, state["est"])
         met["est_budget_max"] = int(budgets.max())
         return problems, batch, toks, mask, met
+    if c.rl.hints != "none":
+        return (problems,) + _collect_with_hints(ctx, params, problems, key, state["hint"])
     if c.adaptive.policy == "gvm":
         return (problems,) + _gvm_collect(ctx, params, problems, key)
     if c.adaptive.policy == "dapo":
         return _dapo_collect(ctx, params, iterator, problems, key)
     _, batch, toks, mask, met = run_engine(ctx, params, problems, key)
     return problems, batch, toks, mask, met
+
+
+def _collect_with_hints(ctx, params, problems, key, levels_state):
+    c = ctx.config
+
+    def rerun(probs, k, budgets, hint_texts):
+        _, b, t, m, met = run_engine(ctx, params, probs, k, budgets, hint_texts)
+        return b, t, m, met
+
+    if c.rl.hints == "sage_light":
+        levels = hints.light_levels(problems, levels_state)
+        batch, toks, mask, met = rerun(problems, key, None, hints.light_hints(problems, levels))
+        hinted = np.asarray(levels) > 0
+        mixed = (np.asarray(batch.pool_pos_B) > 0) & (np.asarray(batch.pool_pos_B)
+                                                      < np.asarray(batch.pool_n_B))
+        met.update(hint_share=float(hinted.mean()), hint_level_mean=float(np.mean(levels)),
+                   hint_mixed_share=float(mixed[hinted].mean()) if hinted.any() else 0.0)
+        hints.light_update(problems, batch, levels, levels_state)
+        return batch, toks, mask, met
+    batch, toks, mask, met = rerun(problems, key, None, None)
+    batch, toks, mask, hmet = hints.sage(rerun, problems, batch, toks, mask, key,
+                                         default_budgets(ctx, len(problems)))
+    for k in ("samples_total", "generated_tokens"):
+        met[k] += hmet.pop(k)
+    met.update(hmet)
+    return batch, toks, mask, met
 
 
 _SUMMED = ("samples_total", "generated_tokens", "decode_steps", "chunks", "cut_tokens")
@@ -232,7 +267,7 @@ def _gvm_collect(ctx, params, problems, key):
     B = len(problems)
     _, pilot, toks, mask, pmet = run_engine(ctx, params, problems, jax.random.fold_in(key, 0),
                                             np.full(B, a.gvm_pilot))
-    rows = training_rows(pilot, toks, mask, jnp.zeros(pilot.reward_BG.shape), B * ctx.group)
+    rows = training_rows(pilot, toks, mask, B * ctx.group)
     norms = np.asarray(sample_grad_norms(
         ctx.graphdef, params, rows["tokens"], rows["mask"], rows["loss_mask"],
         prompt_len=c.sampling.max_prompt_len, temperature=max(c.sampling.temperature, 1e-6)))
@@ -269,9 +304,10 @@ def compute_advantages(config, batch: adaptive.Batch):
     return advantages.compute(rl.advantage, batch.reward_BG, batch.mask_BG)
 
 
-def training_rows(batch: adaptive.Batch, toks_BP, mask_BP, adv_BG, rows: int):
+def training_rows(batch: adaptive.Batch, toks_BP, mask_BP, rows: int):
     """Pack the valid samples of all groups into `rows` training rows (the rest masked):
-    prompt+completion tokens [R, P+N], input and loss masks, old log-probs, advantages."""
+    prompt+completion tokens [R, P+N], input and loss masks, old log-probs, and the packing
+    (`flat` index into [B·G], `real` flag) that `pack` uses to place per-sample values."""
     B, G, N = batch.tokens_BGN.shape
     valid = np.flatnonzero(np.asarray(batch.mask_BG).reshape(-1))
     if len(valid) > rows:
@@ -286,8 +322,40 @@ def training_rows(batch: adaptive.Batch, toks_BP, mask_BP, adv_BG, rows: int):
     mask = jnp.concatenate([jnp.asarray(mask_BP)[b_of], completion_mask], axis=1)
     mu = (batch.pool_pos_B / jnp.maximum(batch.pool_n_B, 1)).astype(jnp.float32)
     return dict(tokens=tokens, mask=mask, loss_mask=completion_mask,
-                old_logp=flat(batch.logp_BGN), adv=jnp.where(real, flat(adv_BG), 0.0),
-                group=b_of, mu=mu[b_of])
+                old_logp=flat(batch.logp_BGN), group=b_of, mu=mu[b_of],
+                flat=jnp.asarray(idx), real=real)
+
+
+def pack(rows, values_BG):
+    """Per-sample values [B, G] -> per-row [R] (0 on padding rows)."""
+    return jnp.where(rows["real"], values_BG.reshape(-1)[rows["flat"]], 0.0)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature"))
+def completion_logprobs(graphdef, params, tokens, mask, *, prompt_len, temperature):
+    """log π(a_t | …) of the completion tokens [R, N] (float32), e.g. under the reference."""
+    logits, _ = nnx.merge(graphdef, params)(tokens, model_lib.positions_from_mask(mask), mask)
+    return model_lib.token_logprobs(logits[:, prompt_len - 1:-1], tokens[:, prompt_len:],
+                                    temperature)[0]
+
+
+def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params):
+    """Training rows with advantages (and reference log-probs when KL is on)."""
+    c = ctx.config
+    rows = training_rows(batch, toks, mask, rows_per_step)
+    rewards = batch.reward_BG
+    if ref_params is not None:
+        rows["ref_logp"] = completion_logprobs(
+            ctx.graphdef, ref_params, rows["tokens"], rows["mask"],
+            prompt_len=c.sampling.max_prompt_len, temperature=max(c.sampling.temperature, 1e-6))
+        if c.loss.kl_in_reward:  # β·Σ_t KL_t subtracted from each sample's outcome reward
+            pen = losses.kl_reward_penalty(rows["old_logp"], rows["ref_logp"],
+                                           rows["loss_mask"], c.loss.kl_coef, c.loss.kl_type)
+            pen_BG = jnp.zeros(rewards.size).at[rows["flat"]].add(jnp.where(rows["real"], pen,
+                                                                             0.0))
+            rewards = rewards - pen_BG.reshape(rewards.shape)
+    rows["adv"] = pack(rows, compute_advantages(c, batch.replace(reward_BG=rewards)))
+    return rows
 
 
 def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int):
@@ -302,10 +370,13 @@ def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int)
         logits, _ = model(mb["tokens"], positions, mb["mask"])
         logp, ent = model_lib.token_logprobs(logits[:, prompt_len - 1:-1],
                                              mb["tokens"][:, prompt_len:], temperature)
+        kl_in_loss = "ref_logp" in mb and not l.kl_in_reward
         loss, met = losses.policy_loss(
             logp, mb["old_logp"], mb["adv"], mb["loss_mask"], clip_low=l.clip_low,
             clip_high=l.clip_high, dual_clip=l.dual_clip, agg=l.agg, max_len=N,
-            n_groups=mb["tokens"].shape[0], entropy_BT=ent, entropy_coef=l.entropy_coef)
+            n_groups=mb["tokens"].shape[0], entropy_BT=ent, entropy_coef=l.entropy_coef,
+            ref_logp_BT=mb["ref_logp"] if kl_in_loss else None,
+            kl_coef=l.kl_coef if kl_in_loss else 0.0, kl_type=l.kl_type)
         if rl.daro:
             tok, _ = losses.ppo_token_loss(logp, mb["old_logp"],
                                            jnp.broadcast_to(mb["adv"][:, None], logp.shape),
@@ -450,16 +521,19 @@ def train_and_evaluate(config, workdir: str) -> dict:
                          f"{rows_per_step} training rows per step")
     optimizer, trainable, opt_state = init_train_state(ctx, params)
     iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=c.seed)
-    history: dict = {}
+    state: dict = {"est": {}, "hint": {}}
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), c.checkpoint.keep)
     start = 0
     restored = restore_checkpoint(ckpt, trainable, opt_state)
     if restored is not None:
         start, trainable, opt_state, meta = restored
         iterator.restore(meta["iterator"])
-        history = {k: tuple(v) for k, v in meta["est_history"].items()}
+        state = {"est": {k: tuple(v) for k, v in meta["est_history"].items()},
+                 "hint": dict(meta.get("hint_levels", {}))}
         logging.info("resumed from step %d", start)
     writer = MetricsWriter(workdir, start)
+    # The reference policy for KL is the base policy (a copy: the learner's buffers are donated).
+    ref_params = (jax.tree.map(jnp.copy, params) if c.loss.kl_coef > 0 else None)
     train_step = make_train_step(ctx.graphdef, optimizer, c, c.sampling.max_prompt_len,
                                  c.rl.prompts_per_step)
     base_key = jax.random.key(c.seed)
@@ -471,7 +545,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
     def save(step):
         ckpt.save(step, {"trainable": trainable, "opt": opt_state},
-                  {"iterator": iterator.state(), "est_history": history, "step": step})
+                  {"iterator": iterator.state(), "est_history": state["est"],
+                   "hint_levels": state["hint"], "step": step})
 
     bar = _progress(c, start)
     met: dict = {}
@@ -485,11 +560,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
             t0 = time.perf_counter()
             key = jax.random.fold_in(train_key, step)
             problems, batch, toks, mask, met = collect(ctx, trainable["model"], iterator, key,
-                                                      history)
+                                                      state)
             jax.block_until_ready(batch)
             t1 = time.perf_counter()
-            adv = compute_advantages(c, batch)
-            rows = training_rows(batch, toks, mask, adv, rows_per_step)
+            rows = prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params)
             t2 = time.perf_counter()
             trainable, opt_state, lmet = learn(ctx, train_step, trainable, opt_state, rows,
                                                step)

@@ -136,7 +136,8 @@ def get_config(arg: str = ""):
         steps=60, prompts_per_step=16, n=algo["n"], advantage=algo["advantage"],
         std_normalise=False, objective="linear", objective_alpha=0.5, objective_weight=False,
         importance_correction=False, ppo_epochs=1, minibatches=2,
-        daro=algo.get("daro", False), daro_buckets=0, inject_nan_step=-1))
+        daro=algo.get("daro", False), daro_buckets=0, inject_nan_step=-1,
+        hints="none"))
 
     c.loss = ml_collections.ConfigDict(dict(
         clip_low=0.2, clip_high=0.28, dual_clip=0.0, agg=algo.get("loss_agg", "token_mean"),

@@ -72,6 +72,15 @@ def test_bad_rows_name_file_and_line_or_are_skipped(tmp_path):
     assert [p.answer for p in problems] == ["1", "3"] and skipped == 4
 
 
+def test_json_array_files(tmp_path):
+    path = tmp_path / "rows.json"
+    rows = [json.loads(line) for line in open(_path("openr1_sample.jsonl"))]
+    path.write_text(json.dumps(rows + [{"problem": "no answer"}], indent=1))
+    with pytest.raises(ValueError, match=r"rows.json:item 13: "):
+        load_file(str(path))
+    assert load_file(str(path), on_bad_row="skip")[0] == load_file(_path("openr1_sample.jsonl"))[0]
+
+
 def test_bad_parquet_row_names_the_row(tmp_path):
     path = str(tmp_path / "bad.parquet")
     pq.write_table(pa.Table.from_pylist([

@@ -100,7 +100,7 @@ def test_token_and_text_verifiers_agree_on_random_strings():
     assert 0.15 < np.mean(expected) < 0.6  # both outcomes well represented
 
 
-def test_score_tokens_traces_once_and_takes_explicit_ids():
+def test_score_tokens_jits_with_explicit_ids():
     fn = jax.jit(score_tokens, static_argnames=("boxed_id", "close_id"))
     ids = jnp.array([[4, 8, 5], [4, 9, 5]], jnp.int32)
     out = fn(ids, jnp.array([3, 3]), jnp.array([[8], [8]]), jnp.array([1, 1]),

@@ -32,9 +32,9 @@ def test_deterministic_and_seeded():
 
 def test_golden_problem():
     p = EmbeddedSource("train", 8, seed=0)[3]
-    assert p.question == "Compute left to right: 84+12-47"
-    assert p.solution == "84+12=96\n96-47=49\n\\boxed{49}"
-    assert (p.answer, p.level, p.id) == ("49", 4, 738228719157735717)
+    assert p.question == "Compute left to right: 9+0-4"
+    assert p.solution == "9+0=9\n9-4=5\n\\boxed{5}"
+    assert (p.answer, p.level, p.id) == ("5", 4, 391158035818600900)
     assert problem_id("What is 1+1?") == 6479696108400038509
 
 
@@ -42,7 +42,7 @@ def test_train_and_eval_are_disjoint():
     c = get_config("")
     train = {p.question for p in load_split(c, "train")}
     evals = [p for p in load_split(c, "eval")]
-    assert len(train) > 0.75 * c.task.train_size and len(evals) == c.task.eval_size  # L1-2 repeat
+    assert len(train) > 0.6 * c.task.train_size and len(evals) == c.task.eval_size  # L1-4 repeat
     assert not train & {p.question for p in evals}
     assert all(split_of(q) == "train" for q in train)
     assert all(split_of(p.question) == "eval" and p.id % 8 == 0 for p in evals)
@@ -65,12 +65,16 @@ def test_solutions_are_correct_and_levels_follow_the_ladder():
 
 
 def test_levels_get_harder():
-    """Proxy for difficulty: digits the model must produce in one shot, and number of lines."""
+    """Proxy for difficulty: result digits the model must compute (identity lines are copies)."""
     def work(level):
-        ps = list(EmbeddedSource("train", 8 * 40, seed=2, min_level=level, max_level=level))
-        return sum(len(p.solution) for p in ps) / len(ps)
+        ps = list(EmbeddedSource("train", 300, seed=2, min_level=level, max_level=level))
+        digits = 0
+        for p in ps:
+            values, ops = _evaluate(p.question)
+            digits += sum(len(str(b)) for a, b in zip(values, values[1:]) if a != b)
+        return digits / len(ps)
     costs = [work(level) for level in sorted(LEVELS)]
-    assert costs == sorted(costs)
+    assert costs[0] == costs[1] == 0 and all(a < b for a, b in zip(costs[1:], costs[2:]))
 
 
 def test_token_lengths_fit_the_default_budget():

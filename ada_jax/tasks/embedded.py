@@ -12,9 +12,11 @@ answer in \\boxed{}:
 Each line must be computed in one shot (no digit-level scratch work), so difficulty grows with
 the number of lines (errors compound) and with the width of the numbers (carries must be
 resolved before the leading digit is written, products of a 3-4 digit number need every digit
-at once). Level 1 is a one-digit sum (100 facts to memorise); level 8 is five operations on
-four-digit numbers including multiplications, far beyond a few-hundred-thousand-parameter
-model. All values stay in [0, bound), so answers are plain digit strings.
+at once). The ladder runs from copying (level 1: no operation, `Compute left to right: 347`
+-> `\\boxed{347}`; level 2: one identity operation such as `347*1`) through one-digit facts
+(level 3) to five operations on four-digit numbers with multiplications (level 8), far beyond
+a few-hundred-thousand-parameter model. All values stay in [0, bound), so answers are plain
+digit strings.
 
 Problems are generated on the fly and deterministically from (seed, split, index); train and
 eval are disjoint because membership is decided by the question text (`problem.split_of`).
@@ -29,21 +31,21 @@ PREFIX = "Compute left to right: "
 
 @dataclasses.dataclass(frozen=True)
 class Level:
-    steps: int        # operations in the chain = lines of the solution
+    steps: int         # operations in the chain = lines of the solution (0: just copy the number)
     start_digits: int  # width of the start value
-    digits: int       # width of +/- operands
-    ops: str          # allowed operations; '*' multiplies by 2..9
-    bound: int        # every intermediate value lies in [0, bound)
+    digits: int        # width of +/- operands; 0 = identity operations (+0, -0, *1)
+    ops: str           # allowed operations; '*' multiplies by 2..9
+    bound: int         # every intermediate value lies in [0, bound)
 
 
 LEVELS = {
-    1: Level(steps=1, start_digits=1, digits=1, ops="+", bound=100),
-    2: Level(steps=2, start_digits=1, digits=1, ops="+-", bound=100),
-    3: Level(steps=2, start_digits=2, digits=1, ops="+-", bound=1000),
-    4: Level(steps=2, start_digits=2, digits=2, ops="+-", bound=1000),
-    5: Level(steps=3, start_digits=2, digits=2, ops="+-*", bound=1000),
-    6: Level(steps=3, start_digits=3, digits=3, ops="+-*", bound=10_000),
-    7: Level(steps=4, start_digits=3, digits=3, ops="+-*", bound=10_000),
+    1: Level(steps=0, start_digits=3, digits=0, ops="", bound=1000),
+    2: Level(steps=1, start_digits=3, digits=0, ops="+-*", bound=1000),
+    3: Level(steps=1, start_digits=1, digits=1, ops="+", bound=100),
+    4: Level(steps=2, start_digits=1, digits=1, ops="+-", bound=100),
+    5: Level(steps=2, start_digits=2, digits=1, ops="+-", bound=1000),
+    6: Level(steps=2, start_digits=2, digits=2, ops="+-", bound=1000),
+    7: Level(steps=3, start_digits=3, digits=3, ops="+-*", bound=10_000),
     8: Level(steps=5, start_digits=4, digits=4, ops="+-*", bound=10_000),
 }
 MAX_LEVEL = max(LEVELS)
@@ -54,13 +56,19 @@ def _number(rng: random.Random, digits: int) -> int:
     return rng.randrange(10 ** (digits - 1) if digits > 1 else 0, 10**digits)
 
 
+def _operand(rng: random.Random, level: Level, op: str) -> int:
+    if level.digits == 0:
+        return 1 if op == "*" else 0
+    return rng.randrange(2, 10) if op == "*" else _number(rng, level.digits)
+
+
 def _chain(rng: random.Random, level: Level) -> tuple[int, list[tuple[str, int]]]:
     """A start value and `level.steps` (op, operand) pairs keeping every value in [0, bound)."""
     value = start = _number(rng, level.start_digits)
     chain = []
     while len(chain) < level.steps:
         op = rng.choice(level.ops)
-        operand = rng.randrange(2, 10) if op == "*" else _number(rng, level.digits)
+        operand = _operand(rng, level, op)
         new = {"+": value + operand, "-": value - operand, "*": value * operand}[op]
         if 0 <= new < level.bound:
             chain.append((op, operand))

@@ -76,7 +76,8 @@ def row_to_problem(row: Mapping, fields: Mapping[str, str]) -> Problem:
 
 
 def _rows(path: str) -> Iterator[tuple[str, object]]:
-    """(location, row) pairs; location is 'line N' (JSONL) or 'row N' (Parquet), 1-based."""
+    """(location, row) pairs, 1-based: 'line N' (JSONL), 'row N' (Parquet), 'item N' (a .json
+    file holding one array of rows)."""
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
         n = 0
@@ -86,6 +87,17 @@ def _rows(path: str) -> Iterator[tuple[str, object]]:
                 yield f"row {n}", row
         return
     with open(path, encoding="utf-8", errors="replace") as f:
+        if path.endswith(".json") and f.read(1) == "[":  # one JSON array of rows
+            f.seek(0)
+            try:
+                rows = json.load(f)
+            except json.JSONDecodeError as e:
+                yield f"line {e.lineno}", BadRow(f"invalid JSON ({e.msg} at column {e.colno})")
+                return
+            for n, row in enumerate(rows, 1):
+                yield f"item {n}", row
+            return
+        f.seek(0)
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -97,7 +109,7 @@ def _rows(path: str) -> Iterator[tuple[str, object]]:
 
 def load_file(path: str, field_map: Mapping[str, str] | None = None,
               on_bad_row: str = "error") -> tuple[list[Problem], int]:
-    """(problems, number of skipped rows) from one .jsonl/.json/.parquet file."""
+    """(problems, number of skipped rows) from one .jsonl / .json / .parquet file."""
     if on_bad_row not in ("error", "skip"):
         raise ValueError(f"on_bad_row must be 'error' or 'skip', got {on_bad_row!r}")
     fields = dict(field_map) if field_map and field_map.get("question") else None
