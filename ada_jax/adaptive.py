@@ -183,17 +183,66 @@ def _rule_met(cfg: EngineConfig, n, n_pos):
     return jnp.zeros_like(n, bool)  # "none": only the budget ends a prompt
 
 
-def _need(cfg: EngineConfig, n, n_pos, budget):
-    """(minimum, expected) further samples until the rule can hold, capped by the budget."""
-    left = budget - n
+def _still_needed(cfg: EngineConfig, n, n_pos, t_BJ):
+    """q[B,J] = P(the rule still fails after t more samples), given n samples with n_pos
+    positives so far: the posterior predictive of a Jeffreys Beta(1/2, 1/2) prior on the pass
+    rate (t more samples ~ beta-binomial). It is 1 while t is below the minimum further samples
+    the rule needs, and non-increasing in t. Exit rule "none": always 1."""
     if cfg.exit_rule == "none":
-        return left, left
-    miss_pos = jnp.maximum(cfg.k_pos - n_pos, 0)
-    miss_neg = jnp.maximum(cfg.k_neg - (n - n_pos), 0) if cfg.exit_rule == "balance" else 0 * n
-    p_hat = (n_pos + 0.5) / (n + 1.0)  # Jeffreys-smoothed pass rate
-    expected = jnp.maximum(jnp.ceil(miss_pos / p_hat), jnp.ceil(miss_neg / (1 - p_hat)))
-    minimum = miss_pos + miss_neg
-    return jnp.minimum(minimum, left), jnp.minimum(expected.astype(n.dtype), left)
+        return jnp.ones(t_BJ.shape, jnp.float32)
+    n, n_pos = n[:, None].astype(jnp.float32), n_pos[:, None].astype(jnp.float32)
+    t = t_BJ.astype(jnp.float32)
+    a, b = n_pos + 0.5, n - n_pos + 0.5
+    lbeta = lambda x, y: (jax.scipy.special.gammaln(x) + jax.scipy.special.gammaln(y)  # noqa
+                          - jax.scipy.special.gammaln(x + y))
+
+    def pmf(s):  # P(s positives among the t), s float [B,J]
+        ok = (s >= 0) & (s <= t)
+        s = jnp.clip(s, 0, t)
+        logp = (jax.scipy.special.gammaln(t + 1) - jax.scipy.special.gammaln(s + 1)
+                - jax.scipy.special.gammaln(t - s + 1) + lbeta(s + a, t - s + b) - lbeta(a, b))
+        return jnp.where(ok, jnp.exp(logp), 0.0)
+
+    miss_pos = jnp.maximum(cfg.k_pos - n_pos, 0.0)
+    miss_neg = (jnp.maximum(cfg.k_neg - (n - n_pos), 0.0) if cfg.exit_rule == "balance"
+                else jnp.zeros_like(n))
+    q = jnp.zeros(t.shape, jnp.float32)
+    for s in range(cfg.k_pos):  # too few positives: s < miss_pos
+        ps = pmf(jnp.full(t.shape, float(s)))
+        q = q + jnp.where(s < miss_pos, ps, 0.0)
+        q = q - jnp.where((s < miss_pos) & (t - s < miss_neg), ps, 0.0)  # counted twice
+    if cfg.exit_rule == "balance":
+        for u in range(cfg.k_neg):  # too few negatives: t - s = u < miss_neg
+            q = q + jnp.where(u < miss_neg, pmf(t - u), 0.0)
+    return jnp.where(t < miss_pos + miss_neg, 1.0, jnp.clip(q, 0.0, 1.0))
+
+
+def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B):
+    """Hand free slots to (prompt, next sample) candidates, most likely needed first.
+
+    Candidate j of prompt i is its (in_flight + j + 1)-th outstanding sample; it is needed iff
+    the rule still fails after the in_flight + j outstanding ahead of it (`_still_needed`).
+    Candidates need probability >= 1 - overcommit and must fit the budget; ties (e.g. the
+    certain ones) go round-robin over prompts. Returns (start_S, prompt_S, seq_S, started_B).
+    """
+    B, S = st.n_samples.shape[0], st.slot_prompt.shape[0]
+    J = min(S, _MAX_NEW_PER_PROMPT)
+    j = jnp.arange(J)[None, :]
+    t = st.in_flight[:, None] + j
+    q = _still_needed(cfg, st.n_samples, st.n_pos, t)
+    ok = (st.active[:, None] & (t < (budget_B - st.n_samples)[:, None])
+          & (q >= 1.0 - min(max(cfg.overcommit, 0.0), 1.0) - 1e-6))
+    score = jnp.where(ok, q - 1e-6 * j, -1.0).reshape(-1)
+    K = min(S, B * J)
+    top, idx = jax.lax.top_k(score, K)  # descending; within a prompt a prefix of j
+    free = st.slot_prompt < 0
+    rank = jnp.cumsum(free) - 1  # r-th free slot takes the r-th best candidate
+    r = jnp.clip(rank, 0, K - 1)
+    start = free & (rank < K) & (top[r] >= 0)
+    prompt = jnp.where(start, idx[r] // J, st.slot_prompt)
+    seq = jnp.where(start, st.launched[jnp.maximum(prompt, 0)] + idx[r] % J, st.slot_seq)
+    started_B = jnp.zeros((B,), jnp.int32).at[jnp.where(start, prompt, B)].add(1, mode="drop")
+    return start, prompt, seq, started_B
 
 
 def _assign(cfg: EngineConfig, st: EngineState, cap_B):

@@ -252,10 +252,10 @@ THEORY = [
     ## 4. Stopping costs of the pos and balance exit rules
 
     Samples drawn until the pool meets its rule. One sample at a time and no cap, **pos**
-    (≥ K positives) is negative binomial, E[N] = K/p (dotted; it lies on the curve), and **balance** (≥ K⁺ positives
-    and ≥ K⁻ negatives) grows like 1/(p(1−p)), cheapest at p = ½. The reference schedule checks
-    after rounds of M = 8 and stops after R = 4 rounds (N_max = 32): the overshoot above the
-    one-at-a-time curve and the cap at 32 are visible. Bands are ± one standard deviation.
+    (≥ K positives) is negative binomial, E[N] = K/p (dotted; it lies on the curve), and
+    **balance** (≥ K⁺ positives and ≥ K⁻ negatives) grows like 1/(p(1−p)), cheapest at p = ½.
+    The reference schedule checks after rounds of M = 8 and stops after R = 4 rounds
+    (N_max = 32): the overshoot above the one-at-a-time curve and the cap at 32 are visible. Bands are ± one standard deviation.
     '''),
     _code('''
     q = np.linspace(0.05, 0.95, 10 if SMOKE else 37)
@@ -329,7 +329,7 @@ THEORY = [
             measured.append(bd.measured_variance(g, mean))
             exact.append(bd.oracle_variance(bandit.logits_BA, bandit.correct_BA, alloc, f))
         (va, sa), (vb, sb) = measured
-        rows.append({"objective": f, "allocation": str(list(map(int, n_opt))),
+        rows.append({"objective": label(f, 0.5), "allocation": str(list(map(int, n_opt))),
                      "predicted": O.allocation_variance(p_b, n_opt, f)
                      / O.allocation_variance(p_b, uniform, f),
                      "exact": exact[0] / exact[1], "measured": va / vb,
@@ -372,7 +372,7 @@ INSPECT = [
     from IPython.display import Image, Markdown, display
 
     from ada_jax import evaluate, plots, sampling, train
-    from ada_jax.checkpoint import Checkpointer, abstract_like
+    from ada_jax.checkpoint import Checkpointer
     from configs import base
     '''),
     _code(SMOKE_OVERRIDES + r'''
@@ -416,17 +416,14 @@ print("workdir:", WORKDIR, sorted(os.listdir(WORKDIR)))
     _code('''
     config.sft.steps = 0  # setup() must not run (or load) a warm start: weights come next
     ctx, init_params = train.setup(config, WORKDIR)
-    trainable = {"model": init_params,
-                 "daro": jnp.zeros((max(config.rl.daro_buckets or config.rl.n, 2) - 1,))}
-    abstract = abstract_like({"trainable": trainable,
-                              "opt": train.make_optimizer(config).init(trainable)})
+    _, trainable, opt_state = train.init_train_state(ctx, init_params)
     ckpt = Checkpointer(os.path.join(WORKDIR, "checkpoints"))
-    restored = ckpt.restore_latest(abstract)
+    restored = train.restore_checkpoint(ckpt, trainable, opt_state)
     ckpt.close()
     if restored is None:
         raise FileNotFoundError(f"no readable checkpoint in {WORKDIR}/checkpoints")
-    step, arrays, meta = restored
-    params = arrays["trainable"]["model"]
+    step, trainable, _, meta = restored
+    params = trainable["model"]
     print("restored step", step, "| params:",
           sum(x.size for x in jax.tree.leaves(params)))
     '''),

@@ -215,7 +215,8 @@ def test_kl_to_reference_policy(tmp_path):
 def test_self_hinting_runs_and_reports(tmp_path, scheduler):
     # The embedded verifier on a random model: every group collapses, so SAGE escalates.
     c = _config("grpo", **{"rl.steps": 2, "rl.hints": scheduler, "task.reward": "verifier",
-                           "sampling.max_prompt_len": 128, "checkpoint.every": 1})
+                           "sampling.max_prompt_len": 128, "checkpoint.every": 1,
+                           "task.train_size": 4})  # the same 4 prompts every step
     m = train.train_and_evaluate(c, str(tmp_path))
     if scheduler == "sage":
         assert m["hint_collapsed_share"] == 1.0 and m["hint_level_mean"] == 3.0
