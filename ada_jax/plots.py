@@ -23,9 +23,7 @@ def _eval_key(records):
 
 def plot_runs(workdirs: Sequence[str], out_dir: str, labels: Sequence[str] | None = None):
     """Draw the standard comparison figures; returns the PNG paths."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: leaves a notebook's backend alone
     os.makedirs(out_dir, exist_ok=True)
     runs = [(labels[i] if labels else os.path.basename(os.path.normpath(w)), load_metrics(w))
             for i, w in enumerate(workdirs)]
@@ -41,7 +39,8 @@ def plot_runs(workdirs: Sequence[str], out_dir: str, labels: Sequence[str] | Non
     ]
     paths = []
     for name, x, key, ylabel in figures:
-        fig, ax = plt.subplots(figsize=(5, 3.5))
+        fig = Figure(figsize=(5, 3.5))
+        ax = fig.subplots()
         for label, recs in runs:
             k = key or _eval_key(recs)
             if k is None:
@@ -52,11 +51,11 @@ def plot_runs(workdirs: Sequence[str], out_dir: str, labels: Sequence[str] | Non
         ax.set_xlabel(x)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.lines:
+            ax.legend(fontsize=7)
         fig.tight_layout()
         path = os.path.join(out_dir, f"{name}.png")
         fig.savefig(path, dpi=110)
-        plt.close(fig)
         paths.append(path)
     return paths
 

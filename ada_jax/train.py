@@ -513,6 +513,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
     """Train config.rl.steps steps (resuming if the workdir has a checkpoint); returns the
     last step's metrics."""
     os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=1, sort_keys=True))
     ctx, params = setup(config, workdir)
     c = config
     rows_per_step = c.rl.prompts_per_step * ctx.rows_per_prompt

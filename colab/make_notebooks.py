@@ -255,7 +255,8 @@ THEORY = [
     (≥ K positives) is negative binomial, E[N] = K/p (dotted; it lies on the curve), and
     **balance** (≥ K⁺ positives and ≥ K⁻ negatives) grows like 1/(p(1−p)), cheapest at p = ½.
     The reference schedule checks after rounds of M = 8 and stops after R = 4 rounds
-    (N_max = 32): the overshoot above the one-at-a-time curve and the cap at 32 are visible. Bands are ± one standard deviation.
+    (N_max = 32): the overshoot above the one-at-a-time curve and the cap at 32 are visible.
+    Bands are ± one standard deviation.
     '''),
     _code('''
     q = np.linspace(0.05, 0.95, 10 if SMOKE else 37)

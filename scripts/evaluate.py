@@ -27,6 +27,9 @@ def main(argv):
     logging.getLogger().setLevel(logging.INFO)
     config = _CONFIG.value
     validate(config)
+    if not _BASE.value:  # the checkpoint brings the params: don't SFT just for the structure
+        config.unlock()
+        config.sft.steps = 0
     ctx, params = train.setup(config, _WORKDIR.value)
     step = 0
     if not _BASE.value:
