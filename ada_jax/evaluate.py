@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ada_jax import sampling
-from ada_jax.rewards.embedded import encode_answers, score_text
+from ada_jax.rewards.embedded import score_text
 from ada_jax.tasks import Problem
-from ada_jax.tokenizer import Tokenizer, prompt_ids, render_prompt
+from ada_jax.tokenizer import Tokenizer, extra_eos_ids, prompt_ids, render_prompt
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -37,17 +37,25 @@ def encode_prompts(tokenizer: Tokenizer, problems: Sequence[Problem], template: 
     return sampling.left_pad(ids, max_len, tokenizer.pad_id)
 
 
+def sampling_config(config, tokenizer, temperature: float) -> sampling.SamplingConfig:
+    """The sampler settings of a run (stop tokens from the tokenizer and config)."""
+    s = config.sampling
+    return sampling.SamplingConfig(
+        max_new_tokens=s.max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
+        temperature=temperature, top_k=s.top_k, top_p=s.top_p,
+        extra_eos_ids=extra_eos_ids(tokenizer, config), prefill_chunk=s.prefill_chunk)
+
+
 def sample_scores(graphdef, params, tokenizer, problems, config, key, k: int,
                   batch_rows: int = 256, temperature: float | None = None) -> np.ndarray:
     """Rewards [len(problems), k] of k samples per problem (texts scored by the task verifier)."""
     s = config.sampling
-    scfg = sampling.SamplingConfig(
-        max_new_tokens=s.max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
-        temperature=s.eval_temperature if temperature is None else temperature,
-        top_k=s.top_k, top_p=s.top_p)
+    scfg = sampling_config(config, tokenizer,
+                           s.eval_temperature if temperature is None else temperature)
     rows = [p for p in problems for _ in range(k)]
     toks, mask = encode_prompts(tokenizer, rows, config.task.template, s.max_prompt_len)
     out = np.zeros(len(rows), np.float32)
+    texts = [""] * len(rows)
     for start in range(0, len(rows), batch_rows):
         t, m = toks[start:start + batch_rows], mask[start:start + batch_rows]
         n_real = len(t)
@@ -58,8 +66,15 @@ def sample_scores(graphdef, params, tokenizer, problems, config, key, k: int,
                               jax.random.fold_in(key, start), cfg=scfg)
         gen, lens = np.asarray(res.tokens_BN), np.asarray(res.lengths_B)
         for j in range(n_real):
-            text = tokenizer.decode(gen[j, :lens[j]].tolist())
-            out[start + j] = score_text(text, rows[start + j].answer)
+            texts[start + j] = tokenizer.decode(gen[j, :lens[j]].tolist())
+    answers = [p.answer for p in rows]
+    if config.task.name in ("files", "tfds_files"):
+        from ada_jax.rewards.math_verifier import MathVerifierPool
+        with MathVerifierPool(num_workers=config.task.verifier_workers,
+                              timeout_s=config.task.verifier_timeout) as pool:
+            out[:] = pool.score(texts, answers)
+    else:
+        out[:] = [score_text(t, a) for t, a in zip(texts, answers)]
     return out.reshape(len(problems), k)
 
 

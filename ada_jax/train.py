@@ -52,6 +52,7 @@ class Context:
     rows_per_prompt: int  # training rows per prompt (R = B · rows_per_prompt)
     train_source: Any
     eval_problems: list
+    math_pool: Any = None  # MathVerifierPool for math-file tasks (host-side reward)
 
 
 def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
@@ -91,6 +92,19 @@ def _make_reward(config, tokenizer):
         idx = jnp.maximum(prompt_S, 0)
         return scorer(tokens_SN, lengths_S, data["answer_ids"][idx], data["answer_len"][idx])
     return reward
+
+
+def uses_math_verifier(config) -> bool:
+    return config.task.reward == "verifier" and config.task.name in ("files", "tfds_files")
+
+
+def math_pool(config):
+    """The math-verify worker pool for math-file tasks, else None."""
+    if not uses_math_verifier(config):
+        return None
+    from ada_jax.rewards.math_verifier import MathVerifierPool
+    return MathVerifierPool(num_workers=config.task.verifier_workers,
+                            timeout_s=config.task.verifier_timeout)
 
 
 def reward_data(config, tokenizer, problems) -> dict:
@@ -150,10 +164,18 @@ def run_engine(ctx: Context, params, problems, key, budgets=None, hint_texts=Non
     if budgets is None:
         budgets = default_budgets(ctx, len(problems))
     budgets = jnp.asarray(budgets, jnp.int32)
-    st = adaptive.run(params, jnp.asarray(toks), jnp.asarray(mask), budgets,
-                      reward_data(c, ctx.tokenizer, problems), key,
-                      cfg=ctx.engine, gen_fn=ctx.generator, reward_fn=ctx.reward_fn,
-                      group=c.rl.n)
+    if ctx.math_pool is None:
+        st = adaptive.run(params, jnp.asarray(toks), jnp.asarray(mask), budgets,
+                          reward_data(c, ctx.tokenizer, problems), key,
+                          cfg=ctx.engine, gen_fn=ctx.generator, reward_fn=ctx.reward_fn,
+                          group=c.rl.n)
+    else:  # math files: the host scores finished samples between decode chunks
+        def score(prompt_S, seq_S, tokens_SN, len_S):
+            texts = [ctx.tokenizer.decode(t[:n].tolist()) for t, n in zip(tokens_SN, len_S)]
+            return ctx.math_pool.score(texts, [problems[i].answer for i in prompt_S])
+        st = adaptive.run_host(params, jnp.asarray(toks), jnp.asarray(mask), budgets, key,
+                               cfg=ctx.engine, gen_fn=ctx.generator, score=score,
+                               group=c.rl.n)
     drop = None
     if c.adaptive.policy == "seq" and c.adaptive.at_budget == "drop":
         drop = ~adaptive._rule_met(ctx.engine, st.n_samples, st.n_pos)
@@ -474,10 +496,7 @@ def setup(config, workdir: str):
     tokenizer = load_tokenizer(config)
     model_cfg = model_lib.ModelConfig.from_config(config.model)
     graphdef, params = sft.load_base(config, workdir, mesh, tokenizer)
-    scfg = sampling.SamplingConfig(
-        max_new_tokens=config.sampling.max_new_tokens, eos_id=tokenizer.eos_id,
-        pad_id=tokenizer.pad_id, temperature=config.sampling.temperature,
-        top_k=config.sampling.top_k, top_p=config.sampling.top_p)
+    scfg = evaluate.sampling_config(config, tokenizer, config.sampling.temperature)
     engine, group, rows_per_prompt = engine_config(config)
     eval_source = load_split(config, "eval")
     eval_problems = [eval_source[i] for i in range(min(config.eval.prompts, len(eval_source)))]
@@ -486,7 +505,8 @@ def setup(config, workdir: str):
                   generator=adaptive.ModelGenerator(graphdef, model_cfg, scfg),
                   reward_fn=_make_reward(config, tokenizer), group=group,
                   rows_per_prompt=rows_per_prompt,
-                  train_source=load_split(config, "train"), eval_problems=eval_problems)
+                  train_source=load_split(config, "train"), eval_problems=eval_problems,
+                  math_pool=math_pool(config))
     return ctx, params
 
 

@@ -121,7 +121,7 @@ def get_config(arg: str = ""):
         name=args["task"], reward="verifier", template="embedded", min_level=1, max_level=8, train_size=20_000,
         eval_size=256, seed=1234, files=ml_collections.FieldReference("", field_type=str),
         field_map=ml_collections.ConfigDict(dict(question="", answer="", solution="")),
-        on_bad_row="error"))
+        on_bad_row="error", verifier_workers=2, verifier_timeout=5.0))
 
     c.adaptive = ml_collections.ConfigDict(dict(
         policy=algo["policy"], exit_rule=algo.get("exit_rule", "none"), mode="rounds",
