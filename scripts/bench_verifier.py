@@ -10,6 +10,7 @@ random so math-verify's caches do not help. The last output line is one JSON obj
 import argparse
 import json
 import random
+import resource
 import time
 
 from ada_jax.rewards.math_verifier import MathVerifierPool
@@ -59,10 +60,18 @@ def main():
         scores = pool.score(texts, golds)
         seconds = time.perf_counter() - t
         timeouts, crashes = pool.n_timeouts, pool.n_crashes
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # Workers' CPU time (collected when they exit) tells what a loaded machine hides: the rate
+    # with one free core per worker. It includes their start-up and the 20 warm-up samples.
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_ms = 1000 * (cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime) / (n + 20)
     agree = sum(float(ok) == s for (_, _, ok), s in zip(cases, scores)) / n
     result = {f"completions_per_s_{args.workers}_workers": round(n / seconds, 1),
               "completions": n, "seconds": round(seconds, 2), "timeouts": timeouts,
-              "crashes": crashes, "agreement_with_construction": round(agree, 4)}
+              "crashes": crashes, "agreement_with_construction": round(agree, 4),
+              "worker_cpu_ms_per_completion": round(cpu_ms, 2),
+              f"completions_per_s_{args.workers}_free_cores": round(
+                  1000 * args.workers / cpu_ms, 1)}
     print(json.dumps(result))
 
 

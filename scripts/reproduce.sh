@@ -5,7 +5,7 @@
 # Runs two at a time (2 CPU cores); prints the markdown table and writes plots to OUT/plots.
 set -euo pipefail
 OUT=${1:-runs}
-STEPS=${2:-40}
+STEPS=${2:-30}
 SEEDS=${3:-"0 1 2"}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
@@ -14,6 +14,7 @@ BASE="$OUT/base"
   --config.log.progress=False
 
 COMMON="--config.sft.base_dir=$BASE --config.rl.steps=$STEPS --config.eval.every=10 \
+ --config.eval.prompts=64 --config.eval.k=4 \
  --config.checkpoint.every=$STEPS --config.log.progress=False --plots=false"
 declare -A METHODS=(
   [grpo_n4]="algo=grpo|--config.rl.n=4"

@@ -137,9 +137,9 @@ class MathVerifierPool:
 
     @classmethod
     def from_config(cls, config) -> "MathVerifierPool":
-        """config.task.verifier_workers (default 2) and verifier_timeout_s (default 5.0)."""
-        return cls(num_workers=config.task.get("verifier_workers", 2),
-                   timeout_s=config.task.get("verifier_timeout_s", 5.0))
+        """config.task.verifier_workers and config.task.verifier_timeout (seconds)."""
+        return cls(num_workers=config.task.verifier_workers,
+                   timeout_s=config.task.verifier_timeout)
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, memory_mb: int = 2048,
                  max_answer_chars: int = 1000, start_timeout_s: float = 120.0,
