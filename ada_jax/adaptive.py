@@ -34,6 +34,7 @@ from ada_jax import model as model_lib
 from ada_jax import sampling
 
 NEG, POS = 0, 1
+_MAX_NEW_PER_PROMPT = 128  # refill: launches one prompt can get per refill
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +48,15 @@ class EngineConfig:
     mode: str = "refill"  # rounds | refill
     samples_per_round: int = 8  # M (rounds mode)
     max_rounds: int = 4  # R (rounds mode)
-    chunk_len: int = 16  # decode steps between refills (refill mode)
+    chunk_len: int = 16  # refill: at most this many decode steps between refills
     select_order: str = "generation"  # generation | random
-    overcommit: float = 1.0  # refill: in-flight cap = need + overcommit*(expected - need)
+    # refill: launch a sample only if P(it is needed) >= 1 - overcommit (0 = only samples
+    # certain to be needed: exact one-at-a-time stopping; 1 = fill every free slot in budget)
+    overcommit: float = 0.5
+    refill_frac: float = 1 / 32  # refill: end a chunk early once this share of slots finished
+    # refill: a prompt's pool is its first samples in launch order (the reference's one-at-a-
+    # time process; unbiased) or in completion order (retires sooner, but favours short samples)
+    pool_order: str = "launch"  # launch | completion
 
 
 @struct.dataclass
@@ -61,7 +68,12 @@ class EngineState:
     launched: jax.Array  # samples started (their index seeds oracle draws)
     active: jax.Array
     quota: jax.Array  # rounds mode: launches left in this round
-    first_pos: jax.Array  # positives among each prompt's first G completed samples
+    first_pos: jax.Array  # positives among each prompt's first G pool samples
+    # refill, launch order: outcomes of finished samples by launch index mod W, not yet in the
+    # pool (it is the prefix of launch indices 0..n_samples-1) [B, W]
+    ring_done: jax.Array
+    ring_pos: jax.Array
+    ring_len: jax.Array
     # kept buffers [B, 2, C, …]; priority +inf = empty
     kept_tokens: jax.Array
     kept_logp: jax.Array
@@ -81,7 +93,7 @@ class EngineState:
     rounds: jax.Array
     decode_steps: jax.Array
     generated_tokens: jax.Array
-    cut_tokens: jax.Array
+    cut_tokens: jax.Array  # tokens of samples launched but left out of every pool
 
 
 # ----------------------------------------------------------------------------- generators
@@ -114,20 +126,21 @@ class ModelGenerator:
                     logits=jnp.zeros((S, V), jnp.float32), next_pos=jnp.zeros((S,), jnp.int32))
 
     def restart(self, prompt_state, gen, start_S, prompt_S):
+        """Copy the prompt's cache into the started slots: a scatter of their first P positions
+        only (later positions keep stale keys/values, masked out by `valid`)."""
         pc, sc = prompt_state["cache"], gen["cache"]
-        P = pc["valid"].shape[1]
+        S, P = start_S.shape[0], pc["valid"].shape[1]
         idx = jnp.maximum(prompt_S, 0)
+        rows = jnp.where(start_S, jnp.arange(S), S)  # S = out of range: not written
 
         def put(slot_arr, prompt_arr):
-            fresh = slot_arr.at[:, :P].set(prompt_arr[idx])
-            shape = (-1,) + (1,) * (slot_arr.ndim - 1)
-            return jnp.where(start_S.reshape(shape), fresh, slot_arr)
+            return slot_arr.at[rows, :P].set(prompt_arr[idx], mode="drop")
 
+        valid = jnp.where(start_S[:, None],
+                          jnp.zeros_like(sc["valid"]).at[:, :P].set(pc["valid"][idx]),
+                          sc["valid"])
         cache = dict(k=[put(s, p) for s, p in zip(sc["k"], pc["k"])],
-                     v=[put(s, p) for s, p in zip(sc["v"], pc["v"])],
-                     valid=jnp.where(start_S[:, None],
-                                     jnp.zeros_like(sc["valid"]).at[:, :P].set(pc["valid"][idx]),
-                                     sc["valid"]),
+                     v=[put(s, p) for s, p in zip(sc["v"], pc["v"])], valid=valid,
                      pos=jnp.where(start_S, P, sc["pos"]))
         return dict(cache=cache,
                     logits=jnp.where(start_S[:, None], prompt_state["logits"][idx], gen["logits"]),
@@ -143,26 +156,44 @@ class ModelGenerator:
 
 @dataclasses.dataclass(frozen=True)
 class BernoulliGenerator:
-    """Model-free oracle: each sample is one token, its index within the prompt (use
-    max_new_tokens=1 so it completes in one step).
+    """Model-free oracle: sample j of a prompt is the token j (its index within the prompt).
+
+    max_len = 1 (default): every sample is that one token (use max_new_tokens=1). max_len > 1:
+    sample j of prompt i runs L(i, j) steps, uniform on 2..max_len from a hash of (i, j)
+    (`oracle_lengths`): the token j, then j again, the last step `eos_id` (use
+    max_new_tokens >= max_len), so slots finish out of launch order.
 
     Pair with `bernoulli_reward`: sample j of prompt i is correct iff
     uniform(fold_in(fold_in(key, i), j)) < p_i, so outcomes depend only on (prompt, index).
     """
     eos_id: int = -1
     pad_id: int = 0
+    max_len: int = 1
 
     def prefill(self, params, prompt_BP, mask_BP):
         return {}
 
     def init_slots(self, prompt_state, S):
-        return {}
+        return dict(steps=jnp.zeros((S,), jnp.int32))
 
     def restart(self, prompt_state, gen, start_S, prompt_S):
-        return gen
+        return dict(steps=jnp.where(start_S, 0, gen["steps"]))
 
     def step(self, params, prompt_state, gen, live_S, prompt_S, seq_S, key):
-        return seq_S.astype(jnp.int32), jnp.zeros(seq_S.shape, jnp.float32), gen
+        token = seq_S.astype(jnp.int32)
+        if self.max_len > 1:
+            last = gen["steps"] + 1 >= oracle_lengths(prompt_S, seq_S, self.max_len)
+            token = jnp.where(last, self.eos_id, token)
+        return token, jnp.zeros(seq_S.shape, jnp.float32), dict(steps=gen["steps"] + live_S)
+
+
+def oracle_lengths(prompt_S, seq_S, max_len: int):
+    """BernoulliGenerator's sample lengths: uniform on 2..max_len, a hash of (prompt, index)."""
+    h = (jnp.maximum(prompt_S, 0).astype(jnp.uint32) * jnp.uint32(2654435761)
+         + seq_S.astype(jnp.uint32) * jnp.uint32(40503) + jnp.uint32(12345))
+    h = (h ^ (h >> 15)) * jnp.uint32(2246822519)
+    h = h ^ (h >> 13)
+    return 2 + (h % jnp.uint32(max_len - 1)).astype(jnp.int32)
 
 
 def bernoulli_reward(reward_data, prompt_S, seq_S, tokens_SN, lengths_S):
@@ -220,18 +251,24 @@ def _still_needed(cfg: EngineConfig, n, n_pos, t_BJ):
 def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B):
     """Hand free slots to (prompt, next sample) candidates, most likely needed first.
 
-    Candidate j of prompt i is its (in_flight + j + 1)-th outstanding sample; it is needed iff
-    the rule still fails after the in_flight + j outstanding ahead of it (`_still_needed`).
+    Candidate j of prompt i is needed iff the rule still fails on every sample launched before
+    it: the pool, those finished past it (launch order: outcomes known) and the t = running + j
+    still unknown (`_still_needed`, since the rule only gets easier with more samples).
     Candidates need probability >= 1 - overcommit and must fit the budget; ties (e.g. the
     certain ones) go round-robin over prompts. Returns (start_S, prompt_S, seq_S, started_B).
     """
     B, S = st.n_samples.shape[0], st.slot_prompt.shape[0]
     J = min(S, _MAX_NEW_PER_PROMPT)
     j = jnp.arange(J)[None, :]
-    t = st.in_flight[:, None] + j
-    q = _still_needed(cfg, st.n_samples, st.n_pos, t)
-    ok = (st.active[:, None] & (t < (budget_B - st.n_samples)[:, None])
+    # Finished past the pool (launch order): their outcomes are known, so count them as drawn.
+    known = jnp.sum(st.ring_done, axis=1)
+    n, n_pos = st.n_samples + known, st.n_pos + jnp.sum(st.ring_done & st.ring_pos, axis=1)
+    t = (st.launched - n)[:, None] + j  # samples still running ahead of candidate j, plus j
+    q = _still_needed(cfg, n, n_pos, t)
+    ok = (st.active[:, None] & (t < (budget_B - n)[:, None])
           & (q >= 1.0 - min(max(cfg.overcommit, 0.0), 1.0) - 1e-6))
+    if _launch_order(cfg):  # launch indices past the pool must fit the ring
+        ok = ok & (t + known[:, None] < _window(cfg))
     score = jnp.where(ok, q - 1e-6 * j, -1.0).reshape(-1)
     K = min(S, B * J)
     top, idx = jax.lax.top_k(score, K)  # descending; within a prompt a prefix of j
@@ -258,14 +295,22 @@ def _assign(cfg: EngineConfig, st: EngineState, cap_B):
     return start, prompt
 
 
-def _decode_chunk(cfg, gen_fn, params, prompt_state, st: EngineState, max_steps):
-    """Decode live slots for up to max_steps (early exit when none is live)."""
+def _decode_chunk(cfg, gen_fn, params, prompt_state, st: EngineState, max_steps,
+                  refill_at: int):
+    """Decode live slots for up to max_steps; stop early when none is live or (refill_at > 0)
+    once refill_at slots hold finished samples."""
     S, N = st.slot_tokens.shape
     rows = jnp.arange(S)
 
+    parked = jnp.sum((st.slot_prompt >= 0) & st.slot_done)  # finished, waiting for the pool
+
     def cond(c):
         t, s = c
-        return (t < max_steps) & jnp.any((s.slot_prompt >= 0) & ~s.slot_done)
+        busy = s.slot_prompt >= 0
+        go = (t < max_steps) & jnp.any(busy & ~s.slot_done)
+        if refill_at:
+            go = go & (jnp.sum(busy & s.slot_done) - parked < refill_at)
+        return go
 
     def body(c):
         t, s = c
@@ -291,17 +336,14 @@ def _launch_and_decode(cfg: EngineConfig, gen_fn, params, prompt_state, budget_B
                        st: EngineState):
     """First half of a chunk: assign free slots, restart them, decode."""
     if cfg.mode == "rounds":
-        cap = jnp.where(st.active, st.quota, 0)
+        start, prompt = _assign(cfg, st, jnp.where(st.active, st.quota, 0))
+        started_B = jnp.zeros_like(st.in_flight).at[jnp.where(start, prompt, 0)].add(start)
+        seq = jnp.where(start, st.launched[jnp.maximum(prompt, 0)], st.slot_seq)
+        # Several slots may start on one prompt: offset each by its rank among them.
+        same = start[:, None] & start[None, :] & (prompt[:, None] == prompt[None, :])
+        seq = seq + jnp.sum(jnp.tril(same, -1), axis=1)
     else:
-        minimum, expected = _need(cfg, st.n_samples, st.n_pos, budget_B)
-        allowed = minimum + jnp.floor(cfg.overcommit * (expected - minimum)).astype(jnp.int32)
-        cap = jnp.where(st.active, jnp.maximum(allowed, minimum) - st.in_flight, 0)
-    start, prompt = _assign(cfg, st, cap)
-    started_B = jnp.zeros_like(st.in_flight).at[jnp.where(start, prompt, 0)].add(start)
-    seq = jnp.where(start, st.launched[jnp.maximum(prompt, 0)], st.slot_seq)
-    # Several slots may start on one prompt: offset each by its rank among them.
-    same = start[:, None] & start[None, :] & (prompt[:, None] == prompt[None, :])
-    seq = seq + jnp.sum(jnp.tril(same, -1), axis=1)
+        start, prompt, seq, started_B = _assign_refill(cfg, st, budget_B)
     gen = gen_fn.restart(prompt_state, st.gen, start, prompt)
     st = st.replace(
         slot_prompt=prompt, slot_seq=seq, gen=gen,
@@ -310,31 +352,88 @@ def _launch_and_decode(cfg: EngineConfig, gen_fn, params, prompt_state, budget_B
         slot_len=jnp.where(start, 0, st.slot_len), slot_done=jnp.where(start, False, st.slot_done),
         in_flight=st.in_flight + started_B, launched=st.launched + started_B,
         quota=st.quota - started_B if cfg.mode == "rounds" else st.quota)
-    steps = cfg.max_new_tokens if cfg.mode == "rounds" else cfg.chunk_len
-    return _decode_chunk(cfg, gen_fn, params, prompt_state, st, steps)
+    if cfg.mode == "rounds":
+        return _decode_chunk(cfg, gen_fn, params, prompt_state, st, cfg.max_new_tokens, 0)
+    S = st.slot_prompt.shape[0]
+    refill_at = max(1, int(np.ceil(cfg.refill_frac * S))) if cfg.refill_frac > 0 else 0
+    return _decode_chunk(cfg, gen_fn, params, prompt_state, st, cfg.chunk_len, refill_at)
+
+
+def _window(cfg: EngineConfig) -> int:
+    """W: launch-order refill keeps at most W samples per prompt launched past its pool."""
+    return _MAX_NEW_PER_PROMPT if _launch_order(cfg) else 1
+
+
+def _launch_order(cfg: EngineConfig) -> bool:
+    return cfg.mode == "refill" and cfg.pool_order == "launch"
+
+
+def _advance_prefix(cfg: EngineConfig, budget_B, group: int, st: EngineState, fin, pos):
+    """Launch-order pools: record finished outcomes in the ring, then extend each prompt's pool
+    over the finished launch indices that follow it, one at a time, stopping where the rule
+    first holds or at the budget (the one-at-a-time reference process, in launch order)."""
+    B, W = st.ring_done.shape
+    pidx = jnp.where(fin, st.slot_prompt, B)
+    col = st.slot_seq % W
+    ring_done = st.ring_done.at[pidx, col].set(True, mode="drop")
+    ring_pos = st.ring_pos.at[pidx, col].set(pos, mode="drop")
+    ring_len = st.ring_len.at[pidx, col].set(st.slot_len, mode="drop")
+    rows = jnp.arange(B)[:, None]
+    w = jnp.arange(W)[None, :]
+    cols = (st.n_samples[:, None] + w) % W  # offset w past the pool, in ring coordinates
+    d, p = ring_done[rows, cols], ring_pos[rows, cols]
+    run = jnp.cumprod(d, axis=1).astype(bool)  # finished without a gap from the pool's end
+    n = st.n_samples[:, None] + w + 1
+    n_pos = st.n_pos[:, None] + jnp.cumsum(p & run, axis=1)
+    stop = _rule_met(cfg, n, n_pos) | (n >= budget_B[:, None])
+    take = run & (jnp.cumsum(stop, axis=1) - stop == 0) & st.active[:, None]
+    first_pos = st.first_pos + jnp.sum(take & p & (n <= group), axis=1)
+    st = st.replace(ring_done=ring_done.at[rows, cols].set(d & ~take),
+                    ring_pos=ring_pos, ring_len=ring_len,
+                    n_samples=st.n_samples + jnp.sum(take, axis=1),
+                    n_pos=st.n_pos + jnp.sum(take & p, axis=1), first_pos=first_pos)
+    return st
 
 
 def _absorb(cfg: EngineConfig, budget_B, group: int, st: EngineState, reward_S):
-    """Second half: count finished samples, merge them into kept buffers, retire prompts."""
+    """Second half: count finished samples, merge them into kept buffers, retire prompts.
+
+    Completion order (rounds; refill with pool_order="completion"): every finished sample
+    joins its prompt's pool. Launch order (refill default): the pool is the prefix of launch
+    indices (`_advance_prefix`); finished samples past it wait in the ring and are merged into
+    the kept buffers at once with their launch index as priority, so the lowest indices win and
+    entries past the final pool are dropped when the prompt retires. With select_order="random"
+    a finished sample past the pool instead stays parked in its slot until the pool reaches it.
+    """
     B, S = st.n_samples.shape[0], st.slot_prompt.shape[0]
     C = st.kept_prio.shape[2]
     fin = (st.slot_prompt >= 0) & st.slot_done
-    pidx = jnp.where(fin, st.slot_prompt, B)  # B = dropped
     pos = fin & (reward_S > 0.5)
-    n_before = st.n_samples
+    launch = _launch_order(cfg)
+    if launch:
+        st = _advance_prefix(cfg, budget_B, group, st, fin, pos)
+        take = fin
+        if cfg.select_order == "random":  # merge only once in the pool; park the rest
+            take = fin & (st.slot_seq < st.n_samples[jnp.maximum(st.slot_prompt, 0)])
+    else:
+        take = fin
+    pidx = jnp.where(take, st.slot_prompt, B)  # B = dropped
     onehot = (pidx[None, :] == jnp.arange(B)[:, None])  # [B,S]
-    # Completion ordinal of each finished sample within its prompt (slot order breaks ties).
-    same = fin[:, None] & fin[None, :] & (st.slot_prompt[:, None] == st.slot_prompt[None, :])
-    rank = jnp.sum(jnp.tril(same, -1), axis=1)
-    ordinal = n_before[jnp.minimum(pidx, B - 1)] + rank
-    first_pos = st.first_pos.at[pidx].add(pos & (ordinal < group), mode="drop")
-    n_samples = st.n_samples.at[pidx].add(fin, mode="drop")
-    n_pos = st.n_pos.at[pidx].add(pos, mode="drop")
-    in_flight = st.in_flight.at[pidx].add(-fin.astype(jnp.int32), mode="drop")
+    if not launch:
+        # Completion ordinal of each finished sample within its prompt (slot order breaks ties).
+        same = fin[:, None] & fin[None, :] & (st.slot_prompt[:, None] == st.slot_prompt[None, :])
+        rank = jnp.sum(jnp.tril(same, -1), axis=1)
+        ordinal = st.n_samples[jnp.minimum(pidx, B - 1)] + rank
+        st = st.replace(first_pos=st.first_pos.at[pidx].add(pos & (ordinal < group), mode="drop"),
+                        n_samples=st.n_samples.at[pidx].add(fin, mode="drop"),
+                        n_pos=st.n_pos.at[pidx].add(pos, mode="drop"))
+    in_flight = st.in_flight.at[pidx].add(-take.astype(jnp.int32), mode="drop")
 
-    # Merge into kept buffers: lowest priority wins (completion order, or random).
+    # Merge into kept buffers: lowest priority wins (generation order, or random).
     if cfg.select_order == "random":
         prio_S = jax.random.uniform(jax.random.fold_in(st.key, -1 - st.chunks), (S,))
+    elif launch:
+        prio_S = st.slot_seq.astype(jnp.float32)
     else:
         prio_S = (st.chunks * S + jnp.arange(S)).astype(jnp.float32)
     cls_S = pos.astype(jnp.int32)
@@ -355,9 +454,8 @@ def _absorb(cfg: EngineConfig, budget_B, group: int, st: EngineState, reward_S):
     st = st.replace(
         kept_tokens=merge(st.kept_tokens, st.slot_tokens), kept_logp=merge(st.kept_logp,
                                                                            st.slot_logp),
-        kept_len=merge(st.kept_len, st.slot_len), kept_prio=new_prio,
-        n_samples=n_samples, n_pos=n_pos, in_flight=in_flight, first_pos=first_pos,
-        slot_prompt=jnp.where(fin, -1, st.slot_prompt), chunks=st.chunks + 1)
+        kept_len=merge(st.kept_len, st.slot_len), kept_prio=new_prio, in_flight=in_flight,
+        slot_prompt=jnp.where(take, -1, st.slot_prompt), chunks=st.chunks + 1)
 
     # Retire prompts: refill mode after every chunk, rounds mode at the end of each round.
     done_B = _rule_met(cfg, st.n_samples, st.n_pos) | (st.n_samples >= budget_B)
@@ -371,22 +469,34 @@ def _absorb(cfg: EngineConfig, budget_B, group: int, st: EngineState, reward_S):
         st = st.replace(active=active, quota=quota, rounds=st.rounds + round_over)
     else:
         active = st.active & ~done_B
-        # Cut the in-flight slots of retired prompts; their tokens are spent, not counted.
+        retired = st.active & ~active
+        # Cut the busy slots of retired prompts; their tokens are spent, not counted.
         cut = (st.slot_prompt >= 0) & ~active[jnp.maximum(st.slot_prompt, 0)]
+        wasted = jnp.sum(jnp.where(cut, st.slot_len, 0))
+        if launch:  # finished past the final pool: out of the ring and the kept buffers
+            drop = retired[:, None] & st.ring_done
+            if cfg.select_order != "random":  # (random: those are parked slots, cut above)
+                wasted += jnp.sum(jnp.where(drop, st.ring_len, 0))
+            st = st.replace(ring_done=st.ring_done & ~drop, kept_prio=jnp.where(
+                retired[:, None, None] & (st.kept_prio >= st.n_samples[:, None, None]),
+                jnp.inf, st.kept_prio) if cfg.select_order != "random" else st.kept_prio)
         st = st.replace(active=active, slot_prompt=jnp.where(cut, -1, st.slot_prompt),
                         in_flight=st.in_flight.at[jnp.where(cut, st.slot_prompt, B)].add(
                             -cut.astype(jnp.int32), mode="drop"),
-                        cut_tokens=st.cut_tokens + jnp.sum(jnp.where(cut, st.slot_len, 0)))
+                        cut_tokens=st.cut_tokens + wasted)
     return st
 
 
 def init_state(cfg: EngineConfig, gen_fn, prompt_state, B: int, budget_B, key) -> EngineState:
     S, N, C = cfg.slots, cfg.max_new_tokens, cfg.keep
+    W = _window(cfg)
     zB = jnp.zeros((B,), jnp.int32)
     quota = (jnp.minimum(cfg.samples_per_round, budget_B) if cfg.mode == "rounds" else zB)
     return EngineState(
         n_samples=zB, n_pos=zB, in_flight=zB, launched=zB, active=budget_B > 0,
         quota=quota.astype(jnp.int32), first_pos=zB,
+        ring_done=jnp.zeros((B, W), bool), ring_pos=jnp.zeros((B, W), bool),
+        ring_len=jnp.zeros((B, W), jnp.int32),
         kept_tokens=jnp.zeros((B, 2, C, N), jnp.int32),
         kept_logp=jnp.zeros((B, 2, C, N), jnp.float32),
         kept_len=jnp.zeros((B, 2, C), jnp.int32), kept_prio=jnp.full((B, 2, C), jnp.inf),
