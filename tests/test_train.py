@@ -95,12 +95,13 @@ def test_golden_values_differ_between_algorithms():
 
 
 def test_reward_rises_under_grpo(tmp_path):
-    c = _config("grpo", **{"rl.steps": 14, "rl.prompts_per_step": 8, "optim.lr": 3e-3,
-                           "optim.warmup_steps": 1, "checkpoint.every": 100})
+    # The same 8 prompts every step, so the pool reward tracks the policy, not the prompts.
+    c = _config("grpo", **{"rl.steps": 12, "rl.prompts_per_step": 8, "task.train_size": 8,
+                           "optim.lr": 1e-2, "optim.warmup_steps": 1, "checkpoint.every": 100})
     train.train_and_evaluate(c, str(tmp_path))
     with open(tmp_path / "metrics.jsonl") as f:
         r = [json.loads(line)["reward_mean"] for line in f]
-    assert np.mean(r[-4:]) > np.mean(r[:4]) + 0.1, r
+    assert np.mean(r[-3:]) > np.mean(r[:3]) + 0.1, r
 
 
 def _cli(workdir, steps):
