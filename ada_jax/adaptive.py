@@ -9,15 +9,28 @@ an active flag and a per-prompt budget; exit rules are masks over the counters, 
 changes shape. Finished samples are scored and merged into per-prompt kept buffers that hold at
 most C positives and C negatives (the first C in generation order, or a uniformly random C via
 bottom-C random priorities), so memory does not grow with the budget.
+"Generation order" is the order samples were launched in (rounds; refill with launch-order
+pools) or finished in (refill, pool_order="completion").
 
 Two schedules share the code:
 - rounds (reference-faithful): each round every active prompt gets M samples; slots decode
   until all are done; rules are checked at the end of the round; at most R rounds.
-- refill: decode `chunk_len` steps, score finished slots, retire prompts whose rule holds (their
-  in-flight slots are cut) and hand free slots at once to the active prompts with the largest
-  outstanding need. A prompt never holds more in-flight slots than its expected remaining need
-  (times `overcommit`, at least its minimum need), which bounds the overshoot past sequential
-  one-at-a-time stopping.
+- refill: decode until a few slots have finished (`refill_frac` of S, at most `chunk_len`
+  steps), score them, retire prompts whose rule holds (their running slots are cut) and hand
+  the free slots out again at once. Free slots go to (prompt, next sample) candidates in order
+  of the probability that the sample is needed, i.e. that the rule still fails on everything
+  launched before it (beta-binomial posterior predictive, `_still_needed`); certain ones first,
+  round-robin over prompts; a candidate needs probability >= 1 - `overcommit`. overcommit = 0
+  is one-at-a-time stopping exactly (no sample wasted); larger values use more of the slots
+  when there are more slots than samples surely needed, at the price of samples launched past
+  the stopping point (cut, or finished and dropped). With slots to spare that price is paid in
+  otherwise idle slots, so it shortens the step (see docs/benchmarks.md, "Adaptive engine").
+  Pools follow launch order by default (`pool_order`): a prompt's pool is the prefix of its
+  launch indices up to where the rule first holds, exactly the reference's sequential process,
+  whatever the lengths; finished samples past the prefix wait (outcome in a small per-prompt
+  ring, tokens already merged into the kept buffers by launch index) until the prefix reaches
+  them or the prompt retires. Completion order (pool = whatever finished first) retires
+  prompts a little sooner but its pools, and so the kept groups, favour short samples.
 With a jittable reward the whole loop is one `lax.while_loop` (`run`); with a host reward the
 host scores between chunks (`run_host`), calling the same two jitted halves, never recompiling.
 """
@@ -34,7 +47,7 @@ from ada_jax import model as model_lib
 from ada_jax import sampling
 
 NEG, POS = 0, 1
-_MAX_NEW_PER_PROMPT = 128  # refill: launches one prompt can get per refill
+_MAX_NEW_PER_PROMPT = 128  # refill: launches per prompt per refill; launch-order ring size W
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,8 +146,8 @@ class ModelGenerator:
         idx = jnp.maximum(prompt_S, 0)
         rows = jnp.where(start_S, jnp.arange(S), S)  # S = out of range: not written
 
-        def put(slot_arr, prompt_arr):
-            return slot_arr.at[rows, :P].set(prompt_arr[idx], mode="drop")
+        def put(slot_arr, prompt_arr):  # k/v [S,K,len,E]: the cache length is axis 2
+            return slot_arr.at[rows, :, :P].set(prompt_arr[idx], mode="drop")
 
         valid = jnp.where(start_S[:, None],
                           jnp.zeros_like(sc["valid"]).at[:, :P].set(pc["valid"][idx]),
@@ -224,27 +237,24 @@ def _still_needed(cfg: EngineConfig, n, n_pos, t_BJ):
     n, n_pos = n[:, None].astype(jnp.float32), n_pos[:, None].astype(jnp.float32)
     t = t_BJ.astype(jnp.float32)
     a, b = n_pos + 0.5, n - n_pos + 0.5
-    lbeta = lambda x, y: (jax.scipy.special.gammaln(x) + jax.scipy.special.gammaln(y)  # noqa
-                          - jax.scipy.special.gammaln(x + y))
-
-    def pmf(s):  # P(s positives among the t), s float [B,J]
-        ok = (s >= 0) & (s <= t)
-        s = jnp.clip(s, 0, t)
-        logp = (jax.scipy.special.gammaln(t + 1) - jax.scipy.special.gammaln(s + 1)
-                - jax.scipy.special.gammaln(t - s + 1) + lbeta(s + a, t - s + b) - lbeta(a, b))
-        return jnp.where(ok, jnp.exp(logp), 0.0)
-
+    lg = jax.scipy.special.gammaln
+    base = lg(a + b) - lg(a + b + t)
+    # pmf(s) for s = 0, 1, … (too few positives) and s = t, t-1, … (too few negatives), by the
+    # ratio recursion from pmf(0) = B(a, t+b)/B(a, b) and pmf(t) = B(t+a, b)/B(a, b).
+    lo = jnp.exp(base + lg(t + b) - lg(b))
+    hi = jnp.exp(base + lg(t + a) - lg(a))
     miss_pos = jnp.maximum(cfg.k_pos - n_pos, 0.0)
     miss_neg = (jnp.maximum(cfg.k_neg - (n - n_pos), 0.0) if cfg.exit_rule == "balance"
                 else jnp.zeros_like(n))
     q = jnp.zeros(t.shape, jnp.float32)
-    for s in range(cfg.k_pos):  # too few positives: s < miss_pos
-        ps = pmf(jnp.full(t.shape, float(s)))
-        q = q + jnp.where(s < miss_pos, ps, 0.0)
-        q = q - jnp.where((s < miss_pos) & (t - s < miss_neg), ps, 0.0)  # counted twice
+    for s in range(cfg.k_pos):  # s positives among the t, s < miss_pos: rule fails
+        ok = (s <= t) & (s < miss_pos)
+        q = q + jnp.where(ok & ~(t - s < miss_neg), lo, 0.0)  # both shortfalls: count once
+        lo = lo * (t - s) / (s + 1) * (s + a) / jnp.maximum(t - s - 1 + b, 1e-6)
     if cfg.exit_rule == "balance":
-        for u in range(cfg.k_neg):  # too few negatives: t - s = u < miss_neg
-            q = q + jnp.where(u < miss_neg, pmf(t - u), 0.0)
+        for u in range(cfg.k_neg):  # t - u positives, u < miss_neg negatives
+            q = q + jnp.where((u <= t) & (u < miss_neg), hi, 0.0)
+            hi = hi * (t - u) / (u + 1) * (u + b) / jnp.maximum(t - u - 1 + a, 1e-6)
     return jnp.where(t < miss_pos + miss_neg, 1.0, jnp.clip(q, 0.0, 1.0))
 
 
@@ -509,7 +519,8 @@ def init_state(cfg: EngineConfig, gen_fn, prompt_state, B: int, budget_B, key) -
 
 
 def _max_chunks(cfg: EngineConfig, budget_B) -> jax.Array:
-    per_sample = 1 if cfg.mode == "rounds" else -(-cfg.max_new_tokens // cfg.chunk_len)
+    # refill: a chunk ends when a sample finishes or after chunk_len steps (a safety cap only)
+    per_sample = 1 if cfg.mode == "rounds" else 1 + -(-cfg.max_new_tokens // cfg.chunk_len)
     return jnp.sum(budget_B) * per_sample + cfg.max_rounds + 2
 
 
@@ -628,6 +639,7 @@ def metrics(cfg: EngineConfig, st: EngineState, batch: Batch, group: int,
         "rounds": int(st.rounds), "chunks": int(st.chunks),
         "decode_steps": int(st.decode_steps), "generated_tokens": int(st.generated_tokens),
         "cut_tokens": int(st.cut_tokens),
+        "samples_launched": int(np.asarray(st.launched).sum()),
         "slot_utilisation": float(int(st.generated_tokens)
                                   / max(cfg.slots * int(st.decode_steps), 1)),
     }

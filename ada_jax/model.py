@@ -127,24 +127,29 @@ class Attention(nnx.Module):
                        v + self.v_bias[...].astype(dt))
         q = apply_rope(q, positions_BT, inv_freq)
         k = apply_rope(k, positions_BT, inv_freq)
+        B, T, H, E = q.shape
+        K, G = k.shape[2], H // k.shape[2]
+        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B,K,T,E]: the cache layout
         if layer_cache is not None:
             k, v, layer_cache = _write_cache(layer_cache, k, v)
-        B, T, H, E = q.shape
-        K = k.shape[2]
-        q = q.reshape(B, T, K, H // K, E)
-        scores = jnp.einsum("btkge,bske->bkgts", q, k).astype(jnp.float32) / math.sqrt(E)
+        # Plain batched matmuls over (b, k) with the G·T queries of a kv head as rows: XLA CPU
+        # runs them on the cache as stored, with no per-step transposed copy of the cache.
+        q = q.reshape(B, T, K, G, E).transpose(0, 2, 3, 1, 4).reshape(B, K, G * T, E)
+        scores = jnp.einsum("bkqe,bkse->bkqs", q, k).astype(jnp.float32) / math.sqrt(E)
+        scores = scores.reshape(B, K, G, T, -1)
         scores = jnp.where(kv_mask_BTS[:, None, None], scores, _NEG_INF)
-        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-        out = jnp.einsum("bkgts,bske->btkge", probs, v).reshape(B, T, H, E)
+        probs = jax.nn.softmax(scores, axis=-1).astype(dt).reshape(B, K, G * T, -1)
+        out = jnp.einsum("bkqs,bkse->bkqe", probs, v).reshape(B, K, G, T, E)
+        out = out.transpose(0, 3, 1, 2, 4).reshape(B, T, H, E)
         return jnp.einsum("bthe,hed->btd", out, self.o[...].astype(dt)), layer_cache
 
 
-def _write_cache(layer_cache, k_BTKE, v_BTKE):
-    """Write new keys/values at each row's own position; returns full-length k, v."""
+def _write_cache(layer_cache, k_BKTE, v_BKTE):
+    """Write new keys/values at each row's own position; returns full-length k, v [B,K,S,E]."""
     pos_B = layer_cache["pos"]
-    write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, (i, 0, 0)))
-    k = write(layer_cache["k"], k_BTKE.astype(layer_cache["k"].dtype), pos_B)
-    v = write(layer_cache["v"], v_BTKE.astype(layer_cache["v"].dtype), pos_B)
+    write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, (0, i, 0)))
+    k = write(layer_cache["k"], k_BKTE.astype(layer_cache["k"].dtype), pos_B)
+    v = write(layer_cache["v"], v_BKTE.astype(layer_cache["v"].dtype), pos_B)
     return k, v, {"k": k, "v": v, "pos": pos_B}
 
 
@@ -256,8 +261,8 @@ def _block_call(block, x, positions_BT, inv_freq, kv_mask, layer_cache, remat: b
 
 
 def init_cache(cfg: ModelConfig, batch: int, length: int) -> Cache:
-    """Empty cache: per-layer k/v [B,S,K,E] in compute dtype, valid [B,S], write pos [B]."""
-    shape = (batch, length, cfg.n_kv_heads, cfg.head_dim)
+    """Empty cache: per-layer k/v [B,K,S,E] in compute dtype, valid [B,S], write pos [B]."""
+    shape = (batch, cfg.n_kv_heads, length, cfg.head_dim)
     dt = jnp.dtype(cfg.dtype)
     return {"k": [jnp.zeros(shape, dt) for _ in range(cfg.n_layers)],
             "v": [jnp.zeros(shape, dt) for _ in range(cfg.n_layers)],

@@ -156,14 +156,19 @@ def sample(graphdef, params, prompt_BP, prompt_mask_BP, key, *, cfg: SamplingCon
     init = _LoopState(step=jnp.int32(0), key=key, logits_BV=logits, next_pos_B=next_pos,
                       done_B=jnp.zeros((B,), bool), out=out, cache=cache)
 
+    # Per-step keys: one vectorised threefry draw here, then RngBitGenerator ("rbg") inside the
+    # loop. On CPU threefry lowers to a rolled 5-iteration loop of tiny ops, run twice a step
+    # (fold_in and the B×V Gumbel bits) if it were used in the loop body.
+    step_seeds_N4 = jax.random.bits(key, (N, 4), jnp.uint32)
+
     def cond(s):
         return (s.step < N) & ~jnp.all(s.done_B)
 
     def body(s):
         live = ~s.done_B
+        step_key = jax.random.wrap_key_data(step_seeds_N4[s.step], impl="rbg")
         token, logp, logits, cache = decode_step(
-            model, s.logits_BV, jax.random.fold_in(s.key, s.step), s.cache, s.next_pos_B, live,
-            cfg)
+            model, s.logits_BV, step_key, s.cache, s.next_pos_B, live, cfg)
         o = s.out
         o = o.replace(tokens_BN=o.tokens_BN.at[:, s.step].set(token),
                       logp_BN=o.logp_BN.at[:, s.step].set(jnp.where(live, logp, 0.0)),

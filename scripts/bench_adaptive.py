@@ -2,34 +2,40 @@
 
 Tiny model (configs/base.py MODELS["tiny"]) with random weights. The EOS token's tied
 embedding is set along the mean direction of the final hidden state, so EOS gets a logit bias
-that varies with the context: response lengths spread geometric-ish from a few tokens to
-max_new_tokens. The reward is the jittable synthetic one (ada_jax/rewards/synthetic.py):
-correct iff the first token id is below the prompt's threshold; thresholds are the arcsine
-(U-shaped) quantiles, so the pass rates p_i spread like real ones, with some prompts at 0 and 1.
-p_i is computed exactly from the model's first-token distribution (prefill logits).
+that varies with the context: response lengths spread geometric-ish up to max_new_tokens
+(median ~18 of 64, ~14% truncated). The reward is the jittable synthetic one
+(ada_jax/rewards/synthetic.py): correct iff the first token id is below the prompt's
+threshold; thresholds sit on the arcsine (U-shaped) quantiles, so pass rates spread like real
+ones, some prompts at 0 and 1. p_i is exact: the model's first-token mass below the threshold.
 
-Per step, at the same B prompts and S slots:
-  grpo4        exit_rule none, budget 4 (rounds M=4, R=1: one wave, as the trainer runs it)
-  ada_rounds   balance k_pos = k_neg = 2, rounds M=8, R=4 (reference schedule, N_max 32)
-  ada_refill   balance k_pos = k_neg = 2, refill, budget 32
-Reported: wall time (median over interleaved repetitions after a warm-up; the first call's
-extra time, mostly compilation, separately), samples completed / launched (launched counts
-the in-flight samples cut when their prompt retired), tokens generated (cut ones included),
-wall time per generated token, slot utilisation = tokens / (S · decode steps), and samples vs
-the sequential oracle: Σ_i E[N_i] for one-at-a-time balance stopping with budget 32 at the
-true p_i (objectives.stopping_moments), tokens vs the oracle's Σ_i E[N_i]·L̄_i (L̄_i: prompt
-i's mean response length under GRPO-n4). A frontier over refill's overcommit and slots per
-prompt follows, and compiled peak memory (`memory_analysis`) of the jitted engine at N_max =
-32 and 256. The last stdout line is one JSON object.
+For each slots-per-prompt ratio S/B (same B prompts), one step of:
+  grpo4_rounds  exit_rule none, budget 4, rounds M=4 R=1: one wave (the trainer's default)
+  grpo4_refill  exit_rule none, budget 4, refill: continuous batching of the 4B samples
+  ada_rounds    balance k_pos = k_neg = 2, rounds M=8, R=4 (the reference schedule, N_max 32)
+  ada_refill    balance k_pos = k_neg = 2, refill, budget 32, engine defaults (launch order)
+  ada_refill_completion   (full run) the same with pool_order="completion"
+Reported: wall time (median over interleaved repetitions after a warm-up call; the first
+call's extra time, mostly compilation, separately), samples in pools / launched (launched
+includes samples cut or finished past the stopping point), tokens generated (wasted ones
+included), wall time per generated token, slot utilisation = tokens / (S * decode steps),
+and the sequential oracle: Σ_i E[N_i] for one-at-a-time balance stopping with budget 32 at the
+true p_i (objectives.stopping_moments); tokens vs Σ_i E[N_i]·L̄_i (L̄_i: prompt i's mean
+response length under GRPO-n4); slot-steps vs oracle = S * decode steps / oracle tokens (what a
+step costs, idle slots included); kept length vs ada_rounds (a length bias of the kept groups).
+"vs grpo4" ratios divide by the faster GRPO-n4 variant at the same S; "steps" ratios are the
+same ratios from decode-step counts alone (noise-free; the two differ by per-refill overhead).
+Then (full run) a frontier of refill over overcommit x S/B, and the compiled memory of the
+jitted engine at N_max = 32 and 256. The last stdout line is one JSON object.
 
-  python scripts/bench_adaptive.py           # B=32 S=128 N=96, 7 reps + frontier (minutes)
-  python scripts/bench_adaptive.py --quick   # B=16 S=64 N=64, 3 reps, small frontier (~1 min)
+  python scripts/bench_adaptive.py           # B=32, S/B = 4 and 1, 5 reps, frontier (~10 min)
+  python scripts/bench_adaptive.py --quick   # B=16, S/B = 1, 2 reps, no frontier (~1 min)
 """
 import argparse
 import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -58,15 +64,20 @@ def build(a):
     """Model with an EOS bias, B prompts, U-shaped thresholds and the exact pass rates."""
     cfg = model_lib.ModelConfig.from_config(MODELS["tiny"])
     model = model_lib.Transformer(cfg, nnx.Rngs(a.seed))
+    graphdef, params = nnx.split(model)
     rng = np.random.default_rng(a.seed)
     V = cfg.vocab_size
-    # Mean final hidden state over random contexts, recovered from the logits via the tied
-    # embedding (logits = h E^T); EOS's embedding along it gives EOS a context-dependent bias.
     toks = jnp.asarray(rng.integers(1, V, (32, 64)), jnp.int32)
-    m = jnp.ones(toks.shape, bool)
-    logits, _ = model(toks, model_lib.positions_from_mask(m), m)
+
+    @jax.jit
+    def logits_fn(params, toks):
+        m = jnp.ones(toks.shape, bool)
+        return nnx.merge(graphdef, params)(toks, model_lib.positions_from_mask(m), m)[0]
+
+    # Mean final hidden state over random contexts, recovered from the logits through the tied
+    # embedding (logits = h E^T); EOS's embedding along it gives EOS a context-dependent bias.
     E = np.array(model.embed[...])
-    h = np.asarray(logits).reshape(-1, V) @ np.linalg.pinv(E.T)
+    h = np.asarray(logits_fn(params, toks)).reshape(-1, V) @ np.linalg.pinv(E.T)
     mu = h.mean(0)
     eos = V - 1
     E[eos] = a.eos_bias * mu / np.linalg.norm(mu)
@@ -82,27 +93,29 @@ def build(a):
     thr = synthetic.thresholds(ids, V)
     scfg = sampling.SamplingConfig(max_new_tokens=a.new_tokens, eos_id=eos, pad_id=0)
     gen = A.ModelGenerator(graphdef, cfg, scfg)
-    first = jax.nn.softmax(gen.prefill(params, prompts, mask)["logits"], axis=-1)
+    first = jax.nn.softmax(jax.jit(gen.prefill)(params, prompts, mask)["logits"], axis=-1)
     p = np.asarray(jnp.sum(jnp.where(jnp.arange(V)[None] < jnp.asarray(thr)[:, None],
                                      first, 0.0), axis=1), np.float64)
     return dict(params=params, prompts=prompts, mask=mask, gen=gen, p=p,
                 data=dict(threshold=jnp.asarray(thr)))
 
 
-def method_cfgs(a, slots, overcommit=None, chunk_len=None):
+def method_cfgs(a, slots, full=False, **refill_kw):
     base = dict(slots=slots, max_new_tokens=a.new_tokens, keep=GROUP)
-    refill = dict(base, exit_rule="balance", k_pos=K_POS, k_neg=K_NEG, mode="refill")
-    if overcommit is not None:
-        refill["overcommit"] = overcommit
-    if chunk_len is not None:
-        refill["chunk_len"] = chunk_len
-    return {
-        "grpo4": (A.EngineConfig(**base, exit_rule="none", mode="rounds", samples_per_round=4,
-                                 max_rounds=1), 4),
-        "ada_rounds": (A.EngineConfig(**base, exit_rule="balance", k_pos=K_POS, k_neg=K_NEG,
-                                      mode="rounds", samples_per_round=M, max_rounds=R), M * R),
-        "ada_refill": (A.EngineConfig(**refill), M * R),
+    ada = dict(base, exit_rule="balance", k_pos=K_POS, k_neg=K_NEG)
+    out = {
+        "grpo4_rounds": (A.EngineConfig(**base, exit_rule="none", mode="rounds",
+                                        samples_per_round=4, max_rounds=1), 4),
+        "grpo4_refill": (A.EngineConfig(**base, exit_rule="none", mode="refill"), 4),
+        "ada_rounds": (A.EngineConfig(**ada, mode="rounds", samples_per_round=M, max_rounds=R),
+                       M * R),
+        "ada_refill": (A.EngineConfig(**ada, mode="refill", **refill_kw), M * R),
     }
+    if full:
+        out["ada_refill_completion"] = (A.EngineConfig(**ada, mode="refill",
+                                                       pool_order="completion", **refill_kw),
+                                        M * R)
+    return out
 
 
 def run_once(env, cfg, budget, key):
@@ -116,14 +129,13 @@ def run_once(env, cfg, budget, key):
     met = A.metrics(cfg, st, batch, GROUP)
     met["launched"] = int(np.asarray(st.launched).sum())
     met["wall_s"] = wall
-    met["n_B"] = np.asarray(st.n_samples)
-    met["kept_len_mean_B"] = np.asarray(batch.len_BG).sum(1) / np.maximum(
-        np.asarray(batch.mask_BG).sum(1), 1)
+    m = np.asarray(batch.mask_BG)
+    met["kept_len_B"] = np.asarray(batch.len_BG).sum(1) / np.maximum(m.sum(1), 1)
     return met
 
 
 def measure(env, cfgs, reps, seed):
-    """Warm up each method, then interleave reps (same keys for every method)."""
+    """Warm up each method, then interleave reps (the same keys for every method)."""
     out = {k: dict(first_s=None, runs=[]) for k in cfgs}
     for name, (cfg, budget) in cfgs.items():
         out[name]["first_s"] = run_once(env, cfg, budget, jax.random.key(seed))["wall_s"]
@@ -134,36 +146,57 @@ def measure(env, cfgs, reps, seed):
     return out
 
 
-def summarise(name, res, cfg, oracle_n, oracle_tokens):
+def summarise(name, res, cfg, oracle):
     runs = res["runs"]
     wall = statistics.median(r["wall_s"] for r in runs)
     mean = lambda k: float(np.mean([r[k] for r in runs]))  # noqa: E731
     tokens, samples, launched = mean("generated_tokens"), mean("samples_total"), mean("launched")
     steps = mean("decode_steps")
     return dict(
-        method=name, step_s=wall, first_call_extra_s=res["first_s"] - wall,
-        samples=samples, launched=launched, tokens=tokens, cut_tokens=mean("cut_tokens"),
-        decode_steps=steps, chunks=mean("chunks"),
+        method=name, slots=cfg.slots, step_s=wall, compile_s=res["first_s"] - wall,
+        samples=samples, launched=launched, tokens=tokens, wasted_tokens=mean("cut_tokens"),
+        decode_steps=steps, refills=mean("chunks"),
         us_per_token=1e6 * wall / tokens, us_per_decode_step=1e6 * wall / max(steps, 1),
+        steps_per_token=steps / tokens,
         slot_utilisation=tokens / (cfg.slots * max(steps, 1)),
-        samples_vs_oracle=launched / oracle_n, completed_vs_oracle=samples / oracle_n,
-        tokens_vs_oracle=tokens / oracle_tokens)
+        samples_vs_oracle=launched / oracle["n"], pool_vs_oracle=samples / oracle["n"],
+        tokens_vs_oracle=tokens / oracle["tokens"],
+        slot_steps_vs_oracle=cfg.slots * steps / oracle["tokens"],
+        kept_len=float(np.mean([r["kept_len_B"] for r in runs])))
 
 
-def memory(env, a, slots):
+def compare(rows):
+    """Ratios against the faster GRPO-n4 variant and the ada_rounds kept length."""
+    by = {r["method"]: r for r in rows}
+    g = min((by[k] for k in ("grpo4_rounds", "grpo4_refill") if k in by),
+            key=lambda r: r["us_per_token"])
+    for r in rows:
+        r["baseline"] = g["method"]
+        r["time_per_token_vs_grpo4"] = r["us_per_token"] / g["us_per_token"]
+        r["steps_per_token_vs_grpo4"] = r["steps_per_token"] / g["steps_per_token"]
+        r["step_time_vs_grpo4"] = r["step_s"] / g["step_s"]
+        r["samples_vs_grpo4"] = r["launched"] / g["launched"]
+        r["kept_len_vs_rounds"] = r["kept_len"] / by["ada_rounds"]["kept_len"]
+    return by
+
+
+def memory(env, a, slots, quick):
     """Compiled sizes of the whole jitted engine step at N_max = 32 and 256."""
     B = env["prompts"].shape[0]
     rows = []
-    for mode, nmax in [("rounds", 32), ("rounds", 256), ("refill", 32), ("refill", 256)]:
+    cases = [("refill", 32), ("refill", 256)] + ([] if quick else [("rounds", 32),
+                                                                    ("rounds", 256)])
+    for mode, nmax in cases:
         cfg = A.EngineConfig(slots=slots, max_new_tokens=a.new_tokens, keep=GROUP,
                              exit_rule="balance", k_pos=K_POS, k_neg=K_NEG, mode=mode,
-                             samples_per_round=M, max_rounds=nmax // M)
+                             samples_per_round=M, max_rounds=nmax // M if mode == "rounds" else R)
+        t = time.perf_counter()
         comp = A.run.lower(env["params"], env["prompts"], env["mask"],
                            jnp.full((B,), nmax, jnp.int32), env["data"], jax.random.key(0),
                            cfg=cfg, gen_fn=env["gen"], reward_fn=reward_fn,
                            group=GROUP).compile()
         ma = comp.memory_analysis()
-        rows.append(dict(mode=mode, n_max=nmax,
+        rows.append(dict(mode=mode, n_max=nmax, compile_s=time.perf_counter() - t,
                          temp_mb=ma.temp_size_in_bytes / 2**20,
                          args_mb=ma.argument_size_in_bytes / 2**20,
                          out_mb=ma.output_size_in_bytes / 2**20))
@@ -178,111 +211,150 @@ def fmt_table(rows, cols):
     return "\n".join(lines)
 
 
+MAIN_COLS = [
+    ("method", lambda r: r["method"]), ("S", lambda r: str(r["slots"])),
+    ("step s", lambda r: f"{r['step_s']:.3f}"),
+    ("× grpo4", lambda r: f"{r['step_time_vs_grpo4']:.2f}"),
+    ("1st call +s", lambda r: f"{r['compile_s']:.1f}"),
+    ("samples pool/launched", lambda r: f"{r['samples']:.0f}/{r['launched']:.0f}"),
+    ("× grpo4", lambda r: f"{r['samples_vs_grpo4']:.2f}"),
+    ("tokens (wasted)", lambda r: f"{r['tokens']:.0f} ({r['wasted_tokens']:.0f})"),
+    ("µs/token", lambda r: f"{r['us_per_token']:.0f}"),
+    ("× grpo4 (steps)", lambda r: f"{r['time_per_token_vs_grpo4']:.2f} "
+                                  f"({r['steps_per_token_vs_grpo4']:.2f})"),
+    ("slot util", lambda r: f"{r['slot_utilisation']:.3f}"),
+    ("launched / oracle", lambda r: f"{r['samples_vs_oracle']:.3f}"),
+    ("pool / oracle", lambda r: f"{r['pool_vs_oracle']:.3f}"),
+    ("tokens / oracle", lambda r: f"{r['tokens_vs_oracle']:.3f}"),
+    ("slot-steps / oracle", lambda r: f"{r['slot_steps_vs_oracle']:.2f}"),
+    ("kept len / rounds", lambda r: f"{r['kept_len_vs_rounds']:.2f}"),
+]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--prompts", type=int, default=None, help="B (default 32, quick 16)")
-    ap.add_argument("--slots_per_prompt", type=int, default=4, help="S / B for the main table")
+    ap.add_argument("--ratios", default=None,
+                    help="slots per prompt S/B for the main tables (default 4,1; quick: 1)")
     ap.add_argument("--prompt_len", type=int, default=16)
-    ap.add_argument("--new_tokens", type=int, default=None, help="N (default 96, quick 64)")
-    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--new_tokens", type=int, default=64, help="N, max response length")
+    ap.add_argument("--reps", type=int, default=None, help="timed reps (default 5, quick 2)")
     ap.add_argument("--eos_bias", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no_frontier", action="store_true")
+    ap.add_argument("--frontier", default=None,
+                    help="S/B ratios for the overcommit frontier (default 4,2,1; quick: none)")
     a = ap.parse_args()
     a.prompts = a.prompts or (16 if a.quick else 32)
-    a.new_tokens = a.new_tokens or (64 if a.quick else 96)
-    a.reps = a.reps or (3 if a.quick else 7)
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} cpus; "
-          f"B={a.prompts} S={a.prompts * a.slots_per_prompt} N={a.new_tokens} reps={a.reps}",
-          flush=True)
+    a.reps = a.reps or (2 if a.quick else 5)
+    ratios = [int(x) for x in (a.ratios or ("1" if a.quick else "4,1")).split(",")]
+    frontier_ratios = [int(x) for x in (a.frontier if a.frontier is not None
+                                        else ("" if a.quick else "4,2,1")).split(",") if x]
+    # A fresh persistent compilation cache: first calls still compile, but the memory analysis
+    # below finds the refill executable already built.
+    jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="bench_adaptive_"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    t_start = time.perf_counter()
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} cpus, "
+          f"load avg {os.getloadavg()[0]:.1f}; B={a.prompts} S/B={ratios} N={a.new_tokens} "
+          f"reps={a.reps}", flush=True)
 
     env = build(a)
     p = env["p"]
     oracle_B = np.array([objectives.stopping_moments(pi, K_POS, K_NEG, 1, M * R)[0] for pi in p])
     rounds_B = np.array([objectives.stopping_moments(pi, K_POS, K_NEG, M, R)[0] for pi in p])
-    print(f"pass rates: quantiles 10/50/90% = {np.percentile(p, [10, 50, 90]).round(3)}, "
-          f"share p<0.05: {np.mean(p < 0.05):.2f}, p>0.95: {np.mean(p > 0.95):.2f}; "
-          f"oracle E[N] per prompt {oracle_B.mean():.2f}, rounds E[N] {rounds_B.mean():.2f}")
+    print(f"pass rates: 10/50/90% = {np.percentile(p, [10, 50, 90]).round(3)}, "
+          f"p<0.05: {np.mean(p < 0.05):.2f}, p>0.95: {np.mean(p > 0.95):.2f}; per prompt E[N]: "
+          f"sequential oracle {oracle_B.mean():.2f}, rounds {rounds_B.mean():.2f}", flush=True)
 
-    S = a.prompts * a.slots_per_prompt
-    cfgs = method_cfgs(a, S)
-    res = measure(env, cfgs, a.reps, a.seed)
-    # Oracle tokens: E[N_i] times prompt i's mean response length under GRPO-n4.
-    L_B = np.mean([r["kept_len_mean_B"] for r in res["grpo4"]["runs"]], axis=0)
-    oracle_n, oracle_tok = oracle_B.sum(), float((oracle_B * L_B).sum())
-    rows = [summarise(k, res[k], cfgs[k][0], oracle_n, oracle_tok) for k in cfgs]
-    lens = np.concatenate([r["kept_len_mean_B"] for r in res["grpo4"]["runs"]])
-    print(f"GRPO-n4 response length: mean {rows[0]['tokens'] / rows[0]['samples']:.1f} "
-          f"(per-prompt means 10/50/90% {np.percentile(lens, [10, 50, 90]).round(1)}) "
-          f"of max {a.new_tokens}; measured rounds samples / predicted "
-          f"{rows[1]['samples'] / rounds_B.sum():.3f}")
-    g = rows[0]
-    for r in rows:
-        r["time_per_token_vs_grpo4"] = r["us_per_token"] / g["us_per_token"]
-        r["step_time_vs_grpo4"] = r["step_s"] / g["step_s"]
-        r["samples_vs_grpo4"] = r["launched"] / g["launched"]
-    cols = [("method", lambda r: r["method"]), ("step s", lambda r: f"{r['step_s']:.3f}"),
-            ("×grpo4 time", lambda r: f"{r['step_time_vs_grpo4']:.2f}"),
-            ("compile s", lambda r: f"{r['first_call_extra_s']:.1f}"),
-            ("samples done/launched", lambda r: f"{r['samples']:.0f}/{r['launched']:.0f}"),
-            ("×grpo4 samples", lambda r: f"{r['samples_vs_grpo4']:.2f}"),
-            ("tokens (cut)", lambda r: f"{r['tokens']:.0f} ({r['cut_tokens']:.0f})"),
-            ("µs/token", lambda r: f"{r['us_per_token']:.1f}"),
-            ("×grpo4 µs/token", lambda r: f"{r['time_per_token_vs_grpo4']:.2f}"),
-            ("µs/decode step", lambda r: f"{r['us_per_decode_step']:.0f}"),
-            ("slot util", lambda r: f"{r['slot_utilisation']:.3f}"),
-            ("launched/oracle", lambda r: f"{r['samples_vs_oracle']:.3f}"),
-            ("done/oracle", lambda r: f"{r['completed_vs_oracle']:.3f}"),
-            ("tokens/oracle", lambda r: f"{r['tokens_vs_oracle']:.3f}")]
-    print(f"\nMain table (B={a.prompts}, S={S}, oracle Σ E[N] = {oracle_n:.1f} samples, "
-          f"{oracle_tok:.0f} tokens)")
-    print(fmt_table(rows, cols), flush=True)
+    tables, oracle = {}, None
+    for spp in ratios:
+        S = a.prompts * spp
+        cfgs = method_cfgs(a, S, full=not a.quick)
+        res = measure(env, cfgs, a.reps, a.seed)
+        if oracle is None:  # oracle tokens: E[N_i] x prompt i's mean length under GRPO-n4
+            L_B = np.mean([r["kept_len_B"] for r in res["grpo4_rounds"]["runs"]], axis=0)
+            oracle = dict(n=float(oracle_B.sum()), tokens=float((oracle_B * L_B).sum()))
+        rows = [summarise(k, res[k], cfgs[k][0], oracle) for k in cfgs]
+        by = compare(rows)
+        tables[spp] = by
+        print(f"\nS/B = {spp} (B={a.prompts}, S={S}); oracle Σ E[N] = {oracle['n']:.1f} "
+              f"samples, {oracle['tokens']:.0f} tokens; ada_rounds pool / predicted "
+              f"{by['ada_rounds']['samples'] / rounds_B.sum():.3f}; baseline "
+              f"{rows[0]['baseline']}")
+        print(fmt_table(rows, MAIN_COLS), flush=True)
 
     frontier = []
-    if not a.no_frontier:
-        ratios = (4, 1) if a.quick else (4, 2, 1)
-        overcommits = (0.0, 0.25, 1.0) if a.quick else (0.0, 0.25, 0.5, 1.0, 2.0)
-        for spp in ratios:
-            for oc in overcommits:
-                c = A.EngineConfig(**{**method_cfgs(a, a.prompts * spp)["ada_refill"][0].__dict__,
-                                      "overcommit": oc})
-                rr = measure(env, {"refill": (c, M * R)}, max(a.reps // 2, 1), a.seed)
-                s = summarise("refill", rr["refill"], c, oracle_n, oracle_tok)
-                s.update(slots_per_prompt=spp, overcommit=oc)
-                frontier.append(s)
-                print(f"  S/B={spp} overcommit={oc}: util {s['slot_utilisation']:.3f} "
-                      f"launched/oracle {s['samples_vs_oracle']:.3f} tokens/oracle "
-                      f"{s['tokens_vs_oracle']:.3f} step {s['step_s']:.3f}s "
-                      f"µs/token {s['us_per_token']:.1f}", flush=True)
+    for spp in frontier_ratios:
+        S = a.prompts * spp
+        cfgs = {f"oc={oc}": (A.EngineConfig(slots=S, max_new_tokens=a.new_tokens, keep=GROUP,
+                                            exit_rule="balance", k_pos=K_POS, k_neg=K_NEG,
+                                            mode="refill", overcommit=oc), M * R)
+                for oc in (0.0, 0.25, 0.5, 0.75, 1.0)}
+        cfgs["grpo4_rounds"] = method_cfgs(a, S)["grpo4_rounds"]
+        cfgs["grpo4_refill"] = method_cfgs(a, S)["grpo4_refill"]
+        res = measure(env, cfgs, max(a.reps - 2, 2), a.seed)
+        rows = [summarise(k, res[k], cfgs[k][0], oracle) for k in cfgs]
+        g = min(rows[-2:], key=lambda r: r["us_per_token"])
+        for r, oc in zip(rows[:-2], (0.0, 0.25, 0.5, 0.75, 1.0)):
+            r.update(slots_per_prompt=spp, overcommit=oc,
+                     time_per_token_vs_grpo4=r["us_per_token"] / g["us_per_token"],
+                     steps_per_token_vs_grpo4=r["steps_per_token"] / g["steps_per_token"])
+            frontier.append(r)
+            print(f"  frontier S/B={spp} overcommit={oc}: util {r['slot_utilisation']:.3f}, "
+                  f"launched/oracle {r['samples_vs_oracle']:.3f}, tokens/oracle "
+                  f"{r['tokens_vs_oracle']:.3f}, slot-steps/oracle "
+                  f"{r['slot_steps_vs_oracle']:.2f}, step {r['step_s']:.3f}s, time/token vs "
+                  f"{g['method']} {r['time_per_token_vs_grpo4']:.2f} "
+                  f"(steps {r['steps_per_token_vs_grpo4']:.2f})", flush=True)
+    if frontier:
+        print("\nRefill frontier (launch order):")
+        print(fmt_table(frontier, [
+            ("S/B", lambda r: str(r["slots_per_prompt"])),
+            ("overcommit", lambda r: f"{r['overcommit']:.2f}"),
+            ("slot util", lambda r: f"{r['slot_utilisation']:.3f}"),
+            ("launched / oracle", lambda r: f"{r['samples_vs_oracle']:.3f}"),
+            ("tokens / oracle", lambda r: f"{r['tokens_vs_oracle']:.3f}"),
+            ("slot-steps / oracle", lambda r: f"{r['slot_steps_vs_oracle']:.2f}"),
+            ("step s", lambda r: f"{r['step_s']:.3f}"),
+            ("time/token × grpo4 (steps)", lambda r: f"{r['time_per_token_vs_grpo4']:.2f} "
+                                                     f"({r['steps_per_token_vs_grpo4']:.2f})"),
+        ]))
 
-    mem = memory(env, a, S)
-    print("\nCompiled memory of the jitted engine (MiB):")
+    mem = memory(env, a, a.prompts * ratios[0], a.quick)
+    print(f"\nCompiled memory of the jitted engine, S={a.prompts * ratios[0]} (MiB):")
     print(fmt_table(mem, [("mode", lambda r: r["mode"]), ("N_max", lambda r: str(r["n_max"])),
                           ("temp", lambda r: f"{r['temp_mb']:.2f}"),
                           ("args", lambda r: f"{r['args_mb']:.2f}"),
-                          ("out", lambda r: f"{r['out_mb']:.2f}")]))
+                          ("out", lambda r: f"{r['out_mb']:.2f}"),
+                          ("compile s", lambda r: f"{r['compile_s']:.1f}")]))
+    print(f"total {time.perf_counter() - t_start:.0f}s")
 
-    by = {r["method"]: r for r in rows}
+    head = tables[min(ratios)]  # the recommended refill setting: fewest slots per prompt
+    r4 = lambda x: round(float(x), 4)  # noqa: E731
     out = dict(
-        prompts=a.prompts, slots=S, new_tokens=a.new_tokens, reps=a.reps,
-        refill_vs_grpo4_time_per_token=by["ada_refill"]["time_per_token_vs_grpo4"],
-        rounds_vs_grpo4_time_per_token=by["ada_rounds"]["time_per_token_vs_grpo4"],
-        refill_vs_grpo4_step_time=by["ada_refill"]["step_time_vs_grpo4"],
-        rounds_vs_grpo4_step_time=by["ada_rounds"]["step_time_vs_grpo4"],
-        refill_vs_grpo4_samples=by["ada_refill"]["samples_vs_grpo4"],
-        rounds_vs_grpo4_samples=by["ada_rounds"]["samples_vs_grpo4"],
-        slot_utilisation=by["ada_refill"]["slot_utilisation"],
-        grpo4_slot_utilisation=by["grpo4"]["slot_utilisation"],
-        rounds_slot_utilisation=by["ada_rounds"]["slot_utilisation"],
-        samples_vs_oracle=by["ada_refill"]["samples_vs_oracle"],
-        completed_vs_oracle=by["ada_refill"]["completed_vs_oracle"],
-        tokens_vs_oracle=by["ada_refill"]["tokens_vs_oracle"],
-        rounds_samples_vs_oracle=by["ada_rounds"]["samples_vs_oracle"],
+        prompts=a.prompts, new_tokens=a.new_tokens, reps=a.reps, headline_slots_per_prompt=min(
+            ratios), baseline=head["ada_refill"]["baseline"],
+        refill_vs_grpo4_time_per_token=r4(head["ada_refill"]["time_per_token_vs_grpo4"]),
+        rounds_vs_grpo4_time_per_token=r4(head["ada_rounds"]["time_per_token_vs_grpo4"]),
+        refill_vs_grpo4_step_time=r4(head["ada_refill"]["step_time_vs_grpo4"]),
+        rounds_vs_grpo4_step_time=r4(head["ada_rounds"]["step_time_vs_grpo4"]),
+        refill_vs_grpo4_steps_per_token=r4(head["ada_refill"]["steps_per_token_vs_grpo4"]),
+        slot_utilisation=r4(head["ada_refill"]["slot_utilisation"]),
+        samples_vs_oracle=r4(head["ada_refill"]["samples_vs_oracle"]),
+        tokens_vs_oracle=r4(head["ada_refill"]["tokens_vs_oracle"]),
+        by_slots_per_prompt={str(spp): {f"{m}_{k}": r4(v[k]) for m, v in by.items()
+                                        for k in ("step_s", "time_per_token_vs_grpo4",
+                                                  "step_time_vs_grpo4", "samples_vs_grpo4",
+                                                  "slot_utilisation", "samples_vs_oracle",
+                                                  "tokens_vs_oracle", "slot_steps_vs_oracle",
+                                                  "kept_len_vs_rounds")}
+                             for spp, by in tables.items()},
         memory_temp_mb={f"{m['mode']}_{m['n_max']}": round(m["temp_mb"], 3) for m in mem},
-        frontier=[{k: round(f[k], 4) for k in ("slots_per_prompt", "overcommit",
-                                               "slot_utilisation", "samples_vs_oracle",
-                                               "tokens_vs_oracle", "step_s", "us_per_token")}
+        frontier=[{k: r4(f[k]) for k in ("slots_per_prompt", "overcommit", "slot_utilisation",
+                                         "samples_vs_oracle", "tokens_vs_oracle",
+                                         "slot_steps_vs_oracle", "time_per_token_vs_grpo4")}
                   for f in frontier])
     print(json.dumps(out))
 

@@ -21,8 +21,8 @@ FLOP fraction: useful FLOPs (see `_flops`) per median second over the f32 matmul
 in the same run with a jitted 2048³ matmul (best of the reps, at start and end; wall-clock and
 per-CPU-second variants). The last stdout line is one JSON object.
 
-  python scripts/bench_sampler.py          # tiny + small, B=32 P=32 N=64, 7 reps, HF 2 and 1 threads
-  python scripts/bench_sampler.py --quick    # 2 reps, HF 2 threads only (about a minute when idle)
+  python scripts/bench_sampler.py          # tiny + small, B=32 P=32 N=64, 7 reps, HF 2+1 threads
+  python scripts/bench_sampler.py --quick  # 2 reps, HF 2 threads only (about a minute when idle)
 """
 import argparse
 import json
@@ -401,8 +401,7 @@ def main():
     print(f"machine: {os.cpu_count()} CPUs, load avg {load0[0]:.2f} at start; B={B} P={P} N={N},"
           f" T=1, no top-k/top-p, no EOS; {a.reps} interleaved timed reps after warm-up; "
           f"torch threads {a.hf_threads} (OMP_WAIT_POLICY={OMP_WAIT_POLICY}); XLA CPU defaults "
-          f"(its own pool over all cores)",
-          flush=True)
+          f"(its own pool over all cores)", flush=True)
     peak_args = ["--peak_n", str(a.peak_n), "--peak_reps", str(a.peak_reps)]
     p0 = _Worker("peak", peak_args).finish()
     print(f"f32 matmul peak (jitted {a.peak_n}^3, best of {a.peak_reps}): "
@@ -433,10 +432,9 @@ def main():
         hf_flop_frac=head["hf_flop_frac"], ada_jax_flop_frac_cpu=head["ada_jax_flop_frac_cpu"],
         hf_flop_frac_cpu=head["hf_flop_frac_cpu"], headline_model=a.models.split(",")[0],
         peak_gflops=peak["peak_flops"] / 1e9,
-        peak_gflop_per_cpu_s=peak["peak_flops_per_cpu_s"] / 1e9, batch=B, prompt_len=P,
-        new_tokens=N,
-        reps=a.reps, hf_threads=a.hf_threads, omp_wait_policy=OMP_WAIT_POLICY,
-        cpus=os.cpu_count(), loadavg_start=load0[0],
+        peak_gflop_per_cpu_s=peak["peak_flops_per_cpu_s"] / 1e9,
+        batch=B, prompt_len=P, new_tokens=N, reps=a.reps, hf_threads=a.hf_threads,
+        omp_wait_policy=OMP_WAIT_POLICY, cpus=os.cpu_count(), loadavg_start=load0[0],
         loadavg_end=os.getloadavg()[0], wall_s=time.perf_counter() - t_start, models=results)
     print(json.dumps(summary))
 

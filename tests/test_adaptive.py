@@ -16,13 +16,13 @@ from tests.helpers import tiny_model
 GEN = A.BernoulliGenerator()
 
 
-def _run_oracle(p, budget, group=4, key=0, **kw):
+def _run_oracle(p, budget, group=4, key=0, gen=GEN, **kw):
     B = len(p)
-    cfg = A.EngineConfig(max_new_tokens=1, **{"slots": 64, "keep": group, **kw})
+    cfg = A.EngineConfig(**{"max_new_tokens": gen.max_len, "slots": 64, "keep": group, **kw})
     data = dict(key=jax.random.key(key), p=jnp.asarray(p, jnp.float32))
     st = A.run(None, jnp.zeros((B, 1), jnp.int32), jnp.ones((B, 1), bool),
                jnp.broadcast_to(jnp.asarray(budget, jnp.int32), (B,)), data,
-               jax.random.key(1000 + key), cfg=cfg, gen_fn=GEN, reward_fn=A.bernoulli_reward,
+               jax.random.key(1000 + key), cfg=cfg, gen_fn=gen, reward_fn=A.bernoulli_reward,
                group=group)
     return cfg, st, data
 
@@ -101,10 +101,11 @@ def test_rounds_with_one_sample_equals_sequential_stopping(rule):
     np.testing.assert_array_equal(np.asarray(st.n_pos), ref[:, 1])
 
 
-def test_refill_without_overcommit_equals_sequential_stopping():
+@pytest.mark.parametrize("order", ["launch", "completion"])
+def test_refill_without_overcommit_equals_sequential_stopping(order):
     p = np.linspace(0.03, 0.97, 24)
     _, st, data = _run_oracle(p, 40, mode="refill", exit_rule="balance", k_pos=2, k_neg=2,
-                              chunk_len=1, overcommit=0.0)
+                              chunk_len=1, overcommit=0.0, pool_order=order)
     ref = _sequential(data, p, 40, "balance", 2, 2)
     np.testing.assert_array_equal(np.asarray(st.n_samples), ref[:, 0])
 
@@ -167,15 +168,17 @@ def _parity_reward(reward_data, prompt_S, seq_S, tokens_SN, lengths_S):
     return (tokens_SN[:, 0] % 2 == 0).astype(jnp.float32)
 
 
-@pytest.mark.parametrize("mode", ["rounds", "refill"])
-def test_model_engine_produces_valid_batches(mode):
+@pytest.mark.parametrize("mode,order", [("rounds", "launch"), ("refill", "launch"),
+                                        ("refill", "completion")])
+def test_model_engine_produces_valid_batches(mode, order):
     model = tiny_model(3)
     graphdef, params = nnx.split(model)
     scfg = sampling.SamplingConfig(max_new_tokens=6, eos_id=5, pad_id=0)
     gen = A.ModelGenerator(graphdef, model.cfg, scfg)
     prompts, pmask = sampling.left_pad([[7, 8, 9], [10, 11], [12, 13, 14, 15], [9]], 4)
     cfg = A.EngineConfig(slots=8, max_new_tokens=6, keep=4, exit_rule="balance", k_pos=2,
-                         k_neg=2, mode=mode, samples_per_round=4, max_rounds=3, chunk_len=2)
+                         k_neg=2, mode=mode, samples_per_round=4, max_rounds=3, chunk_len=2,
+                         pool_order=order)
     budget = jnp.full((4,), 12, jnp.int32)
     st = A.run(params, jnp.asarray(prompts), jnp.asarray(pmask), budget, {},
                jax.random.key(0), cfg=cfg, gen_fn=gen, reward_fn=_parity_reward, group=4)
@@ -235,3 +238,102 @@ def test_host_reward_path_matches_jitted_path():
                    score=lambda pr, sq, t, n: (t[:, 0] % 2 == 0).astype(np.float32))
     np.testing.assert_array_equal(a.n_samples, b.n_samples)
     np.testing.assert_array_equal(a.kept_tokens, b.kept_tokens)
+
+
+# ----------------------------------------------------------------------------- refill scheduling
+def test_still_needed_is_the_beta_binomial_survival():
+    """P(rule still fails after t more samples) under the Jeffreys posterior predictive."""
+    ns, ks = np.array([0, 1, 3, 5, 10, 2, 7]), np.array([0, 1, 1, 0, 3, 2, 6])
+    t = np.tile(np.arange(30), (len(ns), 1))
+    for rule, kp, kn in [("balance", 2, 2), ("balance", 3, 1), ("pos", 2, 0), ("pos", 1, 0)]:
+        cfg = A.EngineConfig(slots=1, max_new_tokens=1, keep=1, exit_rule=rule, k_pos=kp,
+                             k_neg=kn)
+        q = np.asarray(A._still_needed(cfg, jnp.asarray(ns), jnp.asarray(ks), jnp.asarray(t)))
+        for i, (n, k) in enumerate(zip(ns, ks)):
+            for tt in range(30):
+                x = np.arange(tt + 1)
+                fail = (k + x < kp) | ((rule == "balance") & (n - k + tt - x < kn))
+                ref = stats.betabinom(tt, k + 0.5, n - k + 0.5).pmf(x)[fail].sum()
+                assert abs(q[i, tt] - ref) < 2e-5, (rule, n, k, tt)
+        assert np.all(np.diff(q, axis=1) <= 1e-6)  # never more likely to be needed later
+    cfg = A.EngineConfig(slots=1, max_new_tokens=1, keep=1, exit_rule="none")
+    assert np.all(np.asarray(A._still_needed(cfg, jnp.asarray(ns), jnp.asarray(ks),
+                                             jnp.asarray(t))) == 1)
+
+
+LONG = A.BernoulliGenerator(max_len=9)  # samples of 2..9 steps: slots finish out of order
+
+
+@pytest.mark.parametrize("overcommit,slots", [(0.0, 8), (0.5, 32), (1.0, 96)])
+@pytest.mark.parametrize("select_order", ["generation", "random"])
+def test_launch_order_refill_equals_sequential_stopping(overcommit, slots, select_order):
+    """Whatever the slots, overcommit and sample lengths, the pool is the one-at-a-time
+    reference process over launch indices, and the kept samples are its first per class."""
+    p = np.linspace(0.03, 0.97, 24)
+    cfg, st, data = _run_oracle(p, 40, gen=LONG, slots=slots, mode="refill",
+                                exit_rule="balance", k_pos=2, k_neg=2, chunk_len=4,
+                                overcommit=overcommit, select_order=select_order)
+    ref = _sequential(data, p, 40, "balance", 2, 2)
+    np.testing.assert_array_equal(np.asarray(st.n_samples), ref[:, 0])
+    np.testing.assert_array_equal(np.asarray(st.n_pos), ref[:, 1])
+    assert np.all(np.asarray(st.in_flight) == 0) and not np.any(np.asarray(st.ring_done))
+    launched, n = np.asarray(st.launched), np.asarray(st.n_samples)
+    assert np.all(launched >= n)
+    if overcommit == 0.0:  # only samples certain to be needed: nothing wasted
+        np.testing.assert_array_equal(launched, n)
+        assert int(st.cut_tokens) == 0
+    # Every generated token is in a pool sample or counted as wasted.
+    lengths = lambda i, j: int(A.oracle_lengths(jnp.int32(i), jnp.int32(j), LONG.max_len))  # noqa
+    pool_tokens = sum(lengths(i, j) for i in range(len(p)) for j in range(n[i]))
+    assert pool_tokens + int(st.cut_tokens) == int(st.generated_tokens)
+    # Kept buffers hold pool samples only (token = launch index), the first C per class.
+    for i in range(len(p)):
+        u = [float(jax.random.uniform(jax.random.fold_in(jax.random.fold_in(data["key"], i), j)))
+             for j in range(n[i])]
+        for cls in (A.NEG, A.POS):
+            pool = [j for j in range(n[i]) if (u[j] < p[i]) == (cls == A.POS)]
+            got = [int(x) for x, pr in zip(np.asarray(st.kept_tokens[i, cls, :, 0]),
+                                           np.asarray(st.kept_prio[i, cls])) if np.isfinite(pr)]
+            if select_order == "generation":
+                assert got == pool[:4]
+            else:
+                assert len(got) == min(4, len(pool)) and set(got) <= set(pool)
+
+
+def test_launch_order_random_selection_is_uniform_with_parked_slots():
+    # p = 1, budget 12, 4 slots and lengths 2..9: samples finish out of order, and the ones
+    # past the pool wait in their slots; each of the 12 should still be kept 1/3 of the time.
+    hits = np.zeros(12)
+    for seed in range(150):
+        _, st, _ = _run_oracle([1.0], 12, group=4, key=seed, gen=LONG, slots=4, mode="refill",
+                               exit_rule="none", chunk_len=3, select_order="random")
+        hits[np.asarray(st.kept_tokens[0, A.POS, :, 0])] += 1
+    assert hits.sum() == 600
+    assert stats.chisquare(hits).pvalue > 1e-3
+
+
+def test_completion_order_pools_favour_short_samples():
+    """Why launch order is the default: with parallel samples per prompt, completion-order
+    pools are the samples that finished first; launch-order pools do not depend on lengths."""
+    p = np.full(64, 0.5)
+    out = {}
+    for order in ("launch", "completion"):
+        _, st, _ = _run_oracle(p, 32, gen=LONG, slots=256, mode="refill", exit_rule="balance",
+                               k_pos=2, k_neg=2, chunk_len=1, overcommit=1.0, pool_order=order)
+        kept = np.asarray(A.select(st, 4).len_BG)
+        out[order] = kept[kept > 0].mean()
+    # Lengths are uniform on 2..9 (mean 5.5) independently of the outcome.
+    assert abs(out["launch"] - 5.5) < 0.4
+    assert out["completion"] < 4.5
+
+
+def test_refill_fills_free_slots_by_need():
+    """overcommit trades slot use for overshoot: more of it, fewer decode steps."""
+    p = np.linspace(0.05, 0.95, 16)
+    steps, launched = [], []
+    for oc in (0.0, 0.5, 1.0):
+        _, st, _ = _run_oracle(p, 32, gen=LONG, slots=64, mode="refill", exit_rule="balance",
+                               k_pos=2, k_neg=2, overcommit=oc)
+        steps.append(int(st.decode_steps))
+        launched.append(int(np.asarray(st.launched).sum()))
+    assert steps[0] > steps[1] >= steps[2] and launched[0] < launched[1] <= launched[2]
