@@ -24,7 +24,7 @@ declare -A METHODS=(
   [ada_balance_rounds]="algo=ada_balance|--config.adaptive.mode=rounds"
   [ada_balance_refill]="algo=ada_balance|--config.adaptive.mode=refill"
   [ada_est]="algo=ada_est|"
-  [dapo]="algo=dapo|--config.adaptive.dapo_max_gen_batches=8"
+  [dapo]="algo=dapo|--config.adaptive.dapo_max_gen_batches=32"
 )
 jobs=()
 for name in "${!METHODS[@]}"; do
