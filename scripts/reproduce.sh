@@ -36,7 +36,7 @@ for name in "${!METHODS[@]}"; do
       --config.seed=$seed $COMMON $extra > $wd.log 2>&1")
   done
 done
-printf '%s\n' "${jobs[@]}" | xargs -P 2 -I{} bash -c '{}'
+printf '%s\n' "${jobs[@]}" | xargs -P 2 -I{} bash -c '{}' || echo "some runs failed: see $OUT/*.log"
 groups=()
 for name in $(printf '%s\n' "${!METHODS[@]}" | sort); do
   dirs=$(for s in $SEEDS; do printf '%s,' "$OUT/${name}_s$s"; done)
