@@ -65,7 +65,7 @@ class EngineConfig:
     select_order: str = "generation"  # generation | random
     # refill: launch a sample only if P(it is needed) >= 1 - overcommit (0 = only samples
     # certain to be needed: exact one-at-a-time stopping; 1 = fill every free slot in budget)
-    overcommit: float = 0.5
+    overcommit: float = 0.75
     refill_frac: float = 1 / 32  # refill: end a chunk early once this share of slots finished
     # refill: a prompt's pool is its first samples in launch order (the reference's one-at-a-
     # time process; unbiased) or in completion order (retires sooner, but favours short samples)
@@ -265,7 +265,8 @@ def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B):
     it: the pool, those finished past it (launch order: outcomes known) and the t = running + j
     still unknown (`_still_needed`, since the rule only gets easier with more samples).
     Candidates need probability >= 1 - overcommit and must fit the budget; ties (e.g. the
-    certain ones) go round-robin over prompts. Returns (start_S, prompt_S, seq_S, started_B).
+    certain ones) go round-robin over prompts. Returns (start_S, prompt_S, seq_S, started_B,
+    whether some candidate got no slot).
     """
     B, S = st.n_samples.shape[0], st.slot_prompt.shape[0]
     J = min(S, _MAX_NEW_PER_PROMPT)
@@ -289,7 +290,8 @@ def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B):
     prompt = jnp.where(start, idx[r] // J, st.slot_prompt)
     seq = jnp.where(start, st.launched[jnp.maximum(prompt, 0)] + idx[r] % J, st.slot_seq)
     started_B = jnp.zeros((B,), jnp.int32).at[jnp.where(start, prompt, B)].add(1, mode="drop")
-    return start, prompt, seq, started_B
+    unplaced = jnp.sum(top >= 0) > jnp.sum(start)  # candidates left without a slot
+    return start, prompt, seq, started_B, unplaced
 
 
 def _assign(cfg: EngineConfig, st: EngineState, cap_B):
@@ -306,9 +308,9 @@ def _assign(cfg: EngineConfig, st: EngineState, cap_B):
 
 
 def _decode_chunk(cfg, gen_fn, params, prompt_state, st: EngineState, max_steps,
-                  refill_at: int):
-    """Decode live slots for up to max_steps; stop early when none is live or (refill_at > 0)
-    once refill_at slots hold finished samples."""
+                  refill_at: int, early=None):
+    """Decode live slots for up to max_steps; stop early when none is live or (refill_at > 0,
+    and `early` if given) once refill_at slots hold newly finished samples."""
     S, N = st.slot_tokens.shape
     rows = jnp.arange(S)
 
@@ -319,7 +321,8 @@ def _decode_chunk(cfg, gen_fn, params, prompt_state, st: EngineState, max_steps,
         busy = s.slot_prompt >= 0
         go = (t < max_steps) & jnp.any(busy & ~s.slot_done)
         if refill_at:
-            go = go & (jnp.sum(busy & s.slot_done) - parked < refill_at)
+            full = jnp.sum(busy & s.slot_done) - parked >= refill_at
+            go = go & ~(full if early is None else full & early)
         return go
 
     def body(c):
@@ -353,7 +356,7 @@ def _launch_and_decode(cfg: EngineConfig, gen_fn, params, prompt_state, budget_B
         same = start[:, None] & start[None, :] & (prompt[:, None] == prompt[None, :])
         seq = seq + jnp.sum(jnp.tril(same, -1), axis=1)
     else:
-        start, prompt, seq, started_B = _assign_refill(cfg, st, budget_B)
+        start, prompt, seq, started_B, unplaced = _assign_refill(cfg, st, budget_B)
     gen = gen_fn.restart(prompt_state, st.gen, start, prompt)
     st = st.replace(
         slot_prompt=prompt, slot_seq=seq, gen=gen,
@@ -366,7 +369,10 @@ def _launch_and_decode(cfg: EngineConfig, gen_fn, params, prompt_state, budget_B
         return _decode_chunk(cfg, gen_fn, params, prompt_state, st, cfg.max_new_tokens, 0)
     S = st.slot_prompt.shape[0]
     refill_at = max(1, int(np.ceil(cfg.refill_frac * S))) if cfg.refill_frac > 0 else 0
-    return _decode_chunk(cfg, gen_fn, params, prompt_state, st, cfg.chunk_len, refill_at)
+    # With no exit rule an early refill helps only if some sample is still waiting for a slot
+    # (with one, a finished sample can retire its prompt or change what the others need).
+    early = unplaced if cfg.exit_rule == "none" else None
+    return _decode_chunk(cfg, gen_fn, params, prompt_state, st, cfg.chunk_len, refill_at, early)
 
 
 def _window(cfg: EngineConfig) -> int:

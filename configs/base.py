@@ -133,7 +133,7 @@ def get_config(arg: str = ""):
         dapo_max_gen_batches=4))
 
     c.rl = ml_collections.ConfigDict(dict(
-        steps=60, prompts_per_step=16, n=algo["n"], advantage=algo["advantage"],
+        steps=40, prompts_per_step=16, n=algo["n"], advantage=algo["advantage"],
         std_normalise=False, objective="linear", objective_alpha=0.5, objective_weight=False,
         importance_correction=False, ppo_epochs=1, minibatches=2,
         daro=algo.get("daro", False), daro_buckets=0, inject_nan_step=-1,
@@ -149,7 +149,7 @@ def get_config(arg: str = ""):
     c.sft = ml_collections.ConfigDict(dict(steps=600, batch_size=64, lr=3e-3, warmup_steps=50,
                                            base_dir=""))
 
-    c.eval = ml_collections.ConfigDict(dict(every=20, k=8, prompts=128))
+    c.eval = ml_collections.ConfigDict(dict(every=20, k=4, prompts=128))
     c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))
     c.log = ml_collections.ConfigDict(dict(every=1, progress=True))
 
