@@ -99,7 +99,7 @@ def make_config(algo):
     if SMOKE:
         smoke_overrides(c)
         c.eval.every = 0
-    else:  # shorter than scripts/train.py's main job (1500 SFT steps, 60 RL steps)
+    else:  # same SFT and RL length as scripts/train.py's main job
         c.sft.steps = 600
         c.rl.steps = 40
         c.eval.every = 10
