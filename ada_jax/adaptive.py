@@ -47,7 +47,8 @@ from ada_jax import model as model_lib
 from ada_jax import sampling
 
 NEG, POS = 0, 1
-_MAX_NEW_PER_PROMPT = 128  # refill: launches per prompt per refill; launch-order ring size W
+_MAX_NEW_PER_PROMPT = 64  # refill: launches one prompt can get per refill
+_RING = 128  # refill, launch order: W, samples per prompt launched past its pool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,22 +228,29 @@ def _rule_met(cfg: EngineConfig, n, n_pos):
     return jnp.zeros_like(n, bool)  # "none": only the budget ends a prompt
 
 
-def _still_needed(cfg: EngineConfig, n, n_pos, t_BJ):
-    """q[B,J] = P(the rule still fails after t more samples), given n samples with n_pos
-    positives so far: the posterior predictive of a Jeffreys Beta(1/2, 1/2) prior on the pass
-    rate (t more samples ~ beta-binomial). It is 1 while t is below the minimum further samples
-    the rule needs, and non-increasing in t. Exit rule "none": always 1."""
+def _still_needed(cfg: EngineConfig, n, n_pos, t0, J: int):
+    """q[B,J] = P(the rule still fails after t = t0 + j more samples), j < J, given n samples
+    with n_pos positives so far: the posterior predictive of a Jeffreys Beta(1/2, 1/2) prior on
+    the pass rate (t more samples ~ beta-binomial). It is 1 while t is below the minimum
+    further samples the rule needs, and non-increasing in t. Exit rule "none": always 1."""
     if cfg.exit_rule == "none":
-        return jnp.ones(t_BJ.shape, jnp.float32)
+        return jnp.ones((n.shape[0], J), jnp.float32)
     n, n_pos = n[:, None].astype(jnp.float32), n_pos[:, None].astype(jnp.float32)
-    t = t_BJ.astype(jnp.float32)
+    t0 = t0[:, None].astype(jnp.float32)
+    t = t0 + jnp.arange(J, dtype=jnp.float32)[None, :]
     a, b = n_pos + 0.5, n - n_pos + 0.5
+    # pmf(s) for s = 0, 1, … (too few positives) and s = t, t-1, … (too few negatives): at t0
+    # pmf(0) = B(a, t0+b)/B(a, b), pmf(t0) = B(t0+a, b)/B(a, b); along t by cumulative
+    # products, then along s by the ratio recursion (no per-entry lgamma).
     lg = jax.scipy.special.gammaln
-    base = lg(a + b) - lg(a + b + t)
-    # pmf(s) for s = 0, 1, … (too few positives) and s = t, t-1, … (too few negatives), by the
-    # ratio recursion from pmf(0) = B(a, t+b)/B(a, b) and pmf(t) = B(t+a, b)/B(a, b).
-    lo = jnp.exp(base + lg(t + b) - lg(b))
-    hi = jnp.exp(base + lg(t + a) - lg(a))
+    base = lg(a + b) - lg(a + b + t0)
+
+    def along_t(log0, c):  # log0 at t0, times prod_{i < j} (c + t0 + i)/(a + b + t0 + i)
+        step = jnp.concatenate([jnp.ones_like(t0), ((c + t) / (a + b + t))[:, :-1]], axis=1)
+        return jnp.exp(log0) * jnp.cumprod(step, axis=1)
+
+    lo = along_t(base + lg(t0 + b) - lg(b), b)
+    hi = along_t(base + lg(t0 + a) - lg(a), a)
     miss_pos = jnp.maximum(cfg.k_pos - n_pos, 0.0)
     miss_neg = (jnp.maximum(cfg.k_neg - (n - n_pos), 0.0) if cfg.exit_rule == "balance"
                 else jnp.zeros_like(n))
@@ -275,7 +283,7 @@ def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B):
     known = jnp.sum(st.ring_done, axis=1)
     n, n_pos = st.n_samples + known, st.n_pos + jnp.sum(st.ring_done & st.ring_pos, axis=1)
     t = (st.launched - n)[:, None] + j  # samples still running ahead of candidate j, plus j
-    q = _still_needed(cfg, n, n_pos, t)
+    q = _still_needed(cfg, n, n_pos, st.launched - n, J)
     ok = (st.active[:, None] & (t < (budget_B - n)[:, None])
           & (q >= 1.0 - min(max(cfg.overcommit, 0.0), 1.0) - 1e-6))
     if _launch_order(cfg):  # launch indices past the pool must fit the ring
@@ -290,7 +298,7 @@ def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B):
     prompt = jnp.where(start, idx[r] // J, st.slot_prompt)
     seq = jnp.where(start, st.launched[jnp.maximum(prompt, 0)] + idx[r] % J, st.slot_seq)
     started_B = jnp.zeros((B,), jnp.int32).at[jnp.where(start, prompt, B)].add(1, mode="drop")
-    unplaced = jnp.sum(top >= 0) > jnp.sum(start)  # candidates left without a slot
+    unplaced = jnp.sum(ok) > jnp.sum(start)  # candidates left without a slot
     return start, prompt, seq, started_B, unplaced
 
 
@@ -377,7 +385,7 @@ def _launch_and_decode(cfg: EngineConfig, gen_fn, params, prompt_state, budget_B
 
 def _window(cfg: EngineConfig) -> int:
     """W: launch-order refill keeps at most W samples per prompt launched past its pool."""
-    return _MAX_NEW_PER_PROMPT if _launch_order(cfg) else 1
+    return _RING if _launch_order(cfg) else 1
 
 
 def _launch_order(cfg: EngineConfig) -> bool:

@@ -244,21 +244,23 @@ def test_host_reward_path_matches_jitted_path():
 def test_still_needed_is_the_beta_binomial_survival():
     """P(rule still fails after t more samples) under the Jeffreys posterior predictive."""
     ns, ks = np.array([0, 1, 3, 5, 10, 2, 7]), np.array([0, 1, 1, 0, 3, 2, 6])
-    t = np.tile(np.arange(30), (len(ns), 1))
+    t0 = np.array([0, 0, 2, 5, 1, 0, 3])
     for rule, kp, kn in [("balance", 2, 2), ("balance", 3, 1), ("pos", 2, 0), ("pos", 1, 0)]:
         cfg = A.EngineConfig(slots=1, max_new_tokens=1, keep=1, exit_rule=rule, k_pos=kp,
                              k_neg=kn)
-        q = np.asarray(A._still_needed(cfg, jnp.asarray(ns), jnp.asarray(ks), jnp.asarray(t)))
+        q = np.asarray(A._still_needed(cfg, jnp.asarray(ns), jnp.asarray(ks), jnp.asarray(t0),
+                                       30))
         for i, (n, k) in enumerate(zip(ns, ks)):
-            for tt in range(30):
+            for j in range(30):
+                tt = t0[i] + j
                 x = np.arange(tt + 1)
                 fail = (k + x < kp) | ((rule == "balance") & (n - k + tt - x < kn))
                 ref = stats.betabinom(tt, k + 0.5, n - k + 0.5).pmf(x)[fail].sum()
-                assert abs(q[i, tt] - ref) < 2e-5, (rule, n, k, tt)
+                assert abs(q[i, j] - ref) < 2e-5, (rule, n, k, tt)
         assert np.all(np.diff(q, axis=1) <= 1e-6)  # never more likely to be needed later
     cfg = A.EngineConfig(slots=1, max_new_tokens=1, keep=1, exit_rule="none")
     assert np.all(np.asarray(A._still_needed(cfg, jnp.asarray(ns), jnp.asarray(ks),
-                                             jnp.asarray(t))) == 1)
+                                             jnp.asarray(t0), 30)) == 1)
 
 
 LONG = A.BernoulliGenerator(max_len=9)  # samples of 2..9 steps: slots finish out of order
@@ -337,3 +339,17 @@ def test_refill_fills_free_slots_by_need():
         steps.append(int(st.decode_steps))
         launched.append(int(np.asarray(st.launched).sum()))
     assert steps[0] > steps[1] >= steps[2] and launched[0] < launched[1] <= launched[2]
+
+
+def test_refill_without_exit_rule_is_continuous_batching():
+    """exit_rule none in refill mode: a finished slot takes the next sample at once while any
+    is waiting (one decode step per launched-sample length on one slot)."""
+    p = np.full(4, 0.5)
+    _, st, _ = _run_oracle(p, 6, gen=LONG, slots=4, mode="refill", exit_rule="none",
+                           chunk_len=16)
+    lengths = np.asarray(A.oracle_lengths(jnp.repeat(jnp.arange(4), 6),
+                                          jnp.tile(jnp.arange(6), 4), LONG.max_len))
+    assert int(st.generated_tokens) == lengths.sum()
+    # Never more steps than the longest serial chain on a slot could need.
+    assert int(st.decode_steps) <= lengths.sum() // 4 + LONG.max_len
+    assert float(np.asarray(st.generated_tokens)) / (4 * int(st.decode_steps)) > 0.8
