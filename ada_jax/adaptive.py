@@ -72,6 +72,10 @@ class EngineConfig:
     # time process; unbiased) or in completion order (retires sooner, but favours short samples)
     pool_order: str = "launch"  # launch | completion
 
+    def __post_init__(self):
+        if self.pool_order not in ("launch", "completion"):
+            raise ValueError(f"EngineConfig.pool_order {self.pool_order!r}: launch | completion")
+
 
 @struct.dataclass
 class EngineState:

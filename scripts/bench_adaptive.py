@@ -27,8 +27,9 @@ same ratios from decode-step counts alone (noise-free; the two differ by per-ref
 Then (full run) a frontier of refill over overcommit x S/B, and the compiled memory of the
 jitted engine at N_max = 32 and 256. The last stdout line is one JSON object.
 
-  python scripts/bench_adaptive.py           # B=32, S/B = 4 and 1, 5 reps, frontier (~10 min)
-  python scripts/bench_adaptive.py --quick   # B=16, S/B = 1, 2 reps, no frontier (~1 min)
+  python scripts/bench_adaptive.py           # B=32, S/B = 4 and 1, 5 reps, frontier (2-4 min)
+  python scripts/bench_adaptive.py --quick   # B=16, S/B = 4 and 1, 2 reps, one GRPO-n4 variant,
+                                             # no frontier (15 s quiet, about a minute loaded)
 """
 import argparse
 import json
@@ -101,6 +102,8 @@ def build(a):
 
 
 def method_cfgs(a, slots, full=False, **refill_kw):
+    """The step's variants at S slots. Quick runs keep one GRPO-n4: one wave where the 4B
+    samples fit the slots (S/B >= 4), else continuous batching."""
     base = dict(slots=slots, max_new_tokens=a.new_tokens, keep=GROUP)
     ada = dict(base, exit_rule="balance", k_pos=K_POS, k_neg=K_NEG)
     out = {
@@ -111,6 +114,8 @@ def method_cfgs(a, slots, full=False, **refill_kw):
                        M * R),
         "ada_refill": (A.EngineConfig(**ada, mode="refill", **refill_kw), M * R),
     }
+    if not full:
+        del out["grpo4_refill" if slots >= 4 * a.prompts else "grpo4_rounds"]
     if full:
         out["ada_refill_completion"] = (A.EngineConfig(**ada, mode="refill",
                                                        pool_order="completion", **refill_kw),
@@ -236,7 +241,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--prompts", type=int, default=None, help="B (default 32, quick 16)")
     ap.add_argument("--ratios", default=None,
-                    help="slots per prompt S/B for the main tables (default 4,1; quick: 1)")
+                    help="slots per prompt S/B for the main tables (default 4,1)")
     ap.add_argument("--prompt_len", type=int, default=16)
     ap.add_argument("--new_tokens", type=int, default=64, help="N, max response length")
     ap.add_argument("--reps", type=int, default=None, help="timed reps (default 5, quick 2)")
@@ -247,7 +252,7 @@ def main():
     a = ap.parse_args()
     a.prompts = a.prompts or (16 if a.quick else 32)
     a.reps = a.reps or (2 if a.quick else 5)
-    ratios = [int(x) for x in (a.ratios or ("1" if a.quick else "4,1")).split(",")]
+    ratios = [int(x) for x in (a.ratios or "4,1").split(",")]
     frontier_ratios = [int(x) for x in (a.frontier if a.frontier is not None
                                         else ("" if a.quick else "4,2,1")).split(",") if x]
     # A fresh persistent compilation cache: first calls still compile, but the memory analysis
@@ -274,7 +279,8 @@ def main():
         cfgs = method_cfgs(a, S, full=not a.quick)
         res = measure(env, cfgs, a.reps, a.seed)
         if oracle is None:  # oracle tokens: E[N_i] x prompt i's mean length under GRPO-n4
-            L_B = np.mean([r["kept_len_B"] for r in res["grpo4_rounds"]["runs"]], axis=0)
+            g = res.get("grpo4_rounds", res.get("grpo4_refill"))
+            L_B = np.mean([r["kept_len_B"] for r in g["runs"]], axis=0)
             oracle = dict(n=float(oracle_B.sum()), tokens=float((oracle_B * L_B).sum()))
         rows = [summarise(k, res[k], cfgs[k][0], oracle) for k in cfgs]
         by = compare(rows)
