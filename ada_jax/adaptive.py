@@ -127,6 +127,10 @@ class ModelGenerator:
         return self.sampling.eos_id
 
     @property
+    def eos_ids(self):
+        return self.sampling.eos_ids
+
+    @property
     def pad_id(self):
         return self.sampling.pad_id
 
@@ -345,8 +349,8 @@ def _decode_chunk(cfg, gen_fn, params, prompt_state, st: EngineState, max_steps,
                                        s.slot_seq, key)
         col = jnp.where(live, s.slot_len, N)  # out of range for dead rows: dropped
         length = s.slot_len + live
-        eos = gen_fn.eos_id
-        done = s.slot_done | (live & ((token == eos) | (length >= N)))
+        stop = sampling.is_eos(token, getattr(gen_fn, "eos_ids", (gen_fn.eos_id,)))
+        done = s.slot_done | (live & (stop | (length >= N)))
         s = s.replace(slot_tokens=s.slot_tokens.at[rows, col].set(token, mode="drop"),
                       slot_logp=s.slot_logp.at[rows, col].set(logp, mode="drop"),
                       slot_len=length, slot_done=done, gen=gen,
