@@ -636,6 +636,16 @@ def select(st: EngineState, group: int, *, balanced: bool = True, drop_unresolve
                  pool_n_B=st.n_samples, pool_pos_B=st.n_pos)
 
 
+def kept_metrics(batch: Batch) -> dict:
+    """Shares of the kept groups that are all correct, all wrong, or mixed (effective)."""
+    m = np.asarray(batch.mask_BG)
+    kept = m.sum(1)
+    pos = (np.asarray(batch.reward_BG) * m).sum(1)
+    return {"all_correct_after": float(np.mean((kept > 0) & (pos == kept))),
+            "all_wrong_after": float(np.mean((kept > 0) & (pos == 0))),
+            "effective_prompt_ratio": float(np.mean((kept > 0) & (pos > 0) & (pos < kept)))}
+
+
 def metrics(cfg: EngineConfig, st: EngineState, batch: Batch, group: int,
             budget_B=None) -> dict:
     """Host-side summary of one engine call (SPEC §6)."""
@@ -644,19 +654,13 @@ def metrics(cfg: EngineConfig, st: EngineState, batch: Batch, group: int,
     first_n = np.minimum(n, group)
     first_pos = np.asarray(st.first_pos)
     resolved = np.asarray(_rule_met(cfg, st.n_samples, st.n_pos))
-    m = np.asarray(batch.mask_BG)
-    r = np.asarray(batch.reward_BG)
-    kept = m.sum(1)
     out = {
         "samples_per_prompt_mean": float(n.mean()), "samples_per_prompt_max": int(n.max()),
         "samples_total": int(n.sum()),
         "unresolved_prompts": int((~resolved).sum()) if cfg.exit_rule != "none" else 0,
         "all_correct_before": float(np.mean((first_pos == first_n) & (first_n > 0))),
         "all_wrong_before": float(np.mean(first_pos == 0)),
-        "all_correct_after": float(np.mean((kept > 0) & ((r * m).sum(1) == kept))),
-        "all_wrong_after": float(np.mean((kept > 0) & ((r * m).sum(1) == 0))),
-        "effective_prompt_ratio": float(np.mean((kept > 0) & ((r * m).sum(1) > 0)
-                                                & ((r * m).sum(1) < kept))),
+        **kept_metrics(batch),
         "pool_pass_rate_mean": float((pos / np.maximum(n, 1)).mean()),
         "rounds": int(st.rounds), "chunks": int(st.chunks),
         "decode_steps": int(st.decode_steps), "generated_tokens": int(st.generated_tokens),

@@ -33,10 +33,17 @@ def _all_wrong(batch) -> np.ndarray:
     return (np.asarray(batch.pool_pos_B) == 0) & (np.asarray(batch.pool_n_B) > 0)
 
 
+def _mixed(batch) -> np.ndarray:
+    pos, n = np.asarray(batch.pool_pos_B), np.asarray(batch.pool_n_B)
+    return (pos > 0) & (pos < n)
+
+
 def sage(run_engine, problems, batch, toks, mask, key, budgets):
     """Escalate hint levels for collapsed prompts; returns (batch, toks, mask, metrics).
 
-    run_engine(problems, key, budgets, hints) -> (Batch, toks, mask, metrics)."""
+    run_engine(problems, key, budgets, hints) -> (Batch, toks, mask, metrics).
+    A collapsed prompt counts as rescued when its hinted group is mixed (gives a gradient);
+    one that turns all correct under a hint stops escalating but is not rescued."""
     collapsed = _all_wrong(batch)
     todo = collapsed.copy()
     level_used = np.zeros(len(problems), int)
@@ -55,7 +62,8 @@ def sage(run_engine, problems, batch, toks, mask, key, budgets):
     n = max(int(collapsed.sum()), 1)
     return batch, toks, mask, dict(
         extra, hint_collapsed_share=float(collapsed.mean()),
-        hint_rescued_share=float((collapsed & ~todo).sum() / n) if collapsed.any() else 0.0,
+        hint_rescued_share=float((collapsed & _mixed(batch)).sum() / n),
+        hint_all_correct_share=float((collapsed & ~todo & ~_mixed(batch)).sum() / n),
         hint_level_mean=float(level_used[collapsed].mean()) if collapsed.any() else 0.0)
 
 

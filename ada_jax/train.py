@@ -224,11 +224,12 @@ def _collect_with_hints(ctx, params, problems, key, levels_state):
         hints.light_update(problems, batch, levels, levels_state)
         return batch, toks, mask, met
     batch, toks, mask, met = rerun(problems, key, None, None)
+    before = {f"{k}_before_hints": v for k, v in adaptive.kept_metrics(batch).items()}
     batch, toks, mask, hmet = hints.sage(rerun, problems, batch, toks, mask, key,
                                          default_budgets(ctx, len(problems)))
     for k in ("samples_total", "generated_tokens"):
         met[k] += hmet.pop(k)
-    met.update(hmet)
+    met.update(hmet, **before, **adaptive.kept_metrics(batch))  # what is trained on: post-hint
     return batch, toks, mask, met
 
 
