@@ -52,6 +52,7 @@ class Context:
     rows_per_prompt: int  # training rows per prompt (R = B · rows_per_prompt)
     train_source: Any
     eval_problems: list
+    train_eval_problems: list  # the first eval.train_prompts training problems (may be [])
     math_pool: Any = None  # MathVerifierPool for math-file tasks (host-side reward)
 
 
@@ -501,14 +502,30 @@ def setup(config, workdir: str):
     engine, group, rows_per_prompt = engine_config(config)
     eval_source = load_split(config, "eval")
     eval_problems = [eval_source[i] for i in range(min(config.eval.prompts, len(eval_source)))]
+    train_source = load_split(config, "train")
+    train_eval = [train_source[i] for i in range(min(config.eval.train_prompts,
+                                                     len(train_source)))]
     ctx = Context(config=config, mesh=mesh, tokenizer=tokenizer, model_cfg=model_cfg,
                   graphdef=graphdef, engine=engine,
                   generator=adaptive.ModelGenerator(graphdef, model_cfg, scfg),
                   reward_fn=_make_reward(config, tokenizer), group=group,
                   rows_per_prompt=rows_per_prompt,
-                  train_source=load_split(config, "train"), eval_problems=eval_problems,
+                  train_source=train_source, eval_problems=eval_problems,
+                  train_eval_problems=train_eval,
                   math_pool=math_pool(config))
     return ctx, params
+
+
+def run_evals(ctx: Context, params, key) -> dict:
+    """avg@k / pass@k on the held-out eval prompts (`eval/…`) and, when eval.train_prompts > 0,
+    on a fixed set of training prompts (`train_eval/…`: what RL optimises on a finite pool)."""
+    out = {}
+    for prefix, problems in (("eval", ctx.eval_problems), ("train_eval", ctx.train_eval_problems)):
+        if problems:
+            ev = evaluate.evaluate(ctx.graphdef, params, ctx.tokenizer, problems, ctx.config,
+                                   jax.random.fold_in(key, len(out)))
+            out.update({f"{prefix}/{k}": v for k, v in ev.items() if not isinstance(v, list)})
+    return out
 
 
 def init_train_state(ctx: Context, params):
@@ -575,9 +592,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     met: dict = {}
     with sharding.activate(ctx.mesh, c.sharding_rules):
         if start == 0 and c.eval.every:
-            ev = evaluate.evaluate(ctx.graphdef, trainable["model"], ctx.tokenizer,
-                                   ctx.eval_problems, c, jax.random.fold_in(eval_key, 0))
-            writer.write(0, {f"eval/{k}": v for k, v in ev.items() if not isinstance(v, list)}
+            writer.write(0, run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, 0))
                          | {"cum_generated_tokens": 0, "cum_samples": 0, "cum_wall": 0.0})
         for step in range(start, c.rl.steps):
             t0 = time.perf_counter()
@@ -605,10 +620,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
             met.update({f"cum_{k}": v for k, v in totals.items()})
             done = step + 1
             if c.eval.every and (done % c.eval.every == 0 or done == c.rl.steps):
-                ev = evaluate.evaluate(ctx.graphdef, trainable["model"], ctx.tokenizer,
-                                       ctx.eval_problems, c,
-                                       jax.random.fold_in(eval_key, done))
-                met.update({f"eval/{k}": v for k, v in ev.items() if not isinstance(v, list)})
+                met.update(run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, done)))
             writer.write(done, {k: v for k, v in met.items() if not isinstance(v, list)})
             if not lmet["skipped"] and (done % c.checkpoint.every == 0 or done == c.rl.steps):
                 save(done)

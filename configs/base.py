@@ -149,7 +149,8 @@ def get_config(arg: str = ""):
     c.sft = ml_collections.ConfigDict(dict(steps=600, batch_size=64, lr=3e-3, warmup_steps=50,
                                            base_dir=""))
 
-    c.eval = ml_collections.ConfigDict(dict(every=20, k=4, prompts=128))
+    # train_prompts > 0 also evaluates on that many training prompts (train_eval/…)
+    c.eval = ml_collections.ConfigDict(dict(every=20, k=4, prompts=128, train_prompts=0))
     c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))
     c.log = ml_collections.ConfigDict(dict(every=1, progress=True))
 

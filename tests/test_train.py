@@ -221,3 +221,15 @@ def test_self_hinting_runs_and_reports(tmp_path, scheduler):
         assert m["hint_level_mean"] == 1.0  # every prompt failed at step 1: level up
     meta = _restore(str(tmp_path))[2]
     assert meta["hint_levels"] or scheduler == "sage"
+
+
+def test_eval_on_training_prompts(tmp_path):
+    """eval.train_prompts > 0 adds train_eval/… metrics, computed on the first training problems."""
+    c = _config("grpo", **{"rl.steps": 1, "eval.every": 1, "eval.prompts": 4,
+                           "eval.train_prompts": 3, "checkpoint.every": 100})
+    m = train.train_and_evaluate(c, str(tmp_path))
+    for prefix in ("eval", "train_eval"):
+        assert 0.0 <= m[f"{prefix}/avg@2"] <= m[f"{prefix}/pass@2"] <= 1.0
+    ctx, _ = train.setup(c, str(tmp_path))
+    src = train.load_split(c, "train")
+    assert [p.question for p in ctx.train_eval_problems] == [src[i].question for i in range(3)]
