@@ -32,7 +32,7 @@ _NON_NEGATIVE = (
     "sampling.temperature", "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg",
     "loss.clip_low", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",
     "optim.warmup_steps", "optim.grad_clip", "eval.every", "checkpoint.every", "sft.steps",
-    "adaptive.overcommit", "sampling.prefill_chunk", "eval.train_prompts",
+    "adaptive.overcommit", "sampling.prefill_chunk", "eval.train_prompts", "optim.eps",
 )
 _STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_token")
 

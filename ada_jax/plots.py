@@ -61,24 +61,79 @@ def plot_runs(workdirs: Sequence[str], out_dir: str, labels: Sequence[str] | Non
 
 
 def summary_row(workdir: str, target: float | None = None) -> dict:
-    """Final eval accuracy, tokens/wall to reach `target`, mean effective-prompt ratio."""
+    """Final eval accuracy (held out, and on the training prompts when logged) and its change
+    from step 0, tokens / wall to reach `target` (held-out eval), mean effective-prompt ratio
+    and samples per prompt."""
     recs = load_metrics(workdir)
     k = _eval_key(recs)
     evals = [r for r in recs if k and k in r]
     row = {"run": os.path.basename(os.path.normpath(workdir)),
            "final_eval": evals[-1][k] if evals else float("nan"),
-           "tokens": recs[-1].get("cum_generated_tokens", 0),
-           "wall_s": recs[-1].get("cum_wall", 0.0),
-           "eff_ratio": float(np.mean([r["effective_prompt_ratio"] for r in recs
-                                       if "effective_prompt_ratio" in r] or [np.nan]))}
+           "eval_change": evals[-1][k] - evals[0][k] if evals else float("nan")}
+    tk = "train_" + k if k else None
+    train_evals = [r for r in recs if tk and tk in r]
+    if train_evals:
+        row["final_train_eval"] = train_evals[-1][tk]
+        row["train_eval_change"] = train_evals[-1][tk] - train_evals[0][tk]
+    steps = [r for r in recs if "effective_prompt_ratio" in r]
+    row.update(tokens=recs[-1].get("cum_generated_tokens", 0),
+               wall_s=recs[-1].get("cum_wall", 0.0),
+               eff_ratio=float(np.mean([r["effective_prompt_ratio"] for r in steps] or [np.nan])),
+               samples_per_prompt=float(np.mean([r["samples_per_prompt_mean"] for r in steps
+                                                 if "samples_per_prompt_mean" in r] or [np.nan])))
     if target is not None:
         hit = [r for r in evals if r[k] >= target]
         row["tokens_to_target"] = hit[0]["cum_generated_tokens"] if hit else None
     return row
 
 
+def plot_groups(groups: Sequence[tuple[str, Sequence[str]]], out_dir: str):
+    """Seed-averaged curves per method (mean line, ±1 sd band): held-out and training-prompt
+    eval vs step and vs generated tokens, effective-prompt ratio vs step. Returns PNG paths."""
+    from matplotlib.figure import Figure
+    os.makedirs(out_dir, exist_ok=True)
+    loaded = [(label, [load_metrics(d) for d in dirs]) for label, dirs in groups]
+    k = next((_eval_key(r) for _, runs in loaded for r in runs if _eval_key(r)), None)
+    figures = [("mean_eval_vs_step", "step", k, "held-out eval accuracy"),
+               ("mean_eval_vs_tokens", "cum_generated_tokens", k, "held-out eval accuracy"),
+               ("mean_train_eval_vs_step", "step", k and "train_" + k,
+                "accuracy on training prompts"),
+               ("mean_train_eval_vs_tokens", "cum_generated_tokens", k and "train_" + k,
+                "accuracy on training prompts"),
+               ("mean_effective_prompt_ratio", "step", "effective_prompt_ratio",
+                "effective prompt ratio")]
+    paths = []
+    for name, x, key, ylabel in figures:
+        fig = Figure(figsize=(5.5, 3.8))
+        ax = fig.subplots()
+        for label, runs in loaded:
+            series = [_series(r, key, x) for r in runs if key]
+            series = [s for s in series if len(s)]
+            if not series:
+                continue
+            n = min(len(s) for s in series)
+            xs = np.mean([s[:n, 0] for s in series], 0)
+            ys = np.asarray([s[:n, 1] for s in series])
+            line, = ax.plot(xs, ys.mean(0), marker="." if n < 20 else None, label=label)
+            if len(ys) > 1:
+                ax.fill_between(xs, ys.mean(0) - ys.std(0, ddof=1),
+                                ys.mean(0) + ys.std(0, ddof=1), color=line.get_color(), alpha=0.12)
+        if not ax.lines:
+            continue
+        ax.set_xlabel(x)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"{name}.png")
+        fig.savefig(path, dpi=110)
+        paths.append(path)
+    return paths
+
+
 def markdown_table(rows: Sequence[dict]) -> str:
-    cols = list(rows[0])
+    cols = list(dict.fromkeys(c for r in rows for c in r))
+    rows = [{c: r.get(c, "") for c in cols} for r in rows]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         cells = [f"{r[c]:.4g}" if isinstance(r[c], float) else str(r[c]) for c in cols]

@@ -121,7 +121,8 @@ def make_optimizer(config):
     lr = optax.linear_schedule(0.0, o.lr, max(o.warmup_steps, 1))
     lr = optax.join_schedules([lr, optax.constant_schedule(o.lr)], [max(o.warmup_steps, 1)])
     return optax.chain(optax.clip_by_global_norm(o.grad_clip),
-                       optax.adamw(lr, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay))
+                       optax.adamw(lr, b1=o.b1, b2=o.b2, eps=o.eps,
+                                   weight_decay=o.weight_decay))
 
 
 # ----------------------------------------------------------------------------- sampling

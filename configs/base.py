@@ -144,7 +144,8 @@ def get_config(arg: str = ""):
         kl_coef=0.0, kl_type="k3", kl_in_reward=False, entropy_coef=0.0))
 
     c.optim = ml_collections.ConfigDict(dict(
-        lr=1e-4, warmup_steps=10, grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999))
+        lr=1e-4, warmup_steps=10, grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999,
+        eps=1e-8))
 
     c.sft = ml_collections.ConfigDict(dict(steps=600, batch_size=64, lr=3e-3, warmup_steps=50,
                                            base_dir=""))

@@ -28,7 +28,9 @@ def main():
     dirs = [d for _, ds in groups for d in ds]
     labels = [label if len(ds) == 1 else f"{label}/{os.path.basename(os.path.normpath(d))}"
               for label, ds in groups for d in ds]
-    print("plots:", *plots.plot_runs(dirs, args.out, labels), sep="\n  ")
+    paths = plots.plot_runs(dirs, args.out, labels)
+    paths += plots.plot_groups(groups, args.out)
+    print("plots:", *paths, sep="\n  ")
     rows = []
     for label, ds in groups:
         per_seed = [plots.summary_row(d, args.target) for d in ds]
@@ -36,11 +38,11 @@ def main():
         for k in per_seed[0]:
             if k == "run":
                 continue
-            vals = [r[k] for r in per_seed]
+            vals = [r.get(k) for r in per_seed]
             if all(isinstance(v, (int, float)) for v in vals):
-                row[k] = float(np.mean(vals))
-                if len(vals) > 1:
-                    row[k + "_sd"] = float(np.std(vals, ddof=1))
+                mean = float(np.mean(vals))
+                row[k] = (f"{mean:.4g} ± {np.std(vals, ddof=1):.2g}" if len(vals) > 1
+                          else mean)  # mean ± sd over seeds
             else:
                 row[k] = "/".join(str(v) for v in vals)
         rows.append(row)

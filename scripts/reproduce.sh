@@ -2,19 +2,26 @@
 # The embedded-task comparison of docs/results.md: every method, several seeds, same prompt
 # batch and steps, all starting from one shared SFT base policy.
 #   bash scripts/reproduce.sh [OUT_DIR] [STEPS] [SEEDS]
+# Environment knobs: LR (RL learning rate), TRAIN_SIZE (size of the training prompt pool),
+# EVAL_EVERY, TARGET (accuracy for "tokens to reach"), METHODS_ONLY (space-separated subset).
 # Runs two at a time (2 CPU cores); prints the markdown table and writes plots to OUT/plots.
 set -euo pipefail
 OUT=${1:-runs}
-STEPS=${2:-30}
+STEPS=${2:-48}
 SEEDS=${3:-"0 1 2"}
+LR=${LR:-1e-4}
+TRAIN_SIZE=${TRAIN_SIZE:-256}
+EVAL_EVERY=${EVAL_EVERY:-12}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 BASE="$OUT/base"
 [ -d "$BASE" ] || python scripts/sft.py --workdir="$OUT" --config.sft.base_dir="$BASE" \
   --config.log.progress=False
 
-COMMON="--config.sft.base_dir=$BASE --config.rl.steps=$STEPS --config.eval.every=10 \
- --config.eval.prompts=64 --config.eval.k=4 \
+# Held-out eval (eval/…) and the first 128 training prompts (train_eval/…), avg@4 each.
+COMMON="--config.sft.base_dir=$BASE --config.rl.steps=$STEPS --config.eval.every=$EVAL_EVERY \
+ --config.eval.prompts=128 --config.eval.train_prompts=128 --config.eval.k=4 \
+ --config.optim.lr=$LR --config.task.train_size=$TRAIN_SIZE \
  --config.checkpoint.every=$STEPS --config.log.progress=False --plots=false"
 declare -A METHODS=(
   [grpo_n4]="algo=grpo|--config.rl.n=4"
@@ -25,7 +32,13 @@ declare -A METHODS=(
   [ada_balance_refill]="algo=ada_balance|--config.adaptive.mode=refill"
   [ada_est]="algo=ada_est|"
   [dapo]="algo=dapo|--config.adaptive.dapo_max_gen_batches=32"
+  [grpo_sage]="algo=grpo|--config.rl.hints=sage --config.sampling.max_prompt_len=112"
 )
+if [ -n "${METHODS_ONLY:-}" ]; then
+  for name in "${!METHODS[@]}"; do
+    [[ " $METHODS_ONLY " == *" $name "* ]] || unset "METHODS[$name]"
+  done
+fi
 jobs=()
 for name in "${!METHODS[@]}"; do
   for seed in $SEEDS; do

@@ -1,0 +1,55 @@
+"""Run summaries, the comparison table and figures from metrics.jsonl files we write here."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ada_jax import plots
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(tmp_path, name, evals, train_evals, eff):
+    """A run dir: eval records at steps 0, 10, 20 and a step record per step (1000 tokens each)."""
+    d = tmp_path / name
+    d.mkdir()
+    with open(d / "metrics.jsonl", "w") as f:
+        for step in range(21):
+            rec = {"step": step, "cum_generated_tokens": 1000 * step, "cum_wall": 2.0 * step}
+            if step:
+                rec.update(effective_prompt_ratio=eff, samples_per_prompt_mean=4.0)
+            if step % 10 == 0:
+                rec["eval/avg@4"] = evals[step // 10]
+                rec["train_eval/avg@4"] = train_evals[step // 10]
+            f.write(json.dumps(rec) + "\n")
+    return str(d)
+
+
+def test_summary_row(tmp_path):
+    d = _run(tmp_path, "a", [0.30, 0.42, 0.40], [0.5, 0.6, 0.75], eff=0.25)
+    row = plots.summary_row(d, target=0.41)
+    assert row["final_eval"] == 0.40 and row["eval_change"] == pytest.approx(0.10)
+    assert row["final_train_eval"] == 0.75 and row["train_eval_change"] == 0.25
+    assert row["tokens"] == 20_000 and row["wall_s"] == 40.0
+    assert row["eff_ratio"] == 0.25 and row["samples_per_prompt"] == 4.0
+    assert row["tokens_to_target"] == 10_000  # first eval at or above the target
+    assert plots.summary_row(d, target=0.9)["tokens_to_target"] is None
+
+
+def test_compare_script_averages_seeds(tmp_path):
+    a0 = _run(tmp_path, "a0", [0.3, 0.3, 0.4], [0.5, 0.5, 0.6], eff=0.2)
+    a1 = _run(tmp_path, "a1", [0.3, 0.3, 0.6], [0.5, 0.5, 0.8], eff=0.4)
+    b0 = _run(tmp_path, "b0", [0.3, 0.3, 0.2], [0.5, 0.5, 0.4], eff=0.1)
+    out = tmp_path / "plots"
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compare.py"),
+                          "--groups", f"a={a0},{a1}", f"b={b0}", "--out", str(out)],
+                         capture_output=True, text=True, check=True)
+    rows = [line for line in res.stdout.splitlines() if line.startswith("| a ")
+            or line.startswith("| b ")]
+    cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows]
+    assert cells[0][:4] == ["a", "2", "0.5 ± 0.14", "0.2 ± 0.14"]  # mean ± sd over seeds
+    assert cells[1][:4] == ["b", "1", "0.2", "-0.1"]
+    for name in ("mean_eval_vs_step", "mean_train_eval_vs_tokens", "eval_vs_tokens"):
+        assert (out / f"{name}.png").stat().st_size > 1000
