@@ -409,7 +409,9 @@ def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int)
                                            dual_clip=l.dual_clip)
             shares = losses.group_shares(tok, mb["loss_mask"], mb["group"], n_groups)
             mu_g = jax.ops.segment_max(mb["mu"], mb["group"], n_groups)
+            extra = loss - met["pg_loss"]  # policy_loss's KL and entropy terms, kept
             loss, dm = losses.daro_loss(shares, mu_g, trainable["daro"])
+            loss = loss + extra
             met.update({k: v for k, v in dm.items() if k == "daro_nonpos"})
         loss = loss + jnp.where(nan_now, jnp.nan, 0.0)
         return loss, met
