@@ -2,10 +2,13 @@
 import logging
 from typing import Any
 
+from ada_jax.tasks import TASKS
+
 _CHOICES = {
     "model.param_dtype": ("float32", "bfloat16"),
     "model.dtype": ("float32", "bfloat16"),
     "model.rope_scaling": ("none", "llama3"),
+    "task.name": TASKS,
     "task.reward": ("verifier", "synthetic"),
     "task.template": ("embedded", "qwen_math", "llama3_chat"),
     "task.on_bad_row": ("error", "skip"),

@@ -116,6 +116,11 @@ def reward_data(config, tokenizer, problems) -> dict:
     return dict(answer_ids=jnp.asarray(ans), answer_len=jnp.asarray(ans_len))
 
 
+def global_norm(tree) -> jax.Array:
+    """‖tree‖₂ over all leaves, float32 (optax.global_norm is deprecated, optax.tree.norm new)."""
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)))
+
+
 def make_optimizer(config):
     o = config.optim
     lr = optax.linear_schedule(0.0, o.lr, max(o.warmup_steps, 1))
@@ -280,7 +285,7 @@ def sample_grad_norms(graphdef, params, tokens, mask, loss_mask, *, prompt_len, 
             logp, _ = model_lib.token_logprobs(logits[:, prompt_len - 1:-1],
                                                tok[None, prompt_len:], temperature)
             return jnp.sum(logp * lm[None])
-        return optax.global_norm(jax.grad(logp_sum)(params))
+        return global_norm(jax.grad(logp_sum)(params))
     return jax.lax.map(one, (tokens, mask, loss_mask))
 
 
@@ -409,7 +414,9 @@ def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int)
                                            dual_clip=l.dual_clip)
             shares = losses.group_shares(tok, mb["loss_mask"], mb["group"], n_groups)
             mu_g = jax.ops.segment_max(mb["mu"], mb["group"], n_groups)
+            extra = loss - met["pg_loss"]  # policy_loss's KL and entropy terms, kept
             loss, dm = losses.daro_loss(shares, mu_g, trainable["daro"])
+            loss = loss + extra
             met.update({k: v for k, v in dm.items() if k == "daro_nonpos"})
         loss = loss + jnp.where(nan_now, jnp.nan, 0.0)
         return loss, met
@@ -417,7 +424,7 @@ def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int)
     @functools.partial(jax.jit, donate_argnums=(0, 1))
     def train_step(trainable, opt_state, mb, nan_now):
         (loss, met), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable, mb, nan_now)
-        gnorm = optax.global_norm(grads)
+        gnorm = global_norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(gnorm)
         updates, new_opt = optimizer.update(grads, opt_state, trainable)
         new = optax.apply_updates(trainable, updates)

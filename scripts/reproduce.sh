@@ -33,6 +33,8 @@ declare -A METHODS=(
   [ada_est]="algo=ada_est|"
   [dapo]="algo=dapo|--config.adaptive.dapo_max_gen_batches=32"
   [grpo_sage]="algo=grpo|--config.rl.hints=sage --config.sampling.max_prompt_len=112"
+  [daro]="algo=daro|"
+  [gvm]="algo=gvm|"
 )
 if [ -n "${METHODS_ONLY:-}" ]; then
   for name in "${!METHODS[@]}"; do

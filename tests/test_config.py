@@ -39,6 +39,9 @@ def test_command_line_overrides():
     ("loss.agg", "mean", "config.loss.agg"),
     ("model.n_kv_heads", 3, "config.model.n_kv_heads"),
     ("mesh.fsdp", 0, "config.mesh.fsdp"),
+    ("task.name", "gsm8k", "config.task.name"),
+    ("optim.eps", -1.0, "config.optim.eps"),
+    ("eval.train_prompts", -2, "config.eval.train_prompts"),
 ])
 def test_invalid_values_name_the_field(field, value, match):
     c = base.get_config("")

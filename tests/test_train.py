@@ -233,3 +233,21 @@ def test_eval_on_training_prompts(tmp_path):
     ctx, _ = train.setup(c, str(tmp_path))
     src = train.load_split(c, "train")
     assert [p.question for p in ctx.train_eval_problems] == [src[i].question for i in range(3)]
+
+
+def test_daro_keeps_kl_term(tmp_path):
+    """DARO replaces the policy term only. With one minibatch, the updates before step 3 are the
+    same with and without KL (step 1 runs at warm-up lr 0, and at step 2 π = π_ref, where the
+    KL gradient is 0), so step 3's losses differ by exactly kl_coef · KL."""
+    runs = {}
+    for coef in (0.0, 0.5):
+        c = _config("daro", **{"rl.steps": 3, "rl.minibatches": 1, "loss.kl_coef": coef,
+                               "optim.lr": 1e-2, "optim.warmup_steps": 1,
+                               "checkpoint.every": 100})
+        train.train_and_evaluate(c, str(tmp_path / f"kl{coef}"))
+        with open(tmp_path / f"kl{coef}" / "metrics.jsonl") as f:
+            runs[coef] = [json.loads(line) for line in f]
+    assert runs[0.0][1]["loss"] == pytest.approx(runs[0.5][1]["loss"], abs=1e-6)
+    kl = runs[0.5][2]["kl"]
+    assert kl > 1e-3
+    assert runs[0.5][2]["loss"] - runs[0.0][2]["loss"] == pytest.approx(0.5 * kl, rel=1e-3)
