@@ -60,10 +60,20 @@ def plot_runs(workdirs: Sequence[str], out_dir: str, labels: Sequence[str] | Non
     return paths
 
 
-def summary_row(workdir: str, target: float | None = None) -> dict:
+def _at_tokens(evals, key, tokens):
+    """Accuracy `key` linearly interpolated at `tokens` generated tokens; None past the run."""
+    pts = _series(evals, key, "cum_generated_tokens")
+    if not len(pts) or tokens > pts[-1, 0]:
+        return None
+    return float(np.interp(tokens, pts[:, 0], pts[:, 1]))
+
+
+def summary_row(workdir: str, target: float | None = None,
+                at_tokens: float | None = None) -> dict:
     """Final eval accuracy (held out, and on the training prompts when logged) and its change
-    from step 0, tokens / wall to reach `target` (held-out eval), mean effective-prompt ratio
-    and samples per prompt."""
+    from step 0, tokens / wall to reach `target` (held-out eval), accuracies interpolated at
+    `at_tokens` generated tokens (matched cost), mean effective-prompt ratio and samples per
+    prompt."""
     recs = load_metrics(workdir)
     k = _eval_key(recs)
     evals = [r for r in recs if k and k in r]
@@ -84,6 +94,10 @@ def summary_row(workdir: str, target: float | None = None) -> dict:
     if target is not None:
         hit = [r for r in evals if r[k] >= target]
         row["tokens_to_target"] = hit[0]["cum_generated_tokens"] if hit else None
+    if at_tokens is not None:
+        row["eval_at_tokens"] = _at_tokens(evals, k, at_tokens)
+        if train_evals:
+            row["train_eval_at_tokens"] = _at_tokens(train_evals, tk, at_tokens)
     return row
 
 

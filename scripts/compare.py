@@ -20,6 +20,8 @@ def main():
     ap.add_argument("--out", default="plots", help="where the PNGs go")
     ap.add_argument("--target", type=float, default=None,
                     help="eval accuracy for the tokens-to-target column")
+    ap.add_argument("--at_tokens", type=float, default=None,
+                    help="also report accuracies interpolated at this many generated tokens")
     args = ap.parse_args()
     groups = [(os.path.basename(os.path.normpath(w)), [w]) for w in args.workdirs]
     groups += [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.groups]
@@ -33,7 +35,7 @@ def main():
     print("plots:", *paths, sep="\n  ")
     rows = []
     for label, ds in groups:
-        per_seed = [plots.summary_row(d, args.target) for d in ds]
+        per_seed = [plots.summary_row(d, args.target, args.at_tokens) for d in ds]
         row = {"method": label, "seeds": len(ds)}
         for k in per_seed[0]:
             if k == "run":

@@ -36,6 +36,9 @@ def test_summary_row(tmp_path):
     assert row["eff_ratio"] == 0.25 and row["samples_per_prompt"] == 4.0
     assert row["tokens_to_target"] == 10_000  # first eval at or above the target
     assert plots.summary_row(d, target=0.9)["tokens_to_target"] is None
+    at = plots.summary_row(d, at_tokens=15_000)  # halfway between the evals at 10k and 20k
+    assert at["eval_at_tokens"] == pytest.approx(0.41) and at["train_eval_at_tokens"] == 0.675
+    assert plots.summary_row(d, at_tokens=25_000)["eval_at_tokens"] is None  # past the run
 
 
 def test_compare_script_averages_seeds(tmp_path):
