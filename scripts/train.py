@@ -1,6 +1,6 @@
 """Train with RL on the configured task (default: Ada-Seq-balance, tiny model, embedded task).
 
-  python scripts/train.py                                    # the main job, ~15 min on 2 CPUs
+  python scripts/train.py                                    # the main job, ~7.5 min on 2 CPUs
   python scripts/train.py --config=configs/base.py:algo=grpo --config.rl.steps=100 \
       --workdir=/tmp/grpo
 
