@@ -28,8 +28,8 @@ _POSITIVE_INTS = (
     "model.vocab_size", "model.d_model", "model.n_layers", "model.n_heads", "model.n_kv_heads",
     "model.d_ff", "model.head_dim", "model.max_len", "sampling.max_prompt_len",
     "sampling.max_new_tokens", "rl.steps", "rl.prompts_per_step", "rl.n", "rl.ppo_epochs",
-    "rl.minibatches", "adaptive.samples_per_round", "adaptive.max_rounds", "adaptive.slots",
-    "adaptive.chunk_len", "eval.k", "eval.prompts", "checkpoint.keep",
+    "rl.minibatches", "rl.microbatches", "adaptive.samples_per_round", "adaptive.max_rounds",
+    "adaptive.slots", "adaptive.chunk_len", "eval.k", "eval.prompts", "checkpoint.keep",
 )
 _NON_NEGATIVE = (
     "sampling.temperature", "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg",

@@ -421,9 +421,50 @@ def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int)
         loss = loss + jnp.where(nan_now, jnp.nan, 0.0)
         return loss, met
 
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    micro = rl.get("microbatches", 1)
+
+    def accumulated_grad(trainable, mb, nan_now):
+        """The minibatch's (loss, metrics) and gradient from `micro` sequential micro-batches
+        (bounded activation memory). Every aggregation is a sum over rows divided by a count of
+        tokens or rows, so micro-batch j's value, weighted by its share of that count, sums
+        exactly to the whole minibatch's; metrics are token means, weighted by token share."""
+        # Strided split (micro-batch j holds rows j, j + micro, …): with rows sharded in
+        # contiguous blocks over the devices, every micro-batch spans all of them.
+        split = jax.tree.map(lambda x: jnp.swapaxes(x.reshape((-1, micro) + x.shape[1:]), 0, 1),
+                             mb)
+        tokens_j = split["loss_mask"].sum((1, 2)).astype(jnp.float32)
+        rows_j = (split["loss_mask"].sum(2) > 0).sum(1).astype(jnp.float32)
+        if l.agg == "token_mean":
+            w_j = tokens_j / jnp.maximum(tokens_j.sum(), 1.0)
+        elif l.agg == "constant":
+            w_j = jnp.full((micro,), 1.0 / micro)
+        else:  # seq_mean_*: divided by the rows with tokens
+            w_j = rows_j / jnp.maximum(rows_j.sum(), 1.0)
+        wm_j = tokens_j / jnp.maximum(tokens_j.sum(), 1.0)
+
+        def body(acc, xs):
+            part, w, wm = xs
+            (loss, met), g = grad_fn(trainable, part, nan_now)
+            acc_loss, acc_met, acc_g = acc
+            met = {k: (w if k == "pg_loss" else wm) * v for k, v in met.items()}
+            return (acc_loss + w * loss, jax.tree.map(jnp.add, acc_met, met),
+                    jax.tree.map(lambda a, b: a + w * b, acc_g, g)), None
+
+        first = jax.tree.map(lambda x: x[0], split)
+        met_shape = jax.eval_shape(lambda: grad_fn(trainable, first, nan_now)[0][1])
+        zeros = (jnp.zeros((), jnp.float32),
+                 jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), met_shape),
+                 jax.tree.map(jnp.zeros_like, trainable))
+        (loss, met, grads), _ = jax.lax.scan(body, zeros, (split, w_j, wm_j))
+        return (loss, met), grads
+
     @functools.partial(jax.jit, donate_argnums=(0, 1))
     def train_step(trainable, opt_state, mb, nan_now):
-        (loss, met), grads = jax.value_and_grad(loss_fn, has_aux=True)(trainable, mb, nan_now)
+        if micro > 1:
+            (loss, met), grads = accumulated_grad(trainable, mb, nan_now)
+        else:
+            (loss, met), grads = grad_fn(trainable, mb, nan_now)
         gnorm = global_norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(gnorm)
         updates, new_opt = optimizer.update(grads, opt_state, trainable)
@@ -564,6 +605,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
     ctx, params = setup(config, workdir)
     c = config
     rows_per_step = c.rl.prompts_per_step * ctx.rows_per_prompt
+    if c.rl.microbatches > 1 and c.rl.daro:
+        raise ValueError("config.rl.microbatches > 1 is not supported with DARO (its loss is not "
+                         "a sum over rows); use more config.rl.minibatches instead")
+    if (rows_per_step // c.rl.minibatches) % c.rl.microbatches:
+        raise ValueError(f"config.rl.microbatches={c.rl.microbatches} must divide the "
+                         f"{rows_per_step // c.rl.minibatches} rows of a minibatch")
     if rows_per_step % c.rl.minibatches:
         raise ValueError(f"config.rl.minibatches={c.rl.minibatches} must divide the "
                          f"{rows_per_step} training rows per step")

@@ -135,7 +135,7 @@ def get_config(arg: str = ""):
     c.rl = ml_collections.ConfigDict(dict(
         steps=40, prompts_per_step=16, n=algo["n"], advantage=algo["advantage"],
         std_normalise=False, objective="linear", objective_alpha=0.5, objective_weight=False,
-        importance_correction=False, ppo_epochs=1, minibatches=2,
+        importance_correction=False, ppo_epochs=1, minibatches=2, microbatches=1,
         daro=algo.get("daro", False), daro_buckets=0, inject_nan_step=-1,
         hints="none"))
 
@@ -163,7 +163,9 @@ def get_config(arg: str = ""):
         c.task.template = p["template"]
         c.adaptive.slots = p["slots"]
         c.sampling.update(max_prompt_len=1024, max_new_tokens=2048, prefill_chunk=64)
-        c.rl.update(steps=400, prompts_per_step=512, minibatches=4)
+        # 2048 rows in 4 minibatches of 512; 32 micro-batches of 16 rows = 2 sequences per
+        # device on 8 devices, the reference learner's ≈6k tokens per GPU (docs/scaling.md §4).
+        c.rl.update(steps=400, prompts_per_step=512, minibatches=4, microbatches=32)
         c.optim.lr = 1e-6
         c.checkpoint.every = 50
         c.eval.every = 50
