@@ -36,6 +36,7 @@ _NON_NEGATIVE = (
     "loss.clip_low", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",
     "optim.warmup_steps", "optim.grad_clip", "eval.every", "checkpoint.every", "sft.steps",
     "adaptive.overcommit", "sampling.prefill_chunk", "eval.train_prompts", "optim.eps",
+    "optim.daro_lr",
 )
 _STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_token")
 

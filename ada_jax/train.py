@@ -122,12 +122,25 @@ def global_norm(tree) -> jax.Array:
 
 
 def make_optimizer(config):
+    """Global-norm clipping, then AdamW with linear warm-up over {model, daro} params. DARO's
+    log-weights get their own peak lr when optim.daro_lr > 0: at a policy lr (1e-6 for LLMs)
+    they would barely move from w = 1."""
     o = config.optim
-    lr = optax.linear_schedule(0.0, o.lr, max(o.warmup_steps, 1))
-    lr = optax.join_schedules([lr, optax.constant_schedule(o.lr)], [max(o.warmup_steps, 1)])
+
+    def adamw(peak):
+        lr = optax.constant_schedule(peak)
+        if o.warmup_steps:  # update k (from 0) runs at peak·k/warmup_steps until the peak
+            lr = optax.join_schedules([optax.linear_schedule(0.0, peak, o.warmup_steps), lr],
+                                      [o.warmup_steps])
+        return optax.adamw(lr, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
+
+    if not o.get("daro_lr", 0.0):
+        return optax.chain(optax.clip_by_global_norm(o.grad_clip), adamw(o.lr))
+    labels = lambda t: {"model": jax.tree.map(lambda _: "model", t["model"]),  # noqa: E731
+                        "daro": "daro"}
     return optax.chain(optax.clip_by_global_norm(o.grad_clip),
-                       optax.adamw(lr, b1=o.b1, b2=o.b2, eps=o.eps,
-                                   weight_decay=o.weight_decay))
+                       optax.multi_transform({"model": adamw(o.lr), "daro": adamw(o.daro_lr)},
+                                             labels))
 
 
 # ----------------------------------------------------------------------------- sampling

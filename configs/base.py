@@ -145,7 +145,7 @@ def get_config(arg: str = ""):
 
     c.optim = ml_collections.ConfigDict(dict(
         lr=1e-4, warmup_steps=10, grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999,
-        eps=1e-8))
+        eps=1e-8, daro_lr=0.0))  # daro_lr: DARO log-weights' own lr (0 = optim.lr)
 
     c.sft = ml_collections.ConfigDict(dict(steps=600, batch_size=64, lr=3e-3, warmup_steps=50,
                                            base_dir=""))

@@ -253,6 +253,29 @@ def test_daro_keeps_kl_term(tmp_path):
     assert runs[0.5][2]["loss"] - runs[0.0][2]["loss"] == pytest.approx(0.5 * kl, rel=1e-3)
 
 
+def _one_update(c, workdir):
+    """One train_step on fixed synthetic rows of unequal lengths (row 3 empty): (params before,
+    params after, metrics), all on the host."""
+    ctx, params = train.setup(c, workdir)
+    optimizer, trainable, opt_state = train.init_train_state(ctx, params)
+    before = jax.device_get(trainable)
+    step = train.make_train_step(ctx.graphdef, optimizer, c, c.sampling.max_prompt_len, 4)
+    R, P, N = 8, c.sampling.max_prompt_len, c.sampling.max_new_tokens
+    rng = np.random.default_rng(0)
+    lens = np.array([1, 3, 16, 0, 7, 16, 2, 5])
+    loss_mask = np.arange(N)[None] < lens[:, None]
+    mb = dict(tokens=rng.integers(1, 100, (R, P + N)).astype(np.int32),
+              mask=np.concatenate([np.ones((R, P), bool), loss_mask], 1),
+              loss_mask=loss_mask, old_logp=-rng.random((R, N)).astype(np.float32),
+              ref_logp=-rng.random((R, N)).astype(np.float32),
+              adv=rng.normal(size=R).astype(np.float32),
+              group=np.repeat(np.arange(4), 2), mu=np.array([.25, .25, .5, .5, .75, .75, .5, .5],
+                                                            np.float32))
+    new, _, met = step(trainable, opt_state, jax.tree.map(jax.numpy.asarray, mb),
+                       jax.numpy.asarray(False))
+    return before, jax.device_get(new), jax.device_get(met)
+
+
 @pytest.mark.parametrize("agg", ["token_mean", "constant",
                                  *(pytest.param(a, marks=pytest.mark.slow)
                                    for a in ("seq_mean_token_mean", "seq_mean_token_sum"))])
@@ -263,23 +286,18 @@ def test_microbatches_give_the_minibatch_gradient(tmp_path, agg):
     for micro in (1, 2):
         c = _config("grpo", **{"rl.microbatches": micro, "loss.agg": agg, "loss.kl_coef": 0.1,
                                "loss.entropy_coef": 0.01, "optim.warmup_steps": 0})
-        ctx, params = train.setup(c, str(tmp_path / f"m{micro}"))
-        optimizer, trainable, opt_state = train.init_train_state(ctx, params)
-        step = train.make_train_step(ctx.graphdef, optimizer, c, c.sampling.max_prompt_len, 4)
-        R, P, N = 8, c.sampling.max_prompt_len, c.sampling.max_new_tokens
-        rng = np.random.default_rng(0)
-        lens = np.array([1, 3, 16, 0, 7, 16, 2, 5])  # row 3: an empty (padding) row
-        loss_mask = np.arange(N)[None] < lens[:, None]
-        mb = dict(tokens=rng.integers(1, 100, (R, P + N)).astype(np.int32),
-                  mask=np.concatenate([np.ones((R, P), bool), loss_mask], 1),
-                  loss_mask=loss_mask, old_logp=-rng.random((R, N)).astype(np.float32),
-                  ref_logp=-rng.random((R, N)).astype(np.float32),
-                  adv=rng.normal(size=R).astype(np.float32),
-                  group=np.repeat(np.arange(4), 2), mu=np.full(R, 0.5, np.float32))
-        new, _, met = step(trainable, opt_state, jax.tree.map(jax.numpy.asarray, mb),
-                           jax.numpy.asarray(False))
-        out[micro] = (jax.device_get(new["model"]), jax.device_get(met))
+        out[micro] = _one_update(c, str(tmp_path / f"m{micro}"))[1:]
     for a, b in zip(jax.tree.leaves(out[1][0]), jax.tree.leaves(out[2][0])):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     for k in ("loss", "grad_norm", "pg_loss", "kl", "entropy"):
         assert out[2][1][k] == pytest.approx(out[1][1][k], rel=1e-4, abs=1e-7), k
+
+
+def test_daro_weights_have_their_own_learning_rate(tmp_path):
+    """optim.daro_lr routes DARO's log-weights to their own AdamW: with the policy lr at 0 only
+    they move, by the first Adam step's daro_lr per weight."""
+    c = _config("daro", **{"optim.lr": 0.0, "optim.daro_lr": 0.05, "optim.warmup_steps": 0})
+    before, after, _ = _one_update(c, str(tmp_path))
+    for a, b in zip(jax.tree.leaves(before["model"]), jax.tree.leaves(after["model"])):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(np.abs(after["daro"] - before["daro"]), 0.05, rtol=1e-3)
