@@ -116,10 +116,14 @@ def plot_groups(groups: Sequence[tuple[str, Sequence[str]]], out_dir: str):
                 "accuracy on training prompts"),
                ("mean_effective_prompt_ratio", "step", "effective_prompt_ratio",
                 "effective prompt ratio")]
+    from matplotlib import colormaps
+    tab20 = colormaps["tab20"].colors
+    colors = tab20[::2] + tab20[1::2]  # 20 distinct colours, the strong ones first
     paths = []
     for name, x, key, ylabel in figures:
         fig = Figure(figsize=(5.5, 3.8))
         ax = fig.subplots()
+        ax.set_prop_cycle(color=colors)
         for label, runs in loaded:
             series = [_series(r, key, x) for r in runs if key]
             series = [s for s in series if len(s)]
