@@ -34,6 +34,7 @@ declare -A METHODS=(
   [dapo]="algo=dapo|--config.adaptive.dapo_max_gen_batches=32"
   [grpo_sage]="algo=grpo|--config.rl.hints=sage --config.sampling.max_prompt_len=112"
   [daro]="algo=daro|"
+  [daro_wlr]="algo=daro|--config.optim.daro_lr=0.05"
   [gvm]="algo=gvm|"
 )
 if [ -n "${METHODS_ONLY:-}" ]; then
