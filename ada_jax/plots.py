@@ -48,16 +48,20 @@ def plot_runs(workdirs: Sequence[str], out_dir: str, labels: Sequence[str] | Non
             pts = _series(recs, k, x)
             if len(pts):
                 ax.plot(pts[:, 0], pts[:, 1], marker="." if key is None else None, label=label)
-        ax.set_xlabel(x)
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = os.path.join(out_dir, f"{name}.png")
-        fig.savefig(path, dpi=110)
-        paths.append(path)
+        paths.append(_save(fig, ax, x, ylabel, os.path.join(out_dir, f"{name}.png")))
     return paths
+
+
+def _save(fig, ax, xlabel, ylabel, path) -> str:
+    """Label, grid, legend (if any line), write the PNG; returns its path."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
 
 
 def _at_tokens(evals, key, tokens):
@@ -136,16 +140,8 @@ def plot_groups(groups: Sequence[tuple[str, Sequence[str]]], out_dir: str):
             if len(ys) > 1:
                 ax.fill_between(xs, ys.mean(0) - ys.std(0, ddof=1),
                                 ys.mean(0) + ys.std(0, ddof=1), color=line.get_color(), alpha=0.12)
-        if not ax.lines:
-            continue
-        ax.set_xlabel(x)
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = os.path.join(out_dir, f"{name}.png")
-        fig.savefig(path, dpi=110)
-        paths.append(path)
+        if ax.lines:
+            paths.append(_save(fig, ax, x, ylabel, os.path.join(out_dir, f"{name}.png")))
     return paths
 
 
