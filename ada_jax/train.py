@@ -310,7 +310,7 @@ def _gvm_collect(ctx, params, problems, key):
     B = len(problems)
     _, pilot, toks, mask, pmet = run_engine(ctx, params, problems, jax.random.fold_in(key, 0),
                                             np.full(B, a.gvm_pilot))
-    rows = training_rows(pilot, toks, mask, B * ctx.group)
+    rows = training_rows(pilot, toks, mask, B * a.gvm_pilot)  # every pilot sample, no padding
     norms = np.asarray(sample_grad_norms(
         ctx.graphdef, params, rows["tokens"], rows["mask"], rows["loss_mask"],
         prompt_len=c.sampling.max_prompt_len, temperature=max(c.sampling.temperature, 1e-6)))
