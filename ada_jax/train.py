@@ -134,7 +134,7 @@ def make_optimizer(config):
                                       [o.warmup_steps])
         return optax.adamw(lr, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
 
-    if not o.get("daro_lr", 0.0):
+    if not o.daro_lr:
         return optax.chain(optax.clip_by_global_norm(o.grad_clip), adamw(o.lr))
     labels = lambda t: {"model": jax.tree.map(lambda _: "model", t["model"]),  # noqa: E731
                         "daro": "daro"}
@@ -435,7 +435,7 @@ def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int)
         return loss, met
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-    micro = rl.get("microbatches", 1)
+    micro = rl.microbatches
 
     def accumulated_grad(trainable, mb, nan_now):
         """The minibatch's (loss, metrics) and gradient from `micro` sequential micro-batches
