@@ -7,10 +7,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from ada_jax import evaluate
 from ada_jax.tasks import PromptIterator, load_split
 from ada_jax.tasks.embedded import EmbeddedSource
 from ada_jax.tasks.files import load_file, load_files
-from ada_jax.tasks.problem import split_of
+from ada_jax.tasks.problem import hint, split_of
+from ada_jax.tokenizer import load_tokenizer
 from configs.base import get_config
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -91,6 +93,130 @@ def test_bad_parquet_row_names_the_row(tmp_path):
     assert load_file(path, on_bad_row="skip")[1] == 1
 
 
+def test_invalid_utf8_is_a_bad_row_not_replaced(tmp_path):
+    # Decoding with errors="replace" made this answer "5\ufffd", which no completion matches.
+    ok = json.dumps({"question": "ok?", "answer": "#### 1"}).encode()
+    bad = b'{"question": "q\xc3\xa9?", "answer": "#### 5\xff"}'
+    path = tmp_path / "bytes.jsonl"
+    path.write_bytes(b"\n".join([ok, bad, ok]) + b"\n")
+    where = r"invalid UTF-8 \(byte 0xff at column 38\)"  # columns count characters: é is one
+    with pytest.raises(ValueError, match=rf"{path}:line 2: {where}"):
+        load_file(str(path))
+    problems, skipped = load_file(str(path), on_bad_row="skip")
+    assert [p.answer for p in problems] == ["1", "1"] and skipped == 1
+    array = tmp_path / "bytes.json"
+    array.write_bytes(b"[\n" + ok + b",\n" + bad + b"\n]")
+    with pytest.raises(ValueError, match=rf"bytes.json:line 3: {where}"):
+        load_file(str(array))
+    # Parquet: a string column with invalid UTF-8 (pyarrow writes it unvalidated).
+    offsets = pa.array([0, 1, 3], pa.int32()).buffers()[1]
+    answers = pa.Array.from_buffers(pa.string(), 2, [None, offsets, pa.py_buffer(b"75\xff")])
+    pq_path = str(tmp_path / "bytes.parquet")
+    pq.write_table(pa.table({"question": ["a?", "b?"], "answer": answers}), pq_path)
+    with pytest.raises(ValueError, match=r"bytes.parquet:row 2: invalid UTF-8 in column 'answer'"):
+        load_file(pq_path)
+    problems, skipped = load_file(pq_path, on_bad_row="skip")
+    assert [p.answer for p in problems] == ["7"] and skipped == 1
+
+
+@pytest.mark.parametrize("name,content", [
+    ("empty.jsonl", b""), ("blank.jsonl", b"\n  \n"), ("empty.json", b"[]"),
+    ("empty.parquet", b""), ("truncated.parquet", "half")])
+def test_empty_or_unreadable_file_is_named(tmp_path, name, content):
+    path = tmp_path / name
+    if content == "half":
+        with open(_path("math_sample.parquet"), "rb") as f:
+            data = f.read()
+        content = data[:len(data) // 2]
+    path.write_bytes(content)
+    for on_bad_row in ("error", "skip"):  # a whole file is not a row to skip
+        with pytest.raises(ValueError, match=rf"^{path}: (empty file|cannot read Parquet)"):
+            load_file(str(path), on_bad_row=on_bad_row)
+
+
+def test_every_row_skipped_is_an_error(tmp_path):
+    path = tmp_path / "all_bad.jsonl"
+    path.write_text("{broken\n[1]\n")
+    with pytest.raises(ValueError, match=rf"{path}: no usable rows \(2 bad rows skipped\)"):
+        load_files(str(path), on_bad_row="skip")
+
+
+def test_json_errors_report_the_column_of_the_error(tmp_path):
+    # json.loads saw the line end, so an error at the end of a truncated row was "column 1".
+    truncated = '{"question": "q", "answer": "1"'
+    path = tmp_path / "cols.jsonl"
+    path.write_text("\n".join([json.dumps({"question": "a", "answer": "#### 1"}), truncated,
+                               '{"question": "q" "answer": 1}']) + "\r\n")
+    with pytest.raises(ValueError, match=r"line 2: invalid JSON \(Expecting ',' delimiter at "
+                                         rf"column {len(truncated) + 1}\)"):
+        load_file(str(path))
+    path.write_text('{"question": "q" "answer": 1}\r\n')  # a comma missing before column 18
+    with pytest.raises(ValueError, match=r"line 1: invalid JSON \(Expecting ',' delimiter at "
+                                         r"column 18\)"):
+        load_file(str(path))
+    array = tmp_path / "cols.json"
+    array.write_text('[\n {"question": "a", "answer": "1"},\n {"question": "b" "answer": 2}\n]')
+    with pytest.raises(ValueError, match=r"cols.json:line 3: invalid JSON \(Expecting ',' "
+                                         r"delimiter at column 19\)"):
+        load_file(str(array))
+
+
+def _files_config(path, **task):
+    c = get_config("task=files")
+    c.task.files = str(path)
+    with c.unlocked():
+        c.task.eval_files = _path("openr1_sample.jsonl")  # all of `files` is train
+    c.task.update(task)
+    return c
+
+
+def _long_row_file(tmp_path):
+    rows = [{"question": "What is 2+2?", "answer": "4"},
+            {"question": "What is 3+3?", "answer": "6"},
+            {"question": "What is " + "+".join(["1"] * 40) + "?", "answer": "40"}]
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_prompt_length_is_checked_at_load_with_file_and_line(tmp_path):
+    # An over-long row used to load, then stop the run at the step that reached it (and
+    # again at every resume); now load_split(config, split, tokenizer) names it.
+    path = _long_row_file(tmp_path)
+    c = _files_config(path)
+    tok = load_tokenizer(c)
+    assert len(load_split(c, "train")) == 3  # without a tokenizer: no check
+    with pytest.raises(ValueError, match=rf"{path}:line 3: prompt has \d+ tokens > "
+                                         r"config.sampling.max_prompt_len=48"):
+        load_split(c, "train", tok)
+    c.task.on_bad_row = "skip"
+    problems = load_split(c, "train", tok)
+    assert [p.answer for p in problems] == ["4", "6"]
+    # the check is the sampler's own encoding: what passes encodes, what fails does not
+    evaluate.encode_prompts(tok, problems, c.task.template, c.sampling.max_prompt_len)
+    with pytest.raises(ValueError, match="max_prompt_len"):
+        evaluate.encode_prompts(tok, load_file(str(path))[0][2:], c.task.template,
+                                c.sampling.max_prompt_len)
+
+
+def test_prompt_length_check_counts_the_strongest_hint_on_train_only(tmp_path):
+    steps = "\n".join(f"{i}+1={i + 1}" for i in range(1, 25))
+    row = {"problem": "Count up.", "answer": "25", "solution": steps + "\n\\boxed{25}"}
+    path = tmp_path / "hinted.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    c = _files_config(path)
+    c.rl.hints = "sage"
+    c.task.eval_files = str(path)
+    tok = load_tokenizer(c)
+    p = load_file(str(path))[0][0]
+    evaluate.encode_prompts(tok, [p], "embedded", 48)  # fits bare, not with the strength-3 hint
+    with pytest.raises(ValueError, match="max_prompt_len"):
+        evaluate.encode_prompts(tok, [p], "embedded", 48, [hint(p, 3)])
+    with pytest.raises(ValueError, match=r"hinted.jsonl:line 1: .* with its strongest hint"):
+        load_split(c, "train", tok)
+    assert load_split(c, "eval", tok) == [p]  # eval never uses hints
+
+
 def test_load_files_globs_and_missing_files():
     problems, _ = load_files(_path("*.jsonl"))
     assert len(problems) == 39
@@ -139,6 +265,18 @@ def test_load_split_tfds_names(tmp_path):
     with c.unlocked():
         c.task.data_dir = str(tmp_path)
     assert list(load_split(c, "eval")) == list(EmbeddedSource("eval", 8, c.task.seed))
+
+
+def test_prompt_length_check_on_tfds_files(tmp_path):
+    c = _files_config(_long_row_file(tmp_path), name="tfds_files")
+    with c.unlocked():
+        c.task.data_dir = str(tmp_path / "tfds")
+    tok = load_tokenizer(c)
+    with pytest.raises(ValueError, match=r"tfds_files train \(.*long.jsonl\): record 3 "
+                                         r"\(problem id \d+\): prompt has \d+ tokens > "):
+        load_split(c, "train", tok)
+    c.task.on_bad_row = "skip"
+    assert [p.answer for p in load_split(c, "train", tok)] == ["4", "6"]
 
 
 # ---------------------------------------------------------------- iterator

@@ -7,9 +7,11 @@
                  (without eval_files, eval is the hash-selected 1/8 of `files`, train the rest)
   tfds_embedded  the embedded task prepared as a TFDS array_record dataset
   tfds_files     the files prepared as a TFDS array_record dataset
+With a tokenizer, file-backed problems whose prompt does not fit the run are bad rows, found
+at load time (`prompt_check`); generated tasks are bounded by their level ladder instead.
 """
 import logging
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ada_jax.tasks.embedded import EmbeddedSource
 from ada_jax.tasks.iterator import PromptIterator
@@ -17,14 +19,55 @@ from ada_jax.tasks.problem import Problem, hint, problem_id, split_of
 
 TASKS = ("embedded", "files", "tfds_embedded", "tfds_files")
 __all__ = ["Problem", "PromptIterator", "EmbeddedSource", "hint", "problem_id", "split_of",
-           "load_split", "TASKS"]
+           "load_split", "prompt_check", "TASKS"]
 
 
-def load_split(config, split: str) -> Sequence[Problem]:
-    """The problems of one split ("train" or "eval") of the task named by config.task.name."""
+def prompt_check(config, tokenizer, split: str) -> Callable[[Problem], str | None]:
+    """check(problem) -> why the run cannot sample its prompt, or None.
+
+    The prompt, rendered with config.task.template and encoded as the sampler encodes it
+    (`prompt_ids`), must fit config.sampling.max_prompt_len; train prompts of a hinted run
+    (config.rl.hints) are checked with their strongest hint, the longest the run builds.
+    Checked at load time because a too-long row would otherwise stop the run at the step that
+    reaches it, naming neither file nor line, and again on every resume."""
+    from ada_jax.tokenizer import prompt_ids, render_prompt
+    template, limit = config.task.template, config.sampling.max_prompt_len
+    hinted = split == "train" and config.get("rl", {}).get("hints", "none") != "none"
+
+    def check(p: Problem) -> str | None:
+        n = len(prompt_ids(tokenizer, render_prompt(p.question, template,
+                                                    hint(p, 3) if hinted else "")))
+        if n <= limit:
+            return None
+        return (f"prompt has {n} tokens{' with its strongest hint' if hinted else ''} > "
+                f"config.sampling.max_prompt_len={limit} (template {template!r})")
+    return check
+
+
+def _checked(source: Sequence[Problem], check, on_bad_row: str, name: str):
+    """source without the problems `check` rejects (on_bad_row="skip", logged), else
+    ValueError naming the first one by record number and id (a prepared dataset has no lines)."""
+    bad = []
+    for i in range(len(source)):
+        if reason := check(source[i]):
+            if on_bad_row == "error":
+                raise ValueError(f"{name}: record {i + 1} (problem id {source[i].id}): {reason}")
+            bad.append(i)
+    if not bad:
+        return source
+    logging.warning("%s: skipped %d problems whose prompt is too long", name, len(bad))
+    drop = set(bad)
+    return [source[i] for i in range(len(source)) if i not in drop]
+
+
+def load_split(config, split: str, tokenizer=None) -> Sequence[Problem]:
+    """The problems of one split ("train" or "eval") of the task named by config.task.name.
+    With the run's tokenizer, file-backed problems must also pass `prompt_check`: rows that
+    fail are bad rows (config.task.on_bad_row)."""
     t = config.task
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
+    check = prompt_check(config, tokenizer, split) if tokenizer is not None else None
     field_map = {k: t.field_map[k] for k in ("question", "answer", "solution")}
     eval_files, data_dir = t.get("eval_files", ""), t.get("data_dir", "") or None
     if t.name == "embedded":
@@ -40,14 +83,16 @@ def load_split(config, split: str) -> Sequence[Problem]:
     if t.name == "files":
         from ada_jax.tasks.files import load_files
         spec = eval_files if split == "eval" and eval_files else t.files
-        problems, skipped = load_files(spec, field_map, t.on_bad_row)
+        mine = lambda p: bool(eval_files) or split_of(p.question) == split
+        in_split_check = check and (lambda p: check(p) if mine(p) else None)
+        problems, skipped = load_files(spec, field_map, t.on_bad_row, in_split_check)
         if skipped:
-            logging.warning("%s: skipped %d malformed rows", spec, skipped)
-        if not eval_files:
-            problems = [p for p in problems if split_of(p.question) == split]
-        return problems
+            logging.warning("%s: skipped %d bad rows", spec, skipped)
+        return [p for p in problems if mine(p)]
     if t.name == "tfds_files":
         from ada_jax.tasks.tfds_builders import TfdsSource, math_files_builder
         builder = math_files_builder(data_dir, t.files, eval_files, field_map, t.on_bad_row)
-        return TfdsSource(builder, split)
+        source = TfdsSource(builder, split)
+        name = f"tfds_files {split} ({t.files})"
+        return _checked(source, check, t.on_bad_row, name) if check else source
     raise ValueError(f"config.task.name={t.name!r}: choose from {TASKS}")

@@ -8,14 +8,16 @@ With an explicit field map (question, answer, solution: column names, "" = absen
 rules apply: an answer holding "####" is split GSM8K-style, a missing answer comes from the
 solution's last \\boxed{}. An optional `level` column (3 or "Level 3") fills Problem.level.
 
-A malformed row raises ValueError naming file and line (Parquet: row), or is skipped and
-counted when on_bad_row == "skip".
+A malformed row (invalid JSON or UTF-8, no answer, ..., or failing the caller's `check`, e.g.
+a prompt too long for the run) raises ValueError naming file and line (Parquet: row), or is
+skipped and counted when on_bad_row == "skip". A file that cannot be read at all (empty,
+truncated or corrupt Parquet) raises ValueError naming the file whatever on_bad_row says.
 """
 import glob
 import json
 import os
 import re
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from ada_jax.rewards.math_verifier import last_boxed
 from ada_jax.tasks.problem import Problem, problem_id
@@ -75,41 +77,99 @@ def row_to_problem(row: Mapping, fields: Mapping[str, str]) -> Problem:
                    solution=solution, level=level)
 
 
-def _rows(path: str) -> Iterator[tuple[str, object]]:
-    """(location, row) pairs, 1-based: 'line N' (JSONL), 'row N' (Parquet), 'item N' (a .json
-    file holding one array of rows)."""
-    if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
-        n = 0
+def _utf8_error(data: bytes, e: UnicodeDecodeError) -> tuple[int, BadRow]:
+    """(0-based line within data, BadRow) for invalid UTF-8: refused, because decoding with
+    replacement turns an answer "5" + bad byte into "5" + U+FFFD, which can never match."""
+    start = data.rfind(b"\n", 0, e.start) + 1
+    column = len(data[start:e.start].decode("utf-8")) + 1
+    return data.count(b"\n", 0, e.start), BadRow(
+        f"invalid UTF-8 (byte 0x{data[e.start]:02x} at column {column})")
+
+
+def _json_row(text: str):
+    """One JSONL row, or BadRow with the error's column. The line end is cut first: json counts
+    it, so an error at the end of a truncated row was reported as column 1 of the next line."""
+    try:
+        return json.loads(text.rstrip("\r\n"))
+    except json.JSONDecodeError as e:
+        return _bad_json(e)
+
+
+def _bad_json(e: json.JSONDecodeError) -> BadRow:
+    return BadRow(f"invalid JSON ({e.msg} at column {e.colno})")
+
+
+def _parquet_row(batch, i: int):
+    """Row i of a record batch, or BadRow naming a text column that holds invalid UTF-8."""
+    row = {}
+    for name, column in zip(batch.schema.names, batch.columns):
+        try:
+            row[name] = column[i].as_py()
+        except UnicodeDecodeError:
+            return BadRow(f"invalid UTF-8 in column {name!r}")
+    return row
+
+
+def _parquet_rows(path: str) -> Iterator[tuple[str, object]]:
+    """('row N', row) pairs; an unreadable file (0 bytes, truncated, corrupt) -> ValueError
+    naming it (pyarrow's own message names no file)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    n = 0
+    try:
         for batch in pq.ParquetFile(path).iter_batches():
-            for row in batch.to_pylist():
+            try:
+                rows = batch.to_pylist()
+            except UnicodeDecodeError:  # find the bad row(s): one row at a time
+                rows = [_parquet_row(batch, i) for i in range(batch.num_rows)]
+            for row in rows:
                 n += 1
                 yield f"row {n}", row
+    except (pa.ArrowException, OSError) as e:
+        after = f" after row {n}" if n else ""
+        raise ValueError(f"{path}: cannot read Parquet{after} ({e})") from None
+
+
+def _rows(path: str) -> Iterator[tuple[str, object]]:
+    """(location, row or BadRow) pairs, 1-based: 'line N' (JSONL), 'row N' (Parquet),
+    'item N' (a .json file holding one array of rows). Text is strict UTF-8."""
+    if path.endswith(".parquet"):
+        yield from _parquet_rows(path)
         return
-    with open(path, encoding="utf-8", errors="replace") as f:
-        if path.endswith(".json") and f.read(1) == "[":  # one JSON array of rows
-            f.seek(0)
-            try:
-                rows = json.load(f)
-            except json.JSONDecodeError as e:
-                yield f"line {e.lineno}", BadRow(f"invalid JSON ({e.msg} at column {e.colno})")
+    with open(path, "rb") as f:
+        if path.endswith(".json"):
+            data = f.read()
+            if data.lstrip().startswith(b"["):  # one JSON array of rows
+                try:
+                    rows = json.loads(data.decode("utf-8"))
+                except UnicodeDecodeError as e:
+                    line, bad = _utf8_error(data, e)
+                    yield f"line {line + 1}", bad
+                    return
+                except json.JSONDecodeError as e:
+                    yield f"line {e.lineno}", _bad_json(e)
+                    return
+                for n, row in enumerate(rows, 1):
+                    yield f"item {n}", row
                 return
-            for n, row in enumerate(rows, 1):
-                yield f"item {n}", row
-            return
-        f.seek(0)
-        for n, line in enumerate(f, 1):
-            if not line.strip():
+            f.seek(0)
+        for n, raw in enumerate(f, 1):  # binary: lines end at b"\n" only, as json counts them
+            if not raw.strip():
                 continue
             try:
-                yield f"line {n}", json.loads(line)
-            except json.JSONDecodeError as e:
-                yield f"line {n}", BadRow(f"invalid JSON ({e.msg} at column {e.colno})")
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield f"line {n}", _utf8_error(raw, e)[1]
+                continue
+            yield f"line {n}", _json_row(text)
 
 
-def load_file(path: str, field_map: Mapping[str, str] | None = None,
-              on_bad_row: str = "error") -> tuple[list[Problem], int]:
-    """(problems, number of skipped rows) from one .jsonl / .json / .parquet file."""
+def load_file(path: str, field_map: Mapping[str, str] | None = None, on_bad_row: str = "error",
+              check: Callable[[Problem], str | None] | None = None) -> tuple[list[Problem], int]:
+    """(problems, number of skipped rows) from one .jsonl / .json / .parquet file.
+
+    check(problem) -> reason or None: a further test of each row (e.g. `tasks.prompt_check`,
+    prompt length), so a row the run cannot use fails here, with its file and line."""
     if on_bad_row not in ("error", "skip"):
         raise ValueError(f"on_bad_row must be 'error' or 'skip', got {on_bad_row!r}")
     fields = dict(field_map) if field_map and field_map.get("question") else None
@@ -119,17 +179,24 @@ def load_file(path: str, field_map: Mapping[str, str] | None = None,
             if isinstance(row, BadRow):
                 raise row
             fields = fields or detect_layout(row)
-            problems.append(row_to_problem(row, fields))
+            problem = row_to_problem(row, fields)
+            if check and (reason := check(problem)):
+                raise BadRow(reason)
+            problems.append(problem)
         except BadRow as e:
             if on_bad_row == "error":
                 raise ValueError(f"{path}:{where}: {e}") from None
             skipped += 1
+    if not problems and not skipped:
+        raise ValueError(f"{path}: empty file (no rows)")
     return problems, skipped
 
 
-def load_files(spec: str, field_map: Mapping[str, str] | None = None,
-               on_bad_row: str = "error") -> tuple[list[Problem], int]:
-    """All problems of a comma-separated list of paths or globs, in order, and the skip count."""
+def load_files(spec: str, field_map: Mapping[str, str] | None = None, on_bad_row: str = "error",
+               check: Callable[[Problem], str | None] | None = None
+               ) -> tuple[list[Problem], int]:
+    """All problems of a comma-separated list of paths or globs, in order, and the skip count
+    (`check` as in load_file). No problem at all (every row skipped) is an error."""
     paths = []
     for part in filter(None, (p.strip() for p in spec.split(","))):
         matches = sorted(glob.glob(os.path.expanduser(part)))
@@ -138,7 +205,9 @@ def load_files(spec: str, field_map: Mapping[str, str] | None = None,
         paths += matches
     problems, skipped = [], 0
     for path in paths:
-        p, s = load_file(path, field_map, on_bad_row)
+        p, s = load_file(path, field_map, on_bad_row, check)
         problems += p
         skipped += s
+    if not problems:
+        raise ValueError(f"{spec}: no usable rows ({skipped} bad rows skipped)")
     return problems, skipped
