@@ -6,20 +6,26 @@ converted to our layout and placed straight into its `NamedSharding`, so no devi
 more than its own shard. In a multi-host run every process reads the files and keeps only its
 addressable shards. Export writes HF names and layouts back, split into files by size.
 
+Files are resolved as transformers resolves them: `model.safetensors`, else the index's
+`weight_map`; any other *.safetensors file is ignored. Anything unreadable or inconsistent in the
+folder raises one `CheckpointError` naming the file and the field or tensor.
+
 Layouts (HF torch Linear weights are [out, in]): q/k/v [H*E, D] <-> [D, H, E]; o [D, H*E] <->
 [H, E, D]; gate/up [F, D] <-> [D, F]; down [D, F] <-> [F, D]; lm_head [V, D] <-> [D, V];
 q/k/v biases [H*E] <-> [H, E]; embeddings and norm scales unchanged.
 """
+import contextlib
 import dataclasses
 import glob
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from ada_jax import model as model_lib
@@ -28,58 +34,125 @@ from ada_jax import sharding
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
 # ModelConfig fields a caller may set when loading; everything else comes from config.json.
 RUNTIME_FIELDS = ("dtype", "remat", "max_len")
+SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
+DTYPES = ("float32", "bfloat16", "float16")
+# config.json fields a load does not keep in ModelConfig (max_len is the runtime length), and the
+# files beside it, that export copies from the source folder.
+SOURCE_FIELDS = ("max_position_embeddings", "bos_token_id", "eos_token_id", "pad_token_id")
+SOURCE_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json", "chat_template.jinja")
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints carry
 
 
-def _rope(hf: dict) -> tuple[float, dict | None]:
+class CheckpointError(ValueError):
+    """A Hugging Face folder that cannot be imported as it is; the message names the file and
+    the field or tensor."""
+
+
+def _dtype(value, what: str) -> str:
+    """The name of a float dtype we run in (DTYPES), else ValueError naming the argument."""
+    try:
+        name = jnp.dtype(value).name
+    except TypeError:
+        name = None
+    if name not in DTYPES:
+        raise ValueError(f"{what}={value!r}: unknown or unsupported dtype; choose from {DTYPES}")
+    return name
+
+
+def _field(hf: dict, key: str, source: str, kind=int, default=None):
+    """hf[key] as a positive int (or a float); default when missing or null, if there is one."""
+    value = hf.get(key)
+    if value is None:
+        if default is None:
+            raise CheckpointError(f"{source}: required field {key!r} is "
+                                  f"{'null' if key in hf else 'missing'}")
+        return default
+    ok = (isinstance(value, (int, float)) if kind is float else
+          isinstance(value, int) and value > 0) and not isinstance(value, bool)
+    if not ok:
+        raise CheckpointError(f"{source}: field {key!r}={value!r} is not "
+                              f"{'a number' if kind is float else 'a positive integer'}")
+    return kind(value)
+
+
+def _sliding_layers(hf: dict, n_layers: int) -> list[int]:
+    """The layers where transformers' Qwen2 attends within a sliding window: from
+    max_window_layers on (or as layer_types says), and only with use_sliding_window."""
+    if not hf.get("use_sliding_window") or hf.get("sliding_window") is None:
+        return []
+    types = hf.get("layer_types") or [
+        "sliding_attention" if i >= hf.get("max_window_layers", 28) else "full_attention"
+        for i in range(n_layers)]
+    return [i for i, t in enumerate(types) if t == "sliding_attention"]
+
+
+def _rope(hf: dict, source: str) -> tuple[float, dict | None]:
     """(rope_theta, scaling dict or None) from either config.json format: Hub checkpoints use
     `rope_theta` + `rope_scaling`, transformers >= 5 writes one `rope_parameters` dict."""
     params = dict(hf.get("rope_parameters") or {})
-    theta = params.pop("rope_theta", hf.get("rope_theta", 10_000.0))
+    theta = _field(params, "rope_theta", f"{source} rope_parameters", float,
+                   _field(hf, "rope_theta", source, float, 10_000.0))
+    params.pop("rope_theta", None)
     scaling = hf.get("rope_scaling") or params or None
     if scaling and scaling.get("rope_type", scaling.get("type")) in (None, "default"):
         scaling = None
-    return float(theta), scaling
+    return theta, scaling
 
 
-def model_config_from_hf(hf: dict, param_dtype: str = "float32", **overrides
-                         ) -> model_lib.ModelConfig:
-    """ModelConfig for a Hugging Face config.json dict; ValueError for what we cannot run."""
+def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str = "config.json",
+                         **overrides) -> model_lib.ModelConfig:
+    """ModelConfig for a Hugging Face config.json dict (read from `source`, named in errors);
+    CheckpointError for a missing or bad field or a variant we cannot run."""
     model_type = hf.get("model_type")
     if model_type not in ARCHITECTURES:
-        raise ValueError(f"unsupported architecture model_type={model_type!r} "
-                         f"({hf.get('architectures')}); supported: {sorted(ARCHITECTURES)}")
+        raise CheckpointError(f"{source}: unsupported architecture model_type={model_type!r} "
+                              f"({hf.get('architectures')}); supported: {sorted(ARCHITECTURES)}")
     if hf.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"unsupported hidden_act={hf['hidden_act']!r} (only silu)")
+        raise CheckpointError(f"{source}: unsupported hidden_act={hf['hidden_act']!r} (only silu)")
     if hf.get("mlp_bias"):
-        raise ValueError("unsupported mlp_bias=True")
-    if hf.get("use_sliding_window"):
-        raise ValueError("unsupported use_sliding_window=True (full attention only)")
+        raise CheckpointError(f"{source}: unsupported mlp_bias=True")
+    if model_type == "llama" and hf.get("attention_bias"):
+        raise CheckpointError(f"{source}: unsupported attention_bias=True (llama then has an "
+                              "o_proj bias too, which this model lacks)")
     bad = sorted(set(overrides) - set(RUNTIME_FIELDS))
     if bad:
         raise ValueError(f"{bad} come from config.json; only {RUNTIME_FIELDS} can be overridden")
-    theta, scaling = _rope(hf)
+    param_dtype = _dtype(param_dtype, "param_dtype")
+    if "dtype" in overrides:
+        overrides["dtype"] = _dtype(overrides["dtype"], "dtype")
+    n_layers = _field(hf, "num_hidden_layers", source)
+    window = _sliding_layers(hf, n_layers)
+    if window:
+        raise CheckpointError(f"{source}: unsupported sliding window attention in layers "
+                              f"{window} (use_sliding_window=True, sliding_window="
+                              f"{hf['sliding_window']}); full attention only")
+    theta, scaling = _rope(hf, source)
     rope = {}
     if scaling is not None:
         kind = scaling.get("rope_type", scaling.get("type"))
         if kind != "llama3":
-            raise ValueError(f"unsupported rope scaling {kind!r} (only llama3)")
-        rope = dict(rope_scaling="llama3", rope_scaling_factor=float(scaling["factor"]),
-                    rope_low_freq_factor=float(scaling["low_freq_factor"]),
-                    rope_high_freq_factor=float(scaling["high_freq_factor"]),
-                    rope_original_max_len=int(scaling["original_max_position_embeddings"]))
-    heads = hf["num_attention_heads"]
+            raise CheckpointError(f"{source}: unsupported rope scaling {kind!r} (only llama3)")
+        where = f"{source} rope_scaling"
+        rope = dict(rope_scaling="llama3",
+                    rope_scaling_factor=_field(scaling, "factor", where, float),
+                    rope_low_freq_factor=_field(scaling, "low_freq_factor", where, float),
+                    rope_high_freq_factor=_field(scaling, "high_freq_factor", where, float),
+                    rope_original_max_len=_field(scaling, "original_max_position_embeddings",
+                                                 where))
+    d_model = _field(hf, "hidden_size", source)
+    heads = _field(hf, "num_attention_heads", source)
     fields = dict(
-        vocab_size=hf["vocab_size"], d_model=hf["hidden_size"],
-        n_layers=hf["num_hidden_layers"], n_heads=heads,
-        n_kv_heads=hf.get("num_key_value_heads") or heads, d_ff=hf["intermediate_size"],
-        head_dim=hf.get("head_dim") or hf["hidden_size"] // heads, rope_base=theta,
-        qkv_bias=model_type == "qwen2" or bool(hf.get("attention_bias")),
+        vocab_size=_field(hf, "vocab_size", source), d_model=d_model, n_layers=n_layers,
+        n_heads=heads, n_kv_heads=_field(hf, "num_key_value_heads", source, default=heads),
+        d_ff=_field(hf, "intermediate_size", source),
+        head_dim=_field(hf, "head_dim", source, default=d_model // heads), rope_base=theta,
+        qkv_bias=model_type == "qwen2",
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        max_len=int(hf.get("max_position_embeddings", 4096)), param_dtype=param_dtype,
-        dtype=param_dtype, **rope)
+        norm_eps=_field(hf, "rms_norm_eps", source, float, 1e-6),
+        max_len=_field(hf, "max_position_embeddings", source, default=4096),
+        param_dtype=param_dtype, dtype=param_dtype, **rope)
     return model_lib.ModelConfig(**{**fields, **overrides})
 
 
@@ -99,6 +172,9 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
                          f"{sorted(ARCHITECTURES)}")
     if model_type == "qwen2" and not cfg.qkv_bias:
         raise ValueError("qwen2 always has q/k/v biases; this config has qkv_bias=False")
+    if model_type == "llama" and cfg.qkv_bias:  # transformers would expect an o_proj bias
+        raise ValueError("llama's attention_bias=True also biases o_proj, which this model "
+                         "lacks: export a model with q/k/v biases as model_type='qwen2'")
     hf = dict(architectures=[ARCHITECTURES[model_type]], model_type=model_type,
               vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
               num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
@@ -108,7 +184,7 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
               tie_word_embeddings=cfg.tie_embeddings, torch_dtype=dtype or cfg.param_dtype,
               rope_scaling=None)
     if model_type == "llama":
-        hf.update(attention_bias=cfg.qkv_bias, mlp_bias=False)
+        hf.update(attention_bias=False, mlp_bias=False)
     else:
         hf.update(use_sliding_window=False)
     if cfg.rope_scaling == "llama3":
@@ -166,68 +242,102 @@ def _to_hf(kind: str, x: np.ndarray) -> np.ndarray:
     return x.reshape(-1) if kind == "flat" else x
 
 
-def _weight_files(path: str) -> dict[str, str]:
-    """HF tensor name -> safetensors file, from the index when there is one."""
-    index = os.path.join(path, INDEX_FILE)
-    if os.path.exists(index):
-        with open(index) as f:
-            weight_map = json.load(f)["weight_map"]
-        missing = sorted({os.path.join(path, f) for f in weight_map.values()
-                          if not os.path.exists(os.path.join(path, f))})
-        if missing:
-            raise FileNotFoundError(f"{index} lists shards that do not exist: {missing}")
-        return {name: os.path.join(path, f) for name, f in weight_map.items()}
-    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
-    if not files:
-        raise FileNotFoundError(f"{path}: no *.safetensors files (and no {INDEX_FILE})")
-    out = {}
-    for file in files:
+def _read_json(file: str) -> dict:
+    """The JSON object in file; CheckpointError naming it when it is not one."""
+    try:
+        with open(file) as f:
+            obj = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{file}: invalid JSON ({e})") from e
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"{file}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+@contextlib.contextmanager
+def _safetensors(file: str):
+    """safe_open(file), a truncated or corrupt file raised as a CheckpointError naming it."""
+    try:
         with safe_open(file, "numpy") as f:
-            out.update({name: file for name in f.keys()})
-    return out
+            yield f
+    except SafetensorError as e:
+        raise CheckpointError(f"{file}: unreadable safetensors file ({e}); truncated or "
+                              "corrupt download?") from e
+
+
+def _weight_files(path: str) -> dict[str, str]:
+    """HF tensor name -> safetensors file, resolved as transformers does: model.safetensors,
+    else the index's weight_map. Other *.safetensors files are ignored (a stray copy must not
+    replace weights); a folder with both, or with neither, is refused."""
+    single, index = os.path.join(path, SINGLE_FILE), os.path.join(path, INDEX_FILE)
+    if os.path.exists(single) and os.path.exists(index):
+        raise CheckpointError(f"{path}: both {SINGLE_FILE} and {INDEX_FILE} (transformers would "
+                              f"read only {SINGLE_FILE}); remove the stale one")
+    if os.path.exists(single):
+        with _safetensors(single) as f:
+            return {name: single for name in f.keys()}
+    if not os.path.exists(index):
+        others = sorted(os.path.basename(f) for f in glob.glob(os.path.join(path, "*.safetensors")))
+        raise FileNotFoundError(f"{path}: no {SINGLE_FILE} or {INDEX_FILE}" + (
+            f"; transformers would not read {others} either" if others else ""))
+    weight_map = _read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index}: no 'weight_map' (tensor name -> file)")
+    missing = sorted({os.path.join(path, f) for f in weight_map.values()
+                      if not os.path.exists(os.path.join(path, f))})
+    if missing:
+        raise FileNotFoundError(f"{index} lists shards that do not exist: {missing}")
+    return {name: os.path.join(path, f) for name, f in weight_map.items()}
 
 
 def read_hf_config(path: str) -> dict:
     file = os.path.join(path, "config.json")
     if not os.path.exists(file):
         raise FileNotFoundError(f"{path}: no config.json (is this a Hugging Face model folder?)")
-    with open(file) as f:
-        return json.load(f)
+    return _read_json(file)
 
 
-def load_hf_checkpoint(path: str, mesh, rules, dtype: str = "float32", **overrides):
-    """(ModelConfig, graphdef, params) for a Hugging Face model folder, params placed on the
-    mesh as they are read. dtype is the param dtype; overrides may set RUNTIME_FIELDS (compute
-    dtype, remat, max_len), which end up in the graphdef's config."""
-    cfg = model_config_from_hf(read_hf_config(path), dtype, **overrides)
+def load_hf_checkpoint(path: str, mesh, rules, *, param_dtype: str = "float32", **overrides):
+    """(ModelConfig, graphdef, params) for a Hugging Face model folder, params (param_dtype)
+    placed on the mesh as they are read. overrides may set RUNTIME_FIELDS (dtype: the compute
+    dtype, default param_dtype; remat; max_len), which end up in the graphdef's config."""
+    cfg = model_config_from_hf(read_hf_config(path), param_dtype=param_dtype,
+                               source=os.path.join(path, "config.json"), **overrides)
     graphdef, abstract = nnx.split(nnx.eval_shape(
         lambda: model_lib.Transformer(cfg, nnx.Rngs(0))))
     shardings = dict(nnx.to_flat_state(sharding.state_shardings(abstract, mesh, rules)))
     variables = dict(nnx.to_flat_state(abstract))
     names = tensor_names(cfg)
     files = _weight_files(path)
+    for name, file in files.items():
+        if name not in names and not (name == "lm_head.weight" and cfg.tie_embeddings
+                                      or name.endswith(_IGNORED_SUFFIXES)):
+            # (a tied copy of the embeddings and derived buffers are skipped)
+            raise CheckpointError(f"{file}: unexpected tensor {name!r} (an unsupported "
+                                  f"variant of {cfg}?)")
     missing = [n for n in names if n not in files]
     if missing:
-        raise ValueError(f"{path}: checkpoint lacks tensors {missing[:5]}"
-                         f"{' and more' if len(missing) > 5 else ''} needed by {cfg}")
-    order = {name: i for i, name in enumerate(names)}
+        raise CheckpointError(f"{path}: checkpoint lacks tensors {missing[:5]}"
+                              f"{' and more' if len(missing) > 5 else ''} needed by {cfg}")
+    by_file = {}
+    for name in names:  # HF order within each file
+        by_file.setdefault(files[name], []).append(name)
     loaded = {}
-    for file in sorted(set(files.values())):
-        with safe_open(file, "numpy") as f:
-            for name in sorted(f.keys(), key=lambda n: order.get(n, -1)):
-                if name not in names:
-                    if (name == "lm_head.weight" and cfg.tie_embeddings
-                            or name.endswith(_IGNORED_SUFFIXES)):
-                        continue  # a tied copy of the embeddings, or a derived buffer
-                    raise ValueError(f"{file}: unexpected tensor {name!r} (an unsupported "
-                                     f"variant of {cfg}?)")
+    for file in sorted(by_file):
+        with _safetensors(file) as f:
+            present = set(f.keys())
+            for name in by_file[file]:
+                if name not in present:
+                    raise CheckpointError(f"{file}: no tensor {name!r}, which {INDEX_FILE} "
+                                          "places in this file")
                 key, kind = names[name]
                 shape = variables[key].get_value().shape
                 sl = f.get_slice(name)
                 if tuple(sl.get_shape()) != _hf_shape(kind, shape):
-                    raise ValueError(f"{file}: tensor {name!r} has shape {sl.get_shape()}, "
-                                     f"expected {list(_hf_shape(kind, shape))} from config.json")
-                x = _to_ours(kind, f.get_tensor(name), shape).astype(jnp.dtype(dtype))
+                    raise CheckpointError(
+                        f"{file}: tensor {name!r} has shape {sl.get_shape()}, expected "
+                        f"{list(_hf_shape(kind, shape))} from config.json")
+                x = _to_ours(kind, f.get_tensor(name), shape).astype(jnp.dtype(cfg.param_dtype))
                 loaded[key] = jax.make_array_from_callback(shape, shardings[key],
                                                            lambda idx: x[idx])
     params = nnx.from_flat_state([(k, v.replace(loaded[k])) for k, v in variables.items()])
@@ -242,16 +352,31 @@ def _host(x) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
-def export_hf(params, cfg: model_lib.ModelConfig, out_dir: str, *, model_type: str | None = None,
-              dtype: str | None = None, max_shard_bytes: int = 5 * 2**30) -> list[str]:
+def export_hf(params, cfg: model_lib.ModelConfig, out_dir: str, *, source: str | None = None,
+              model_type: str | None = None, dtype: str | None = None,
+              max_shard_bytes: int = 5 * 2**30) -> list[str]:
     """Write params as HF safetensors (+ index when split) and config.json; returns the files.
 
-    dtype: the saved dtype (default: the params'). Multi-host: every process must call this
-    (the gathers are collective); only process 0 writes.
+    source: the HF folder the params were loaded (or fine-tuned) from. Its config.json gives what
+    cfg does not keep (SOURCE_FIELDS: max_position_embeddings, as cfg.max_len is only the length
+    this run used, and the bos/eos/pad ids) and its SOURCE_FILES (generation config, tokenizer)
+    are copied. Without it max_position_embeddings is cfg.max_len and no token ids are written.
+    dtype: the saved dtype (default: the params'). Shards or an index left in out_dir by an
+    earlier export are removed, so the folder holds one checkpoint. Multi-host: every process
+    must call this (the gathers are collective); only process 0 writes.
     """
     flat = dict(nnx.to_flat_state(params))
     names = tensor_names(cfg)
-    save_dtype = jnp.dtype(dtype or flat[("embed",)].get_value().dtype)
+    save_dtype = jnp.dtype(_dtype(dtype, "dtype") if dtype else flat[("embed",)].get_value().dtype)
+    hf = hf_config_from_model_config(cfg, model_type, save_dtype.name)
+    if source:
+        src_file = os.path.join(source, "config.json")
+        src = read_hf_config(source)
+        want, got = architecture(model_config_from_hf(src, source=src_file)), architecture(cfg)
+        diff = {k: (want[k], got[k]) for k in want if want[k] != got[k]}
+        if diff:
+            raise ValueError(f"source {src_file} is another model; (its value, cfg's): {diff}")
+        hf.update({k: src[k] for k in SOURCE_FIELDS if k in src})
     sizes = {n: int(np.prod(flat[k].get_value().shape)) * save_dtype.itemsize
              for n, (k, _) in names.items()}
     groups, size = [[]], 0
@@ -262,11 +387,17 @@ def export_hf(params, cfg: model_lib.ModelConfig, out_dir: str, *, model_type: s
         groups[-1].append(name)
         size += sizes[name]
     n = len(groups)
-    file_names = (["model.safetensors"] if n == 1 else
+    file_names = ([SINGLE_FILE] if n == 1 else
                   [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)])
     write = jax.process_index() == 0
     if write:
         os.makedirs(out_dir, exist_ok=True)
+        keep = set(file_names) | ({INDEX_FILE} if n > 1 else set())
+        stale = glob.glob(os.path.join(out_dir, "model-*-of-*.safetensors")) + [
+            os.path.join(out_dir, f) for f in (SINGLE_FILE, INDEX_FILE)]
+        for file in stale:
+            if os.path.basename(file) not in keep and os.path.exists(file):
+                os.remove(file)
     for file, group in zip(file_names, groups):
         tensors = {}
         for name in group:
@@ -281,8 +412,10 @@ def export_hf(params, cfg: model_lib.ModelConfig, out_dir: str, *, model_type: s
                      "weight_map": {nm: f for f, g in zip(file_names, groups) for nm in g}}
             with open(os.path.join(out_dir, INDEX_FILE), "w") as f:
                 json.dump(index, f, indent=2)
-        hf = hf_config_from_model_config(cfg, model_type, str(save_dtype))
         with open(os.path.join(out_dir, "config.json"), "w") as f:
             json.dump(hf, f, indent=2)
+        for name in SOURCE_FILES if source else ():
+            src_file, out_file = os.path.join(source, name), os.path.join(out_dir, name)
+            if os.path.exists(src_file) and os.path.abspath(src_file) != os.path.abspath(out_file):
+                shutil.copy(src_file, out_file)
     return [os.path.join(out_dir, f) for f in file_names]
-

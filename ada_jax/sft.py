@@ -5,7 +5,6 @@ solution tokens only, and saves it with orbax under `<workdir>/base` (or config.
 `load_base` reuses that checkpoint when it exists, so the main job trains it once. For
 pretrained models (config.model.init_from) it imports the Hugging Face checkpoint instead.
 """
-import dataclasses
 import functools
 import json
 import logging
@@ -126,15 +125,9 @@ def _load_hf(config, mesh):
         raise ValueError(f"config.model.init_from={m.init_from!r} does not hold model={m.name}: "
                          + "; ".join(diff) + " (`python scripts/convert_hf.py --hf_dir=…` names "
                          "the matching model= variant)")
-    cfg, graphdef, params = convert.load_hf_checkpoint(
-        m.init_from, mesh, config.sharding_rules, m.param_dtype, remat=m.remat,
-        max_len=m.max_len)
-    if cfg.dtype != m.dtype:
-        # load_hf_checkpoint's `dtype` argument is the param dtype, so the compute dtype (also
-        # named dtype) cannot go in as an override: rebuild the graphdef with it. It changes
-        # no param, so the loaded state fits the new graphdef.
-        cfg = dataclasses.replace(cfg, dtype=m.dtype)
-        graphdef = nnx.split(nnx.eval_shape(lambda: model_lib.Transformer(cfg, nnx.Rngs(0))))[0]
+    _, graphdef, params = convert.load_hf_checkpoint(
+        m.init_from, mesh, config.sharding_rules, param_dtype=m.param_dtype, dtype=m.dtype,
+        remat=m.remat, max_len=m.max_len)
     logging.info("base policy from %s", m.init_from)
     return graphdef, params
 

@@ -9,16 +9,12 @@ download before a run and shows the HF export the trainer's checkpoints go throu
 """
 import argparse
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from ada_jax import convert, model as model_lib, sharding  # noqa: E402
 from configs import base  # noqa: E402
-
-COPY = ("tokenizer.json", "tokenizer_config.json", "generation_config.json",
-        "special_tokens_map.json")
 
 
 def main():
@@ -31,7 +27,8 @@ def main():
     a = p.parse_args()
     mesh = sharding.make_mesh(dict(zip(sharding.AXES, map(int, a.mesh.split(",")))))
     config = base.get_config("")
-    cfg, _, params = convert.load_hf_checkpoint(a.hf_dir, mesh, config.sharding_rules, a.dtype)
+    cfg, _, params = convert.load_hf_checkpoint(a.hf_dir, mesh, config.sharding_rules,
+                                                param_dtype=a.dtype)
     print(f"loaded {model_lib.count_params(params) / 1e9:.3f}B params onto mesh "
           f"{dict(mesh.shape)}\n{cfg}")
     arch = convert.architecture(cfg)
@@ -40,11 +37,8 @@ def main():
     print(f"matches configs/base.py model={match[0]}" if match else
           f"no configs/base.py MODELS entry matches; add one: {arch}")
     if a.out:
-        files = convert.export_hf(params, cfg, a.out, dtype=a.dtype,
+        files = convert.export_hf(params, cfg, a.out, source=a.hf_dir, dtype=a.dtype,
                                   max_shard_bytes=int(a.max_shard_gb * 2**30))
-        for name in COPY:
-            if os.path.exists(os.path.join(a.hf_dir, name)):
-                shutil.copy(os.path.join(a.hf_dir, name), a.out)
         print(f"exported {len(files)} safetensors files to {a.out}")
 
 

@@ -1,6 +1,7 @@
 """HF import/export: tiny random Qwen2 and Llama-3 checkpoints saved by `transformers` load onto
 a 2x2x2 mesh and reproduce its logits (left-padded batch) and greedy generations; export gives
 back the same tensors; bad checkpoints fail with the tensor and file named."""
+import dataclasses
 import json
 import os
 import shutil
@@ -24,7 +25,8 @@ transformers = pytest.importorskip("transformers")
 RULES = base.get_config("").sharding_rules
 V = 96
 COMMON = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+              bos_token_id=1, eos_token_id=2, pad_token_id=0)
 FAMILIES = {
     # Qwen2: q/k/v biases, tied embeddings.
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(tie_word_embeddings=True, rope_theta=1e6)),
@@ -127,9 +129,10 @@ def _tensors(path):
 
 
 def test_export_round_trip(saved, mesh, tmp_path):
-    family, _, path = saved
-    cfg, _, params = convert.load_hf_checkpoint(path, mesh, RULES)
-    files = convert.export_hf(params, cfg, str(tmp_path), max_shard_bytes=30_000)
+    family, hf, path = saved
+    # A short runtime max_len must not become the export's max_position_embeddings.
+    cfg, _, params = convert.load_hf_checkpoint(path, mesh, RULES, max_len=64)
+    files = convert.export_hf(params, cfg, str(tmp_path), source=path, max_shard_bytes=30_000)
     assert len(files) == 4 and os.path.exists(tmp_path / convert.INDEX_FILE)
     want, got = _tensors(path), _tensors(str(tmp_path))
     assert sorted(got) == sorted(want)
@@ -138,17 +141,42 @@ def test_export_round_trip(saved, mesh, tmp_path):
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     with open(tmp_path / "config.json") as f:
         exported = json.load(f)
-    assert convert.model_config_from_hf(exported) == cfg
+    assert convert.model_config_from_hf(exported, max_len=64) == cfg
     assert exported["model_type"] == family
-    # ...and transformers reads the export as the same model.
-    hf2 = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path))
+    source = convert.read_hf_config(path)
+    for key in convert.SOURCE_FIELDS:
+        assert exported[key] == source[key] == dict(COMMON)[key], key
+    assert os.path.exists(tmp_path / "generation_config.json")
+    # ...and transformers reads the export as exactly the same model.
+    hf2, info = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path),
+                                                                  output_loading_info=True)
     assert type(hf2).__name__ == FAMILIES[family][1]
+    assert not any(info.values()), info
+    assert hf2.generation_config.eos_token_id == COMMON["eos_token_id"]
+    toks, mask = _batch()
+    with torch.no_grad():
+        logits = [m.eval()(input_ids=torch.tensor(toks, dtype=torch.long),
+                           attention_mask=torch.tensor(mask, dtype=torch.long)).logits.numpy()
+                  for m in (hf, hf2)]
+    np.testing.assert_allclose(logits[1][mask], logits[0][mask], atol=1e-5)
+
+
+def test_export_without_source_uses_cfg(saved, mesh, tmp_path):
+    _, _, path = saved
+    cfg, _, params = convert.load_hf_checkpoint(path, mesh, RULES, max_len=64)
+    convert.export_hf(params, cfg, str(tmp_path))
+    exported = convert.read_hf_config(str(tmp_path))
+    assert exported["max_position_embeddings"] == 64 and "eos_token_id" not in exported
+    assert not os.path.exists(tmp_path / "generation_config.json")
+    with pytest.raises(ValueError, match="is another model.*n_layers"):
+        convert.export_hf(params, dataclasses.replace(cfg, n_layers=1), str(tmp_path),
+                          source=path)
 
 
 def test_bfloat16_checkpoint_round_trips_bit_exactly(mesh, tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     _hf_model("qwen2", torch.bfloat16).save_pretrained(src, max_shard_size=SHARD)
-    cfg, _, params = convert.load_hf_checkpoint(str(src), mesh, RULES, "bfloat16")
+    cfg, _, params = convert.load_hf_checkpoint(str(src), mesh, RULES, param_dtype="bfloat16")
     assert params["embed"][...].dtype == np.dtype("bfloat16") and cfg.dtype == "bfloat16"
     convert.export_hf(params, cfg, str(out), max_shard_bytes=15_000)
     want, got = _tensors(str(src)), _tensors(str(out))
@@ -159,9 +187,10 @@ def test_bfloat16_checkpoint_round_trips_bit_exactly(mesh, tmp_path):
 
 def test_runtime_overrides_reach_the_graphdef(saved, mesh):
     _, _, path = saved
-    cfg, graphdef, params = convert.load_hf_checkpoint(path, mesh, RULES, dtype="float32",
+    cfg, graphdef, params = convert.load_hf_checkpoint(path, mesh, RULES, dtype="bfloat16",
                                                        remat=True, max_len=64)
     assert cfg.remat and cfg.max_len == 64
+    assert (cfg.dtype, cfg.param_dtype) == ("bfloat16", "float32")
     assert nnx.merge(graphdef, params).cfg == cfg
     with pytest.raises(ValueError, match="d_model"):
         convert.load_hf_checkpoint(path, mesh, RULES, d_model=16)
@@ -224,8 +253,17 @@ def test_unsupported_configs_are_rejected():
         convert.model_config_from_hf(dict(hf, rope_scaling=dict(rope_type="yarn", factor=4.0)))
     with pytest.raises(ValueError, match="hidden_act"):
         convert.model_config_from_hf(dict(hf, hidden_act="gelu"))
-    with pytest.raises(ValueError, match="sliding_window"):
-        convert.model_config_from_hf(dict(hf, use_sliding_window=True))
+    # Qwen2's window starts at layer max_window_layers (default 28): refused only where a layer
+    # really uses it.
+    with pytest.raises(ValueError, match=r"sliding window attention in layers \[1\]"):
+        convert.model_config_from_hf(dict(hf, use_sliding_window=True, sliding_window=8,
+                                          max_window_layers=1))
+    with pytest.raises(ValueError, match=r"sliding window attention in layers \[0, 1\]"):
+        convert.model_config_from_hf(dict(hf, use_sliding_window=True, sliding_window=8,
+                                          layer_types=["sliding_attention"] * 2))
+    for ok in (dict(max_window_layers=2), {}, dict(sliding_window=None)):
+        convert.model_config_from_hf({**hf, "use_sliding_window": True, "sliding_window": 8,
+                                      **ok})
     # Both config.json formats: Hub (rope_theta + rope_scaling) and transformers 5.
     old = convert.model_config_from_hf(dict(hf, model_type="llama", rope_theta=5e5))
     new = convert.model_config_from_hf(dict(hf, model_type="llama", rope_parameters=dict(
@@ -257,7 +295,11 @@ def test_missing_and_unexpected_tensors(saved, mesh, tmp_path):
     with pytest.raises(ValueError, match="lacks tensors.*model.layers.2"):
         convert.load_hf_checkpoint(str(path), mesh, RULES)
     _edit_config(path, num_hidden_layers=2)
-    os.remove(path / convert.INDEX_FILE)  # without an index every file is scanned
+    with open(path / convert.INDEX_FILE) as f:
+        index = json.load(f)
+    index["weight_map"]["model.layers.0.mlp.gate_proj.bias"] = "extra.safetensors"
+    with open(path / convert.INDEX_FILE, "w") as f:
+        json.dump(index, f)
     save_file({"model.layers.0.mlp.gate_proj.bias": np.zeros(64, np.float32)},
               str(path / "extra.safetensors"))
     with pytest.raises(ValueError, match="extra.safetensors: unexpected tensor "
