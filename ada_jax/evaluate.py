@@ -13,6 +13,7 @@ import numpy as np
 from ada_jax import sampling
 from ada_jax.rewards.embedded import score_text
 from ada_jax.tasks import Problem
+from ada_jax.tasks.embedded import is_careful
 from ada_jax.tokenizer import Tokenizer, extra_eos_ids, prompt_ids, render_prompt
 
 
@@ -46,16 +47,16 @@ def sampling_config(config, tokenizer, temperature: float) -> sampling.SamplingC
         extra_eos_ids=extra_eos_ids(tokenizer, config), prefill_chunk=s.prefill_chunk)
 
 
-def sample_scores(graphdef, params, tokenizer, problems, config, key, k: int,
-                  batch_rows: int = 256, temperature: float | None = None) -> np.ndarray:
-    """Rewards [len(problems), k] of k samples per problem (texts scored by the task verifier)."""
+def sample_completions(graphdef, params, tokenizer, problems, config, key, k: int,
+                       batch_rows: int = 256, temperature: float | None = None):
+    """k completions per problem: (texts in problem-major order, int[len(problems), k] lengths
+    in tokens)."""
     s = config.sampling
     scfg = sampling_config(config, tokenizer,
                            s.eval_temperature if temperature is None else temperature)
     rows = [p for p in problems for _ in range(k)]
     toks, mask = encode_prompts(tokenizer, rows, config.task.template, s.max_prompt_len)
-    out = np.zeros(len(rows), np.float32)
-    texts = [""] * len(rows)
+    texts, lengths = [""] * len(rows), np.zeros(len(rows), np.int32)
     for start in range(0, len(rows), batch_rows):
         t, m = toks[start:start + batch_rows], mask[start:start + batch_rows]
         n_real = len(t)
@@ -65,21 +66,38 @@ def sample_scores(graphdef, params, tokenizer, problems, config, key, k: int,
         res = sampling.sample(graphdef, params, jnp.asarray(t), jnp.asarray(m),
                               jax.random.fold_in(key, start), cfg=scfg)
         gen, lens = np.asarray(res.tokens_BN), np.asarray(res.lengths_B)
+        lengths[start:start + n_real] = lens[:n_real]
         for j in range(n_real):
             texts[start + j] = tokenizer.decode(gen[j, :lens[j]].tolist())
-    answers = [p.answer for p in rows]
+    return texts, lengths.reshape(len(problems), k)
+
+
+def score_completions(config, problems, texts) -> np.ndarray:
+    """Rewards [len(problems), k] of problem-major texts, by the task's verifier."""
+    answers = [p.answer for p in problems for _ in range(len(texts) // max(len(problems), 1))]
     if config.task.name in ("files", "tfds_files"):
         from ada_jax.rewards.math_verifier import MathVerifierPool
         with MathVerifierPool(num_workers=config.task.verifier_workers,
                               timeout_s=config.task.verifier_timeout) as pool:
-            out[:] = pool.score(texts, answers)
+            out = np.asarray(pool.score(texts, answers), np.float32)
     else:
-        out[:] = [score_text(t, a) for t, a in zip(texts, answers)]
-    return out.reshape(len(problems), k)
+        out = np.asarray([score_text(t, a) for t, a in zip(texts, answers)], np.float32)
+    return out.reshape(len(problems), -1)
 
 
-def summarize(problems: Sequence[Problem], rewards_PK: np.ndarray) -> dict:
-    """avg@k, pass@1, pass@k overall and per level, plus the per-prompt pass-rate histogram."""
+def sample_scores(graphdef, params, tokenizer, problems, config, key, k: int,
+                  batch_rows: int = 256, temperature: float | None = None) -> np.ndarray:
+    """Rewards [len(problems), k] of k samples per problem (texts scored by the task verifier)."""
+    texts, _ = sample_completions(graphdef, params, tokenizer, problems, config, key, k,
+                                  batch_rows, temperature)
+    return score_completions(config, problems, texts)
+
+
+def summarize(problems: Sequence[Problem], rewards_PK: np.ndarray, texts=None,
+              lengths_PK=None) -> dict:
+    """avg@k, pass@1, pass@k overall and per level, plus the per-prompt pass-rate histogram;
+    with the completions, their mean length in tokens and (embedded task) the share written in
+    the careful line-by-line style, overall and per level, and each style's accuracy."""
     n = rewards_PK.shape[1]
     c = rewards_PK.sum(1).astype(int)
     out = {f"avg@{n}": float(rewards_PK.mean()),
@@ -93,10 +111,22 @@ def summarize(problems: Sequence[Problem], rewards_PK: np.ndarray) -> dict:
     out["share_p_lt_0.1"] = float(np.mean(rates < 0.1))
     out["share_p_gt_0.9"] = float(np.mean(rates > 0.9))
     out["pass_rate_histogram"] = np.histogram(rates, bins=10, range=(0, 1))[0].tolist()
+    if lengths_PK is not None:
+        out["response_len"] = float(np.mean(lengths_PK))
+    if texts is not None:  # embedded task: the style choice
+        careful_PK = np.asarray([is_careful(t) for t in texts]).reshape(rewards_PK.shape)
+        out["careful_share"] = float(careful_PK.mean())
+        for lv in sorted(set(levels.tolist())):
+            out[f"level{lv}/careful_share"] = float(careful_PK[levels == lv].mean())
+        for name, sel in (("careful", careful_PK), ("hasty", ~careful_PK)):
+            if sel.any():
+                out[f"{name}_accuracy"] = float(rewards_PK[sel].mean())
     return out
 
 
 def evaluate(graphdef, params, tokenizer, problems, config, key, k: int | None = None) -> dict:
     k = config.eval.k if k is None else k
-    return summarize(problems, sample_scores(graphdef, params, tokenizer, problems, config,
-                                             key, k))
+    texts, lengths = sample_completions(graphdef, params, tokenizer, problems, config, key, k)
+    styled = config.task.name in ("embedded", "tfds_embedded")
+    return summarize(problems, score_completions(config, problems, texts),
+                     texts if styled else None, lengths)

@@ -21,6 +21,7 @@ from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, abstract_like
 from ada_jax.sampling import left_pad
 from ada_jax.tasks import PromptIterator, load_split
+from ada_jax.tasks.embedded import hasty_solution
 from ada_jax.tokenizer import prompt_ids, render_prompt
 
 
@@ -34,14 +35,18 @@ def init_params(config, mesh, seed: int):
                                  config.sharding_rules)
 
 
-def sft_rows(tokenizer, problems, template: str, length: int, bucket: int = 32):
+def sft_rows(tokenizer, problems, template: str, length: int, bucket: int = 32,
+             careful_B=None):
     """Tokens [B, L] (prompt then solution then EOS, left-aligned), input mask and the loss mask
     over the solution tokens; L is the batch's longest row rounded up to `bucket` (capped at
-    `length`), so few shapes compile and short batches cost less."""
+    `length`), so few shapes compile and short batches cost less. With `careful_B` (the
+    embedded task's style mixture), row b's target is the worked solution where careful_B[b]
+    and the one-shot `\\boxed{answer}` elsewhere."""
     rows = []
-    for p in problems:
+    for b, p in enumerate(problems):
         prompt = prompt_ids(tokenizer, render_prompt(p.question, template))
-        rows.append((prompt, tokenizer.encode(p.solution) + [tokenizer.eos_id]))
+        target = p.solution if careful_B is None or careful_B[b] else hasty_solution(p)
+        rows.append((prompt, tokenizer.encode(target) + [tokenizer.eos_id]))
     longest = max(len(a) + len(b) for a, b in rows)
     length = min(length, -(-longest // bucket) * bucket)
     toks = np.full((len(problems), length), tokenizer.pad_id, np.int32)
@@ -80,10 +85,14 @@ def train_base(config, out_dir: str, mesh, tokenizer):
         return optax.apply_updates(params, updates), opt_state, loss
 
     it = PromptIterator(load_split(config, "train"), s.batch_size, seed=config.seed + 1)
+    mixed = config.task.name in ("embedded", "tfds_embedded")
+    style_rng = np.random.default_rng(config.seed + 2)
     bar = tqdm(range(s.steps), desc="sft", disable=not config.log.progress, dynamic_ncols=True)
     with sharding.activate(mesh, config.sharding_rules):
         for i in bar:
-            toks, mask, loss_mask = sft_rows(tokenizer, next(it), config.task.template, length)
+            careful = style_rng.random(s.batch_size) < s.careful_share if mixed else None
+            toks, mask, loss_mask = sft_rows(tokenizer, next(it), config.task.template, length,
+                                             careful_B=careful)
             params, opt_state, loss = step(params, opt_state, toks, mask, loss_mask)
             if i % 50 == 0 or i == s.steps - 1:
                 bar.set_postfix(loss=f"{float(loss):.3f}")
@@ -116,7 +125,8 @@ def _load_hf(config, mesh):
     compute dtype, remat and max_len, after checking its config.json describes config.model."""
     from ada_jax import convert
     m = config.model
-    hf_cfg = convert.model_config_from_hf(convert.read_hf_config(m.init_from))
+    hf_cfg = convert.model_config_from_hf(convert.read_hf_config(m.init_from),
+                                          source=os.path.join(m.init_from, "config.json"))
     got = convert.architecture(hf_cfg)
     want = convert.architecture(model_lib.ModelConfig.from_config(m))
     diff = [f"config.model.{k}={want[k]!r} but config.json gives {got[k]!r}"
@@ -136,10 +146,11 @@ def base_report(config, graphdef, params, tokenizer, k: int = 16) -> dict:
     """Pass-rate spread of the base policy on the eval split at the sampling temperature."""
     source = load_split(config, "eval")
     problems = [source[i] for i in range(min(config.eval.prompts, len(source)))]
-    rewards = evaluate.sample_scores(graphdef, params, tokenizer, problems, config,
-                                     jax.random.key(config.seed + 7), k,
-                                     temperature=config.sampling.temperature)
-    report = evaluate.summarize(problems, rewards)
+    cfg = config.copy_and_resolve_references()
+    with cfg.unlocked():
+        cfg.sampling.eval_temperature = config.sampling.temperature
+    report = evaluate.evaluate(graphdef, params, tokenizer, problems, cfg,
+                               jax.random.key(config.seed + 7), k)
     report["k"] = k
     report["prompts"] = len(problems)
     return report

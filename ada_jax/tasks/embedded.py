@@ -43,8 +43,8 @@ LEVELS = {
     2: Level(steps=1, start_digits=3, digits=0, ops="+-*", bound=1000),
     3: Level(steps=1, start_digits=1, digits=1, ops="+", bound=100),
     4: Level(steps=2, start_digits=1, digits=1, ops="+-", bound=100),
-    5: Level(steps=2, start_digits=2, digits=1, ops="+-", bound=1000),
-    6: Level(steps=2, start_digits=2, digits=2, ops="+-", bound=1000),
+    5: Level(steps=3, start_digits=2, digits=1, ops="+-", bound=100),
+    6: Level(steps=4, start_digits=2, digits=1, ops="+-", bound=100),
     7: Level(steps=3, start_digits=3, digits=3, ops="+-*", bound=10_000),
     8: Level(steps=5, start_digits=4, digits=4, ops="+-*", bound=10_000),
 }
@@ -88,6 +88,18 @@ def make_problem(rng: random.Random, level: int) -> Problem:
     lines.append(f"\\boxed{{{value}}}")
     return Problem(id=problem_id(question), question=question, answer=str(value),
                    solution="\n".join(lines), level=level)
+
+
+def hasty_solution(problem: Problem) -> str:
+    """The one-shot style: the answer with no working (`\\boxed{150}`)."""
+    return f"\\boxed{{{problem.answer}}}"
+
+
+def is_careful(completion: str) -> bool:
+    """Whether a completion works line by line (the careful style) rather than boxing the
+    answer at once: it writes an `=` before its first `\\boxed{`."""
+    box = completion.find("\\boxed{")
+    return "=" in (completion if box < 0 else completion[:box])
 
 
 @dataclasses.dataclass(frozen=True)
