@@ -224,6 +224,22 @@ def test_hung_or_dead_workers_are_replaced_and_score_zero():
         assert p.score(["\\boxed{5}"] * 4, ["05"] * 4).tolist() == [1.0] * 4
 
 
+def test_idle_workers_survive_gaps_between_calls():
+    """Deadlines belong to samples in flight: a call made longer than timeout_s after the last
+    one neither kills nor respawns the workers that sat idle in between (issue #15, item 2)."""
+    with MathVerifierPool(num_workers=2, timeout_s=1.0, memory_mb=0,
+                          check=f"{__name__}:misbehave_on_marker") as p:
+        t = time.monotonic()
+        while not all(w.ready for w in p._workers) and time.monotonic() - t < 120:
+            p.score(["\\boxed{1}"], ["01"])  # until both workers have started
+        assert p.score(["\\boxed{1}", "\\boxed{2}"], ["01", "02"]).tolist() == [1.0, 1.0]
+        pids = [w.proc.pid for w in p._workers]
+        time.sleep(1.5)
+        assert p.score(["\\boxed{3}"], ["03"]).tolist() == [1.0]  # one worker stays idle
+        assert (p.n_timeouts, p.n_crashes) == (0, 0)
+        assert [w.proc.pid for w in p._workers] == pids
+
+
 _fragments = st.sampled_from(
     ["\\boxed{", "}", "{", "\\frac{", "^{", "10", "9", "!", "\\sqrt{", "(", ")", "\\left(",
      "\\right)", "x", "=", "+", "-", "\\", "\\begin{pmatrix}", "\\end{pmatrix}", "&", "\\\\",
@@ -281,19 +297,45 @@ def test_megabyte_answers_reach_the_workers_and_time_out_cleanly():
         assert time.monotonic() - t < 2 * 2.0 + 60
 
 
-def test_eval_guard_lets_only_number_literals_through(tmp_path):
-    """In a worker process sympy's eval is replaced: numbers parse, code does not run."""
+GUARD_REFUSES = [  # sympify(text) under the guard: each must raise, none may touch FLAG
+    "__import__('pathlib').Path(FLAG).touch()",
+    "Symbol('x').__class__.__base__.__subclasses__()",
+    "Integer(1).__class__",
+    "Symbol(chr(70))",
+    "Symbol('x', commutative=__import__('pathlib').Path(FLAG).touch())",
+    "Function('f')(Symbol('x'))",
+    "Integer(1) + Integer(2)",
+    "[Integer(1)]",
+    "lambda: 0",
+    "exec('1')",
+]
+
+
+def test_eval_guard_lets_only_literals_through(tmp_path):
+    """In a worker process sympy's eval is replaced: literals and sympy's own lazily imported
+    modules (simplify() pulls in sympy.physics.units) work, code does not run."""
     import subprocess
     import sys
     flag = tmp_path / "ran"
     code = (
         "from ada_jax.rewards.math_verifier import math_verify_check\n"
-        "import sympy\n"
+        "import sys, sympy\n"
         "assert math_verify_check('1', '1', 5)\n"
+        "assert 'sympy.physics.units' in sys.modules\n"
+        "assert math_verify_check('(x+1)^2', 'x^2+2x+1', 5)\n"  # needs simplify()
         "assert sympy.Number('12') == 12 and sympy.Number('1.5') == 1.5\n"
-        f"try:\n    sympy.sympify(\"__import__('pathlib').Path('{flag}').touch()\")\n"
-        "except ValueError as e:\n    assert 'refuses' in str(e)\n"
-        "else:\n    raise SystemExit('sympify ran code')\n")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(
-        os.path.dirname(os.path.abspath(__file__))))
+        "assert sympy.sympify('1.5E3') == sympy.Float(1500) and sympy.Number('2.5e-3') > 0\n"
+        "assert sympy.sympify('yotta') == sympy.Symbol('yotta') and sympy.sympify('E') is sympy.E\n"
+        f"for text in {GUARD_REFUSES!r}:\n"
+        f"    text = text.replace('FLAG', {repr(str(flag))!r})\n"
+        "    try:\n        sympy.sympify(text)\n"
+        "    except ValueError as e:\n        assert 'refuses' in str(e), (text, e)\n"
+        "    else:\n        raise SystemExit(f'sympify evaluated {text}')\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
     assert not flag.exists()
+    # Without the pre-imports, sympy's lazy import of sympy.physics.units runs under the guard.
+    code = ("import ada_jax.rewards.math_verifier as mv\n"
+            "mv._PRELOAD = ()\n"
+            "assert mv.math_verify_check('(x+1)^2', 'x^2+2x+1', 5)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)

@@ -9,11 +9,16 @@ that import only this module, never forks of the (multithreaded JAX) trainer, an
 the trainer's main script.
 
 Safety: answers are parsed as LaTeX only (no `ExprExtractionConfig`, whose sympy `parse_expr`
-calls `eval`), and sympy's `eval_expr` is replaced by a guard that only evaluates the number
-literals latex2sympy builds (`Integer (12 )`), so no model text is evaluated as Python.
+calls `eval`), and sympy's `eval_expr` is replaced by a guard that evaluates only literal
+constructor calls (`Integer (12 )`, `Float ('1.5E3' )`, `Symbol ('x' )`) and names of sympy
+constants, so no model text is evaluated as Python. Modules sympy imports lazily (simplify()
+imports `sympy.physics.units`, which builds its prefixes with `sympify`) are imported before the
+guard goes in, so no import runs under it.
 """
+import ast
 import functools
 import importlib
+import math
 import os
 import re
 import socket
@@ -44,16 +49,54 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-# sympy's parse_expr compiles text to Python and evals it. latex2sympy only sends it number
-# tokens (`sympy.Number("12.5")`); the guard lets exactly those through and refuses the rest.
-_NUMBER_CODE = re.compile(r"Integer \(\d+ \)|Float \('[\d.]+' \)")
+# sympy's parse_expr turns text into Python code and evals it. latex2sympy sends it number tokens
+# (`Float ('1.5E3' )`), sympy's own modules send names (`sympify('yotta')` -> `Symbol ('yotta' )`,
+# `sympify('E')` -> `E `). The guard evaluates only a name bound to a sympy object or a call of one
+# of these constructors with literal arguments: no attribute access, subscripts, operators or
+# other calls, so nothing runs.
+_CONSTRUCTORS = ("Integer", "Float", "Rational", "Symbol")
+_PRELOAD = ("sympy.physics.units", "sympy.combinatorics", "sympy.tensor.tensor",
+            "sympy.sets.handlers.functions", "sympy.sets.handlers.issubset", "sympy.sets.setexpr",
+            "sympy.assumptions.wrapper")  # imported lazily by simplify() and set comparisons
 _sympy_eval_expr = None
 
 
-def _numbers_only_eval(code, local_dict, global_dict):
-    if not _NUMBER_CODE.fullmatch(code):
-        raise ValueError("the verifier refuses to eval anything but a number literal")
+def _is_literal(code, local_dict: dict, global_dict: dict) -> bool:
+    """Is `code` (built by parse_expr) a sympy object's name or a literal constructor call?"""
+    import sympy
+    if not isinstance(code, str):
+        return False  # parse_expr(evaluate=False) passes compiled code: refuse
+    try:
+        node = ast.parse(code.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+
+    def lookup(name):
+        return local_dict[name] if name in local_dict else global_dict.get(name)
+
+    if isinstance(node, ast.Name):
+        return isinstance(lookup(node.id), sympy.Basic)
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords
+            and node.func.id in _CONSTRUCTORS
+            and lookup(node.func.id) is getattr(sympy, node.func.id)
+            and all(isinstance(a, ast.Constant) and isinstance(a.value, (int, str))
+                    for a in node.args))
+
+
+def _literals_only_eval(code, local_dict, global_dict):
+    if not _is_literal(code, local_dict or {}, global_dict or {}):
+        raise ValueError("the verifier refuses to eval anything but a literal")
     return _sympy_eval_expr(code, local_dict, global_dict)
+
+
+def _install_guard() -> None:
+    """Import what sympy would import lazily, then replace sympy's eval_expr with the guard."""
+    global _sympy_eval_expr
+    if _sympy_eval_expr is None:
+        for module in _PRELOAD:
+            importlib.import_module(module)
+        import sympy.parsing.sympy_parser as sympy_parser
+        _sympy_eval_expr, sympy_parser.eval_expr = sympy_parser.eval_expr, _literals_only_eval
 
 
 @functools.lru_cache(maxsize=1024)
@@ -65,11 +108,8 @@ def _parse_boxed(content: str, inner_timeout: int):
 
 def math_verify_check(pred: str, gold: str, inner_timeout: int) -> bool:
     """Is the boxed content `pred` equivalent to `gold`? (runs inside a worker)"""
-    global _sympy_eval_expr
-    import sympy.parsing.sympy_parser as sympy_parser
     from math_verify import verify
-    if _sympy_eval_expr is None:
-        _sympy_eval_expr, sympy_parser.eval_expr = sympy_parser.eval_expr, _numbers_only_eval
+    _install_guard()
     return verify(_parse_boxed(gold, inner_timeout), _parse_boxed(pred, inner_timeout),
                   timeout_seconds=inner_timeout) is True
 
@@ -104,7 +144,11 @@ def _worker_main(fd: str, memory_mb: str, inner_timeout: str, check_path: str) -
 
 
 class _Worker:
-    """One worker process and its socket; `task` is the index of the sample in flight."""
+    """One worker process and its socket; `task` is the index of the sample in flight.
+
+    `deadline` bounds the work in flight (start-up, then each sample) and is inf while the worker
+    is idle: time between `score()` calls is not the worker's.
+    """
 
     def __init__(self, args: list[str], start_timeout_s: float):
         parent, child = socket.socketpair()
@@ -194,6 +238,7 @@ class MathVerifierPool:
                     w.ready = True
                 else:
                     scores[w.task], w.task = msg, None
+                w.deadline = math.inf  # idle until the next dispatch sets one
                 return True
         except (EOFError, OSError):
             pass  # died; handled below
