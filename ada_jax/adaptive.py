@@ -6,9 +6,12 @@ negative) per prompt, G training group size, P prompt length.
 A step's B prompts are prefilled once. S slots decode in parallel; a slot assigned to prompt i
 restarts from prompt i's cache. Each prompt carries counters (samples, positives, negatives),
 an active flag and a per-prompt budget; exit rules are masks over the counters, so nothing
-changes shape. Finished samples are scored and merged into per-prompt kept buffers that hold at
-most C positives and C negatives (the first C in generation order, or a uniformly random C via
-bottom-C random priorities), so memory does not grow with the budget.
+changes shape. The pos / balance rules stop a prompt at max(min_pool, the rule's stopping
+time), capped at its budget (`_stops`): the floor keeps one-at-a-time stopping from training
+on groups of one or two samples (the reference's rounds always hold >= M). Finished samples
+are scored and merged into per-prompt kept buffers that hold at most C positives and C
+negatives (the first C in generation order, or a uniformly random C via bottom-C random
+priorities), so memory does not grow with the budget.
 "Generation order" is the order samples were launched in (rounds; refill with launch-order
 pools) or finished in (refill, pool_order="completion").
 
@@ -71,10 +74,33 @@ class EngineConfig:
     # refill: a prompt's pool is its first samples in launch order (the reference's one-at-a-
     # time process; unbiased) or in completion order (retires sooner, but favours short samples)
     pool_order: str = "launch"  # launch | completion
+    # pos / balance: a prompt stops at max(min_pool, the rule's stopping time), capped at its
+    # budget, so its pool (and kept group) holds at least min_pool samples; 1 = the bare rule
+    min_pool: int = 1
+
+    _CHOICES = dict(exit_rule=("none", "pos", "balance"), mode=("rounds", "refill"),
+                    select_order=("generation", "random"), pool_order=("launch", "completion"))
+    _POSITIVE = ("slots", "max_new_tokens", "keep", "samples_per_round", "max_rounds",
+                 "chunk_len", "min_pool")
 
     def __post_init__(self):
-        if self.pool_order not in ("launch", "completion"):
-            raise ValueError(f"EngineConfig.pool_order {self.pool_order!r}: launch | completion")
+        """Reject bad values by field name: a misspelt rule or mode would otherwise run as
+        something else (an unknown rule never resolves; an unknown mode runs refill)."""
+        for name, choices in self._CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r}: choose from "
+                                 f"{choices}")
+        for name in self._POSITIVE:
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"EngineConfig.{name}={v!r}: must be a positive integer")
+        for name in ("k_pos", "k_neg"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r}: must be >= 0")
+        for name in ("overcommit", "refill_frac"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"EngineConfig.{name}={getattr(self, name)!r}: must be in "
+                                 f"[0, 1]")
 
 
 @struct.dataclass
@@ -236,11 +262,19 @@ def _rule_met(cfg: EngineConfig, n, n_pos):
     return jnp.zeros_like(n, bool)  # "none": only the budget ends a prompt
 
 
+def _stops(cfg: EngineConfig, n, n_pos, budget):
+    """Whether a pool of n samples (n_pos positive) is final: the rule holds on at least
+    min_pool samples, or the budget is reached. The rule only gets easier with more samples,
+    so the first such n is max(min_pool, the rule's stopping time), capped at the budget."""
+    return (_rule_met(cfg, n, n_pos) & (n >= cfg.min_pool)) | (n >= budget)
+
+
 def _still_needed(cfg: EngineConfig, n, n_pos, t0, J: int):
     """q[B,J] = P(the rule still fails after t = t0 + j more samples), j < J, given n samples
     with n_pos positives so far: the posterior predictive of a Jeffreys Beta(1/2, 1/2) prior on
     the pass rate (t more samples ~ beta-binomial). It is 1 while t is below the minimum
-    further samples the rule needs, and non-increasing in t. Exit rule "none": always 1."""
+    further samples the rule needs or the pool is below min_pool, and non-increasing in t.
+    Exit rule "none": always 1."""
     if cfg.exit_rule == "none":
         return jnp.ones((n.shape[0], J), jnp.float32)
     n, n_pos = n[:, None].astype(jnp.float32), n_pos[:, None].astype(jnp.float32)
@@ -271,15 +305,17 @@ def _still_needed(cfg: EngineConfig, n, n_pos, t0, J: int):
         for u in range(cfg.k_neg):  # t - u positives, u < miss_neg negatives
             q = q + jnp.where((u <= t) & (u < miss_neg), hi, 0.0)
             hi = hi * (t - u) / (u + 1) * (u + b) / jnp.maximum(t - u - 1 + a, 1e-6)
-    return jnp.where(t < miss_pos + miss_neg, 1.0, jnp.clip(q, 0.0, 1.0))
+    certain = (t < miss_pos + miss_neg) | (n + t < cfg.min_pool)
+    return jnp.where(certain, 1.0, jnp.clip(q, 0.0, 1.0))
 
 
 def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B):
     """Hand free slots to (prompt, next sample) candidates, most likely needed first.
 
-    Candidate j of prompt i is needed iff the rule still fails on every sample launched before
-    it: the pool, those finished past it (launch order: outcomes known) and the t = running + j
-    still unknown (`_still_needed`, since the rule only gets easier with more samples).
+    Candidate j of prompt i is needed iff the prompt has not stopped on the samples launched
+    before it (fewer than min_pool, or the rule still fails): the pool, those finished past it
+    (launch order: outcomes known) and the t = running + j still unknown (`_still_needed`,
+    since the rule only gets easier with more samples).
     Candidates need probability >= 1 - overcommit and must fit the budget; ties (e.g. the
     certain ones) go round-robin over prompts. Returns (start_S, prompt_S, seq_S, started_B,
     whether some candidate got no slot).
@@ -403,7 +439,8 @@ def _launch_order(cfg: EngineConfig) -> bool:
 def _advance_prefix(cfg: EngineConfig, budget_B, group: int, st: EngineState, fin, pos):
     """Launch-order pools: record finished outcomes in the ring, then extend each prompt's pool
     over the finished launch indices that follow it, one at a time, stopping where the rule
-    first holds or at the budget (the one-at-a-time reference process, in launch order)."""
+    first holds (on at least min_pool samples) or at the budget (the one-at-a-time reference
+    process, in launch order)."""
     B, W = st.ring_done.shape
     pidx = jnp.where(fin, st.slot_prompt, B)
     col = st.slot_seq % W
@@ -417,7 +454,7 @@ def _advance_prefix(cfg: EngineConfig, budget_B, group: int, st: EngineState, fi
     run = jnp.cumprod(d, axis=1).astype(bool)  # finished without a gap from the pool's end
     n = st.n_samples[:, None] + w + 1
     n_pos = st.n_pos[:, None] + jnp.cumsum(p & run, axis=1)
-    stop = _rule_met(cfg, n, n_pos) | (n >= budget_B[:, None])
+    stop = _stops(cfg, n, n_pos, budget_B[:, None])
     take = run & (jnp.cumsum(stop, axis=1) - stop == 0) & st.active[:, None]
     first_pos = st.first_pos + jnp.sum(take & p & (n <= group), axis=1)
     st = st.replace(ring_done=ring_done.at[rows, cols].set(d & ~take),
@@ -490,7 +527,7 @@ def _absorb(cfg: EngineConfig, budget_B, group: int, st: EngineState, reward_S):
         slot_prompt=jnp.where(take, -1, st.slot_prompt), chunks=st.chunks + 1)
 
     # Retire prompts: refill mode after every chunk, rounds mode at the end of each round.
-    done_B = _rule_met(cfg, st.n_samples, st.n_pos) | (st.n_samples >= budget_B)
+    done_B = _stops(cfg, st.n_samples, st.n_pos, budget_B)
     if cfg.mode == "rounds":
         round_over = ~jnp.any(st.active & (st.quota > 0)) & ~jnp.any(st.slot_prompt >= 0)
         active = jnp.where(round_over, st.active & ~done_B, st.active)
@@ -637,13 +674,16 @@ def select(st: EngineState, group: int, *, balanced: bool = True, drop_unresolve
 
 
 def kept_metrics(batch: Batch) -> dict:
-    """Shares of the kept groups that are all correct, all wrong, or mixed (effective)."""
+    """Shares of all B prompts whose kept group is all correct, all wrong, mixed (effective:
+    the only ones with a learning signal) or empty (dropped); the four sum to 1. Shares of all
+    prompts, not of the kept groups, so runs that drop groups compare with runs that do not."""
     m = np.asarray(batch.mask_BG)
     kept = m.sum(1)
     pos = (np.asarray(batch.reward_BG) * m).sum(1)
     return {"all_correct_after": float(np.mean((kept > 0) & (pos == kept))),
             "all_wrong_after": float(np.mean((kept > 0) & (pos == 0))),
-            "effective_prompt_ratio": float(np.mean((kept > 0) & (pos > 0) & (pos < kept)))}
+            "effective_prompt_ratio": float(np.mean((kept > 0) & (pos > 0) & (pos < kept))),
+            "dropped_after": float(np.mean(kept == 0))}
 
 
 def metrics(cfg: EngineConfig, st: EngineState, batch: Batch, group: int,

@@ -93,6 +93,15 @@ def validate(config) -> None:
         raise ValueError("config.adaptive.k_pos and k_neg must be >= 1 for exit_rule='balance'")
     if a.exit_rule == "pos" and a.k_pos < 1:
         raise ValueError("config.adaptive.k_pos must be >= 1 for exit_rule='pos'")
+    if isinstance(a.min_pool, bool) or not isinstance(a.min_pool, int) or a.min_pool < 0:
+        raise ValueError(f"config.adaptive.min_pool={a.min_pool!r}: must be an integer >= 0 "
+                         f"(0 = rl.n)")
+    if a.policy == "seq" and 0 < a.min_pool < config.rl.n:
+        logging.warning("config.adaptive.min_pool=%d < config.rl.n=%d: pools that stop early "
+                        "give kept groups of fewer than n samples", a.min_pool, config.rl.n)
+    if a.overcommit > 1:
+        raise ValueError(f"config.adaptive.overcommit={a.overcommit!r}: must be in [0, 1] "
+                         f"(a tolerated probability that a launched sample is wasted)")
     if config.rl.n < 2 and config.rl.advantage in ("grpo", "rloo", "drgrpo", "liteppo"):
         raise ValueError(f"config.rl.n={config.rl.n}: group estimators need n >= 2")
     if config.rl.hints != "none" and a.policy not in ("uniform", "seq"):

@@ -59,7 +59,8 @@ class Context:
 def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
     """Static engine settings, the kept group size G and the training rows per prompt.
 
-    uniform / dapo: exactly n samples per prompt. seq: pos / balance exits, budget M·R, keep n.
+    uniform / dapo: exactly n samples per prompt. seq: pos / balance exits on pools of at
+    least adaptive.min_pool (0 = n) samples, budget M·R, keep n.
     est / gvm: per-prompt budgets from the allocation solvers (capped at 4× the mean budget),
     every sample trained on, so G is that cap and the rows per prompt are the mean budget.
     """
@@ -70,7 +71,8 @@ def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
         return adaptive.EngineConfig(keep=rl.n, exit_rule=a.exit_rule, k_pos=a.k_pos,
                                      k_neg=a.k_neg, mode=a.mode,
                                      samples_per_round=a.samples_per_round,
-                                     max_rounds=a.max_rounds, **common), rl.n, rl.n
+                                     max_rounds=a.max_rounds, min_pool=a.min_pool or rl.n,
+                                     **common), rl.n, rl.n
     if a.policy in ("est", "gvm"):
         mean = a.est_budget_per_prompt if a.policy == "est" else a.gvm_budget_per_prompt
         cap = 4 * mean

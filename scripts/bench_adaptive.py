@@ -30,6 +30,8 @@ jitted engine at N_max = 32 and 256. The last stdout line is one JSON object.
   python scripts/bench_adaptive.py           # B=32, S/B = 4 and 1, 5 reps, frontier (2-4 min)
   python scripts/bench_adaptive.py --quick   # B=16, S/B = 4 and 1, 2 reps, one GRPO-n4 variant,
                                              # no frontier (15 s quiet, about a minute loaded)
+  python scripts/bench_adaptive.py --prompts 4 --ratios 1 --reps 1 --new_tokens 8 \
+      --frontier 1 --overcommits 0.75 --memory_nmax 32   # the full path at a toy size (test)
 """
 import argparse
 import json
@@ -186,11 +188,12 @@ def compare(rows):
 
 
 def memory(env, a, slots, quick):
-    """Compiled sizes of the whole jitted engine step at N_max = 32 and 256."""
+    """Compiled sizes of the whole jitted engine step at each N_max (default 32 and 256)."""
     B = env["prompts"].shape[0]
     rows = []
-    cases = [("refill", 32), ("refill", 256)] + ([] if quick else [("rounds", 32),
-                                                                    ("rounds", 256)])
+    nmaxes = [int(x) for x in a.memory_nmax.split(",")]
+    cases = [(mode, n) for mode in (("refill",) if quick else ("refill", "rounds"))
+             for n in nmaxes]
     for mode, nmax in cases:
         cfg = A.EngineConfig(slots=slots, max_new_tokens=a.new_tokens, keep=GROUP,
                              exit_rule="balance", k_pos=K_POS, k_neg=K_NEG, mode=mode,
@@ -249,10 +252,14 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--frontier", default=None,
                     help="S/B ratios for the overcommit frontier (default 4,2,1; quick: none)")
+    ap.add_argument("--overcommits", default="0,0.25,0.5,0.75,1",
+                    help="overcommit values of the frontier")
+    ap.add_argument("--memory_nmax", default="32,256", help="N_max values of the memory table")
     a = ap.parse_args()
     a.prompts = a.prompts or (16 if a.quick else 32)
     a.reps = a.reps or (2 if a.quick else 5)
     ratios = [int(x) for x in (a.ratios or "4,1").split(",")]
+    overcommits = [float(x) for x in a.overcommits.split(",")]
     frontier_ratios = [int(x) for x in (a.frontier if a.frontier is not None
                                         else ("" if a.quick else "4,2,1")).split(",") if x]
     # A fresh persistent compilation cache: first calls still compile, but the memory analysis
@@ -297,13 +304,13 @@ def main():
         cfgs = {f"oc={oc}": (A.EngineConfig(slots=S, max_new_tokens=a.new_tokens, keep=GROUP,
                                             exit_rule="balance", k_pos=K_POS, k_neg=K_NEG,
                                             mode="refill", overcommit=oc), M * R)
-                for oc in (0.0, 0.25, 0.5, 0.75, 1.0)}
-        cfgs["grpo4_rounds"] = method_cfgs(a, S)["grpo4_rounds"]
-        cfgs["grpo4_refill"] = method_cfgs(a, S)["grpo4_refill"]
+                for oc in overcommits}
+        both = method_cfgs(a, S, full=True)  # both GRPO-n4 variants, whatever the ratio
+        cfgs["grpo4_rounds"], cfgs["grpo4_refill"] = both["grpo4_rounds"], both["grpo4_refill"]
         res = measure(env, cfgs, max(a.reps - 2, 2), a.seed)
         rows = [summarise(k, res[k], cfgs[k][0], oracle) for k in cfgs]
         g = min(rows[-2:], key=lambda r: r["us_per_token"])
-        for r, oc in zip(rows[:-2], (0.0, 0.25, 0.5, 0.75, 1.0)):
+        for r, oc in zip(rows[:-2], overcommits):
             r.update(slots_per_prompt=spp, overcommit=oc,
                      time_per_token_vs_grpo4=r["us_per_token"] / g["us_per_token"],
                      steps_per_token_vs_grpo4=r["steps_per_token"] / g["steps_per_token"])

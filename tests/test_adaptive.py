@@ -1,5 +1,10 @@
 """Adaptive engine: stopping-time distributions, budgets, rules, rounds == sequential, model runs."""
+import dataclasses
+import json
 import math
+import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +16,8 @@ from scipy import stats
 from ada_jax import adaptive as A
 from ada_jax import model as model_lib
 from ada_jax import sampling
+from ada_jax import train
+from configs import base
 from tests.helpers import tiny_model
 
 GEN = A.BernoulliGenerator()
@@ -27,8 +34,9 @@ def _run_oracle(p, budget, group=4, key=0, gen=GEN, **kw):
     return cfg, st, data
 
 
-def _sequential(data, p, budget, rule, k_pos, k_neg):
-    """One-at-a-time stopping with the oracle's own draws (the reference semantics)."""
+def _sequential(data, p, budget, rule, k_pos, k_neg, min_pool=1):
+    """One-at-a-time stopping with the oracle's own draws (the reference semantics), on pools
+    of at least min_pool."""
     out = []
     for i in range(len(p)):
         n = pos = 0
@@ -36,7 +44,7 @@ def _sequential(data, p, budget, rule, k_pos, k_neg):
             u = jax.random.uniform(jax.random.fold_in(jax.random.fold_in(data["key"], i), n))
             pos += bool(u < p[i])
             n += 1
-            if pos >= k_pos and (rule == "pos" or n - pos >= k_neg):
+            if pos >= k_pos and (rule == "pos" or n - pos >= k_neg) and n >= min_pool:
                 break
         out.append((n, pos))
     return np.asarray(out)
@@ -60,26 +68,42 @@ def _chi2_pvalue(samples, pmf, support):
     return stats.chisquare(obs, exp).pvalue
 
 
+def _floored(pmf, m):
+    """Law of max(m, N) from the law of N (a minimum pool of m): N <= m all lands on m."""
+    return lambda k: sum(pmf(j) for j in range(1, m + 1)) if k == m else (pmf(k) if k > m
+                                                                          else 0.0)
+
+
+@pytest.mark.parametrize("min_pool", [1, 9])
 @pytest.mark.parametrize("mode", ["rounds", "refill"])
-def test_pos_stopping_time_is_negative_binomial(mode):
+def test_pos_stopping_time_is_negative_binomial(mode, min_pool):
+    """min_pool 1: negative binomial; min_pool m: max(m, that)."""
     p, K, B = 0.3, 2, 600
-    kw = dict(mode=mode, exit_rule="pos", k_pos=K, k_neg=0)
+    kw = dict(mode=mode, exit_rule="pos", k_pos=K, k_neg=0, min_pool=min_pool)
     kw.update(dict(samples_per_round=1, max_rounds=400) if mode == "rounds"
               else dict(chunk_len=1, overcommit=0.0))
     _, st, _ = _run_oracle([p] * B, 400, **kw)
     n = np.asarray(st.n_samples)
-    pmf = lambda k: math.comb(k - 1, K - 1) * p ** K * (1 - p) ** (k - K)  # noqa: E731
-    assert _chi2_pvalue(n, pmf, range(K, 40)) > 1e-3
-    assert abs(n.mean() - K / p) < 4 * math.sqrt(K * (1 - p) / p ** 2 / B)
+    def nb(k):
+        return math.comb(k - 1, K - 1) * p ** K * (1 - p) ** (k - K) if k >= K else 0.0
+    pmf = _floored(nb, min_pool)
+    assert _chi2_pvalue(n, pmf, range(max(K, min_pool), 40)) > 1e-3
+    mean = sum(k * pmf(k) for k in range(1, 400))
+    var = sum(k * k * pmf(k) for k in range(1, 400)) - mean ** 2
+    assert abs(n.mean() - mean) < 4 * math.sqrt(var / B)
+    if min_pool == 1:
+        assert abs(mean - K / p) < 1e-9
 
 
-def test_balance_stopping_time_matches_exact_distribution():
+@pytest.mark.parametrize("min_pool", [1, 7])
+def test_balance_stopping_time_matches_exact_distribution(min_pool):
     p, K, B = 0.25, 2, 600
     _, st, _ = _run_oracle([p] * B, 400, mode="refill", exit_rule="balance", k_pos=K, k_neg=K,
-                           chunk_len=1, overcommit=0.0)
+                           chunk_len=1, overcommit=0.0, min_pool=min_pool)
 
     n = np.asarray(st.n_samples)
-    assert _chi2_pvalue(n, lambda k: _balance_pmf(k, p, K), range(2 * K, 60)) > 1e-3
+    pmf = _floored(lambda k: _balance_pmf(k, p, K), min_pool)
+    assert _chi2_pvalue(n, pmf, range(max(2 * K, min_pool), 60)) > 1e-3
 
 
 def _balance_pmf(k, p, K):
@@ -90,23 +114,23 @@ def _balance_pmf(k, p, K):
     return pos_last + neg_last
 
 
-@pytest.mark.parametrize("rule", ["pos", "balance"])
-def test_rounds_with_one_sample_equals_sequential_stopping(rule):
+@pytest.mark.parametrize("rule,min_pool", [("pos", 1), ("balance", 1), ("pos", 6)])
+def test_rounds_with_one_sample_equals_sequential_stopping(rule, min_pool):
     p = np.linspace(0.03, 0.97, 24)
     kw = dict(mode="rounds", exit_rule=rule, k_pos=2, k_neg=2, samples_per_round=1,
-              max_rounds=40)
+              max_rounds=40, min_pool=min_pool)
     _, st, data = _run_oracle(p, 40, **kw)
-    ref = _sequential(data, p, 40, rule, 2, 2)
+    ref = _sequential(data, p, 40, rule, 2, 2, min_pool)
     np.testing.assert_array_equal(np.asarray(st.n_samples), ref[:, 0])
     np.testing.assert_array_equal(np.asarray(st.n_pos), ref[:, 1])
 
 
-@pytest.mark.parametrize("order", ["launch", "completion"])
-def test_refill_without_overcommit_equals_sequential_stopping(order):
+@pytest.mark.parametrize("order,min_pool", [("launch", 1), ("completion", 1), ("launch", 6)])
+def test_refill_without_overcommit_equals_sequential_stopping(order, min_pool):
     p = np.linspace(0.03, 0.97, 24)
     _, st, data = _run_oracle(p, 40, mode="refill", exit_rule="balance", k_pos=2, k_neg=2,
-                              chunk_len=1, overcommit=0.0, pool_order=order)
-    ref = _sequential(data, p, 40, "balance", 2, 2)
+                              chunk_len=1, overcommit=0.0, pool_order=order, min_pool=min_pool)
+    ref = _sequential(data, p, 40, "balance", 2, 2, min_pool)
     np.testing.assert_array_equal(np.asarray(st.n_samples), ref[:, 0])
 
 
@@ -245,9 +269,10 @@ def test_still_needed_is_the_beta_binomial_survival():
     """P(rule still fails after t more samples) under the Jeffreys posterior predictive."""
     ns, ks = np.array([0, 1, 3, 5, 10, 2, 7]), np.array([0, 1, 1, 0, 3, 2, 6])
     t0 = np.array([0, 0, 2, 5, 1, 0, 3])
-    for rule, kp, kn in [("balance", 2, 2), ("balance", 3, 1), ("pos", 2, 0), ("pos", 1, 0)]:
+    for rule, kp, kn, m in [("balance", 2, 2, 1), ("balance", 3, 1, 1), ("pos", 2, 0, 1),
+                            ("pos", 1, 0, 1), ("pos", 1, 0, 9), ("balance", 2, 2, 12)]:
         cfg = A.EngineConfig(slots=1, max_new_tokens=1, keep=1, exit_rule=rule, k_pos=kp,
-                             k_neg=kn)
+                             k_neg=kn, min_pool=m)
         q = np.asarray(A._still_needed(cfg, jnp.asarray(ns), jnp.asarray(ks), jnp.asarray(t0),
                                        30))
         for i, (n, k) in enumerate(zip(ns, ks)):
@@ -255,6 +280,7 @@ def test_still_needed_is_the_beta_binomial_survival():
                 tt = t0[i] + j
                 x = np.arange(tt + 1)
                 fail = (k + x < kp) | ((rule == "balance") & (n - k + tt - x < kn))
+                fail = fail | (n + tt < m)  # below the minimum pool: not stopped either
                 ref = stats.betabinom(tt, k + 0.5, n - k + 0.5).pmf(x)[fail].sum()
                 assert abs(q[i, j] - ref) < 2e-5, (rule, n, k, tt)
         assert np.all(np.diff(q, axis=1) <= 1e-6)  # never more likely to be needed later
@@ -266,16 +292,20 @@ def test_still_needed_is_the_beta_binomial_survival():
 LONG = A.BernoulliGenerator(max_len=9)  # samples of 2..9 steps: slots finish out of order
 
 
-@pytest.mark.parametrize("overcommit,slots", [(0.0, 8), (0.5, 32), (1.0, 96)])
+@pytest.mark.parametrize("overcommit,slots,min_pool", [(0.0, 8, 1), (0.5, 32, 1), (1.0, 96, 1),
+                                                      (0.0, 8, 6), (0.5, 32, 6)])
 @pytest.mark.parametrize("select_order", ["generation", "random"])
-def test_launch_order_refill_equals_sequential_stopping(overcommit, slots, select_order):
-    """Whatever the slots, overcommit and sample lengths, the pool is the one-at-a-time
-    reference process over launch indices, and the kept samples are its first per class."""
+def test_launch_order_refill_equals_sequential_stopping(overcommit, slots, min_pool,
+                                                        select_order):
+    """Whatever the slots, overcommit, minimum pool and sample lengths, the pool is the
+    one-at-a-time reference process over launch indices, and the kept samples are its first
+    per class."""
     p = np.linspace(0.03, 0.97, 24)
     cfg, st, data = _run_oracle(p, 40, gen=LONG, slots=slots, mode="refill",
                                 exit_rule="balance", k_pos=2, k_neg=2, chunk_len=4,
-                                overcommit=overcommit, select_order=select_order)
-    ref = _sequential(data, p, 40, "balance", 2, 2)
+                                overcommit=overcommit, select_order=select_order,
+                                min_pool=min_pool)
+    ref = _sequential(data, p, 40, "balance", 2, 2, min_pool)
     np.testing.assert_array_equal(np.asarray(st.n_samples), ref[:, 0])
     np.testing.assert_array_equal(np.asarray(st.n_pos), ref[:, 1])
     assert np.all(np.asarray(st.in_flight) == 0) and not np.any(np.asarray(st.ring_done))
@@ -353,3 +383,87 @@ def test_refill_without_exit_rule_is_continuous_batching():
     # Never more steps than the longest serial chain on a slot could need.
     assert int(st.decode_steps) <= lengths.sum() // 4 + LONG.max_len
     assert float(np.asarray(st.generated_tokens)) / (4 * int(st.decode_steps)) > 0.8
+
+
+# ----------------------------------------------------------------------------- audit (issue #15)
+def _trainer_engine(arg, **overrides):
+    """The trainer's EngineConfig for a config variant, on the one-token oracle."""
+    c = base.get_config(arg)
+    for k, v in overrides.items():
+        c.adaptive[k] = v
+    cfg, group, _ = train.engine_config(c)
+    return dataclasses.replace(cfg, max_new_tokens=1, slots=64), group, c
+
+
+def test_trainer_pos_rule_keeps_full_groups():
+    """pos-1 at p = 0.95 retires most prompts at their first sample; the trainer's minimum
+    pool (default rl.n) keeps every group at n samples, as the reference's rounds of 8 do."""
+    cfg, group, c = _trainer_engine("algo=ada_pos", mode="refill", k_pos=1)
+    assert cfg.min_pool == c.rl.n == group
+    budget = c.adaptive.samples_per_round * c.adaptive.max_rounds
+    B = 64
+    _, st, _ = _run_oracle([0.95] * B, budget, group=group, **{
+        f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
+    kept = np.asarray(A.select(st, group).mask_BG).sum(1)
+    np.testing.assert_array_equal(kept, group)
+    assert np.all(np.asarray(st.n_samples) >= group)
+    # Without the floor (the bug): most kept groups are a single positive.
+    _, st, _ = _run_oracle([0.95] * B, budget, group=group, **{
+        f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)} | dict(min_pool=1))
+    assert np.mean(np.asarray(A.select(st, group).mask_BG).sum(1) == 1) > 0.8
+
+
+def test_trainer_refill_defaults_match_the_benchmark():
+    """docs/benchmarks.md: refill at <= 2 slots per prompt and overcommit 0.75."""
+    c = base.get_config("algo=ada_balance")
+    assert c.adaptive.slots / c.rl.prompts_per_step <= 2
+    assert c.adaptive.overcommit == 0.75
+    cfg, _, _ = train.engine_config(c)
+    assert cfg.overcommit == 0.75 and cfg.min_pool == c.rl.n
+
+
+@pytest.mark.parametrize("field,value", [("min_pool", -1), ("overcommit", 1.5)])
+def test_config_rejects_bad_adaptive_values(field, value):
+    c = base.get_config("")
+    c.unlock()
+    c.adaptive[field] = value
+    from ada_jax.config_check import validate
+    with pytest.raises(ValueError, match=f"config.adaptive.{field}"):
+        validate(c)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("exit_rule", "balanced"), ("mode", "round"), ("select_order", "randomly"),
+    ("pool_order", "first"), ("slots", 0), ("min_pool", 0), ("keep", 2.0), ("k_pos", -1),
+    ("overcommit", 1.5), ("refill_frac", -0.1)])
+def test_engine_config_rejects_invalid_values(field, value):
+    """A misspelt rule never resolves (spins to the chunk cap); a misspelt mode ran refill."""
+    kw = dict(dict(slots=4, max_new_tokens=1, keep=2), **{field: value})
+    with pytest.raises(ValueError, match=f"EngineConfig.{field}="):
+        A.EngineConfig(**kw)
+
+
+def test_kept_metrics_shares_sum_to_one_with_dropped_groups():
+    """With at_budget="drop", shares are of all prompts, dropped ones named: they sum to 1."""
+    p = np.array([0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.3, 0.7])
+    cfg, st, _ = _run_oracle(p, 8, exit_rule="balance", k_pos=2, k_neg=2, mode="refill")
+    drop = ~A._rule_met(cfg, st.n_samples, st.n_pos)
+    met = A.kept_metrics(A.select(st, 4, drop_unresolved=drop))
+    shares = ("all_correct_after", "all_wrong_after", "effective_prompt_ratio", "dropped_after")
+    assert abs(sum(met[k] for k in shares) - 1.0) < 1e-9
+    assert met["dropped_after"] == float(np.mean(np.asarray(drop))) >= 3 / 8
+
+
+def test_bench_adaptive_full_path_prints_json():
+    """The documented full run (frontier, both GRPO-n4 variants, memory) at a toy size."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(
+        [sys.executable, os.path.join(root, "scripts", "bench_adaptive.py"), "--prompts", "4",
+         "--ratios", "1", "--reps", "1", "--new_tokens", "4", "--frontier", "1",
+         "--overcommits", "0.75", "--memory_nmax", "32"],
+        capture_output=True, text=True, cwd=root, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert [f["overcommit"] for f in res["frontier"]] == [0.75]
+    assert "ada_refill_completion_step_s" in res["by_slots_per_prompt"]["1"]
+    assert set(res["memory_temp_mb"]) == {"refill_32", "rounds_32"}
