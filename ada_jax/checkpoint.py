@@ -1,15 +1,62 @@
 """Orbax checkpoints: array state (params, optimizer, DARO weights) + JSON metadata per step.
 
 Saves are synchronous and atomic (orbax writes a temporary directory and renames it when the
-save is complete), so a crash mid-save leaves the previous checkpoint intact. Restore walks
-back from the newest step and skips any checkpoint it cannot read, logging why.
+save is complete), so a crash mid-save leaves the previous checkpoint intact. Each save also
+records every array's shape, dtype and a checksum of its bytes in the metadata, so restore can
+tell apart
+- a checkpoint saved under another config (other shapes): `CheckpointMismatch`, nothing moved;
+- a corrupted one (unreadable, or bytes that no longer match the checksum): moved aside as
+  `<step>.corrupt-<time>`, and the previous checkpoint is tried;
+- no readable checkpoint at all: `UnreadableCheckpoints`, nothing moved, unless the caller
+  asks to start over.
 """
 import logging
 import os
 import time
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
+
+_SIGNATURE = "_arrays"  # meta key: {leaf path: [shape, dtype, checksum]}
+
+
+class CheckpointMismatch(ValueError):
+    """The checkpoint holds arrays of other shapes or dtypes than the run expects."""
+
+
+class UnreadableCheckpoints(RuntimeError):
+    """Checkpoints exist but none of them can be restored."""
+
+
+@jax.jit
+def _checksums(leaves):
+    """uint32[L]: per leaf, Σ_i (2i+1)·word_i mod 2^32 over its bytes as 32-bit words (16- and
+    8-bit types widened). Exact under any reduction order and sharding; any changed word changes
+    it (odd weights are invertible mod 2^32)."""
+    out = []
+    for x in leaves:
+        if x.dtype.itemsize >= 4:
+            w = jax.lax.bitcast_convert_type(x, jnp.uint32)
+        elif x.dtype.itemsize == 2:
+            w = jax.lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32)
+        else:
+            w = x.astype(jnp.uint32)
+        w = w.reshape(-1)
+        out.append(jnp.sum(w * (2 * jnp.arange(w.size, dtype=jnp.uint32) + 1)))
+    return jnp.stack(out) if out else jnp.zeros((0,), jnp.uint32)
+
+
+def _shapes(tree) -> dict:
+    return {jax.tree_util.keystr(p): [list(x.shape), str(x.dtype)]
+            for p, x in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def signature(tree) -> dict:
+    """{leaf path: [shape, dtype, checksum]} of a tree of arrays."""
+    sums = np.asarray(jax.device_get(_checksums(jax.tree.leaves(tree))))
+    return {k: v + [int(s)] for (k, v), s in zip(_shapes(tree).items(), sums)}
 
 
 class Checkpointer:
@@ -21,26 +68,68 @@ class Checkpointer:
                                                  enable_async_checkpointing=False))
 
     def save(self, step: int, arrays, meta: dict) -> None:
+        meta = {**meta, _SIGNATURE: signature(arrays)}
         self.manager.save(step, args=ocp.args.Composite(
             arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True)
         self.manager.wait_until_finished()
 
-    def restore_latest(self, abstract_arrays):
-        """(step, arrays, meta) of the newest readable checkpoint, or None if there is none."""
+    def _restore(self, step: int, abstract_arrays):
+        """(arrays, meta) of one step; CheckpointMismatch for other shapes, any other exception
+        for corruption."""
+        try:
+            meta = self.manager.restore(step, args=ocp.args.Composite(
+                meta=ocp.args.JsonRestore()))["meta"]
+        except Exception as e:
+            raise OSError(f"metadata unreadable ({type(e).__name__}: {e})") from e
+        saved = meta.pop(_SIGNATURE, None)  # None: saved before signatures existed
+        if saved is not None:
+            want = _shapes(abstract_arrays)
+            diff = [f"{k}: saved {saved[k][:2] if k in saved else 'absent'}, "
+                    f"expected {want[k] if k in want else 'absent'}"
+                    for k in sorted(saved.keys() | want.keys())
+                    if k not in saved or k not in want or saved[k][:2] != want[k]]
+            if diff:
+                raise CheckpointMismatch(
+                    f"checkpoint {step} in {self.directory} holds other arrays than this config "
+                    f"builds (was it saved with another config?): " + "; ".join(diff[:5])
+                    + (f"; … {len(diff) - 5} more" if len(diff) > 5 else ""))
+        arrays = self.manager.restore(step, args=ocp.args.Composite(
+            arrays=ocp.args.StandardRestore(abstract_arrays)))["arrays"]
+        if saved is not None:
+            bad = [k for k, v in signature(arrays).items() if v[2] != saved[k][2]]
+            if bad:
+                raise OSError(f"checksum mismatch in {', '.join(bad[:5])}"
+                              + (f" and {len(bad) - 5} more arrays" if len(bad) > 5 else ""))
+        return arrays, meta
+
+    def restore_latest(self, abstract_arrays, start_over: bool = False):
+        """(step, arrays, meta) of the newest readable checkpoint, or None if there is none.
+
+        Corrupted checkpoints newer than the one restored are moved aside. When checkpoints
+        exist but none is readable: UnreadableCheckpoints, or with `start_over` move them all
+        aside and return None."""
         self.manager.reload()
+        bad = []
         found = None
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
-                out = self.manager.restore(step, args=ocp.args.Composite(
-                    arrays=ocp.args.StandardRestore(abstract_arrays),
-                    meta=ocp.args.JsonRestore()))
-                found = step, out["arrays"], out["meta"]
+                found = (step,) + self._restore(step, abstract_arrays)
                 break
+            except CheckpointMismatch:
+                raise
             except Exception as e:  # corrupted / partial: fall back to an older one
-                logging.warning("checkpoint %d in %s is unreadable (%s: %s); moving it aside "
-                                "and trying older", step, self.directory, type(e).__name__, e)
-                bad = os.path.join(self.directory, str(step))
-                os.replace(bad, f"{bad}.corrupt-{int(time.time())}")
+                logging.warning("checkpoint %d in %s is unreadable (%s: %s)", step,
+                                self.directory, type(e).__name__, e)
+                bad.append((step, f"{type(e).__name__}: {e}"))
+        if found is None and bad and not start_over:
+            raise UnreadableCheckpoints(
+                f"no checkpoint in {self.directory} is readable: "
+                + "; ".join(f"step {s}: {why}" for s, why in bad)
+                + ". Move the directory aside to start over.")
+        for step, _ in bad:
+            path = os.path.join(self.directory, str(step))
+            logging.warning("moving %s aside", path)
+            os.replace(path, f"{path}.corrupt-{int(time.time())}")
         self.manager.reload()
         return found
 

@@ -1,5 +1,10 @@
-"""Config validation: every bad value is rejected with the field's dotted name, before compiling."""
+"""Config validation: every bad value is rejected with the field's dotted name, before compiling.
+Also: which fields may change when a workdir is resumed, and clear errors for unknown
+command-line fields."""
+import json
 import logging
+import math
+import re
 from typing import Any
 
 from ada_jax.tasks import TASKS
@@ -30,15 +35,17 @@ _POSITIVE_INTS = (
     "sampling.max_new_tokens", "rl.steps", "rl.prompts_per_step", "rl.n", "rl.ppo_epochs",
     "rl.minibatches", "rl.microbatches", "adaptive.samples_per_round", "adaptive.max_rounds",
     "adaptive.slots", "adaptive.chunk_len", "eval.k", "eval.prompts", "checkpoint.keep",
+    "checkpoint.every",
 )
 _NON_NEGATIVE = (
     "sampling.temperature", "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg",
     "loss.clip_low", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",
-    "optim.warmup_steps", "optim.grad_clip", "eval.every", "checkpoint.every", "sft.steps",
+    "optim.warmup_steps", "optim.grad_clip", "eval.every", "sft.steps",
     "adaptive.overcommit", "sampling.prefill_chunk", "eval.train_prompts", "optim.eps",
-    "optim.daro_lr",
+    "optim.daro_lr", "sampling.eval_temperature", "optim.weight_decay", "loss.dual_clip",
 )
 _STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_token")
+_BOOLS = ("checkpoint.allow_config_change", "checkpoint.start_over_if_unreadable")
 
 
 def _get(config, dotted: str) -> Any:
@@ -57,15 +64,19 @@ def validate(config) -> None:
         v = _get(config, name)
         if not isinstance(v, int) or v <= 0:
             raise ValueError(f"config.{name}={v!r}: must be a positive integer")
-    for name in _NON_NEGATIVE:
-        if _get(config, name) < 0:
-            raise ValueError(f"config.{name}={_get(config, name)!r}: must be >= 0")
+    for name in _NON_NEGATIVE:  # NaN passes a plain `< 0` test
+        v = _get(config, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"config.{name}={v!r}: must be a finite number >= 0")
     if not isinstance(config.sampling.prefill_chunk, int):
         raise ValueError(f"config.sampling.prefill_chunk={config.sampling.prefill_chunk!r}: "
                          f"must be an integer (rows per prefill call, 0 = all)")
     for name in _STRINGS:
         if not isinstance(_get(config, name), str):
             raise ValueError(f"config.{name}={_get(config, name)!r}: must be a string")
+    for name in _BOOLS:
+        if not isinstance(_get(config, name), bool):
+            raise ValueError(f"config.{name}={_get(config, name)!r}: must be True or False")
     m = config.model
     extra = m.extra_eos_tokens
     if (not isinstance(extra, (tuple, list))
@@ -113,3 +124,69 @@ def validate(config) -> None:
             raise ValueError(f"config.mesh.{axis}={v!r}: must be a positive integer or -1")
     if [config.mesh[a] for a in ("data", "fsdp", "tensor")].count(-1) > 1:
         raise ValueError("config.mesh: at most one axis may be -1")
+
+
+# Fields that may differ from a workdir's config.json when it is resumed: run length, eval /
+# log / checkpoint cadence, the hardware layout and memory knobs. Everything else changes what a
+# step computes (or the shapes of the saved arrays), so a changed value is refused.
+RESUMABLE = ("rl.steps", "eval.every", "checkpoint", "log", "mesh", "distributed",
+             "sharding_rules", "model.remat", "rl.microbatches", "sampling.prefill_chunk",
+             "task.verifier_workers")
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_changes(saved: dict, config) -> tuple[list, list]:
+    """Fields that differ between a saved config.json (a dict) and `config`, leaving out
+    RESUMABLE ones: (changed 'config.x: old -> new' lines, fields present in only one of them,
+    e.g. added by a newer version of the code)."""
+    old = _flatten(saved)
+    new = _flatten(json.loads(config.to_json_best_effort()))
+    free = lambda k: any(k == f or k.startswith(f + ".") for f in RESUMABLE)  # noqa: E731
+    changed = [f"config.{k}: {old[k]!r} -> {new[k]!r}" for k in sorted(old.keys() & new.keys())
+               if old[k] != new[k] and not free(k)]
+    return changed, sorted(f"config.{k}" for k in old.keys() ^ new.keys() if not free(k))
+
+
+def unknown_field(config, dotted: str):
+    """For a dotted field that `config` lacks: an error naming it and the known fields of the
+    deepest section that exists; None if the field exists."""
+    node, seen = config, []
+    for part in dotted.split("."):
+        where = "config." + ".".join(seen) if seen else "config"
+        if not hasattr(node, "keys"):
+            return f"unknown field config.{dotted}: {where} is a value, not a section"
+        if part not in node:
+            return (f"unknown field config.{dotted}: {where} has no field {part!r}; "
+                    f"known fields of {where}: {', '.join(sorted(node.keys()))}")
+        node, seen = node[part], seen + [part]
+    return None
+
+
+def unknown_override(argv, default_spec: str):
+    """The error for the first `--config.x.y` in argv that the config lacks, or None. The config
+    comes from argv's `--config=file.py:args`, else default_spec. Call before absl parses argv:
+    ml_collections rejects an unknown field with a bare `AttributeError: 'y'`."""
+    import importlib.util
+    fields = [m.group(1) for a in argv[1:] if (m := re.match(r"--config\.([\w.]+)", a))]
+    if not fields:
+        return None
+    spec = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")),
+                default_spec)
+    path, _, arg = spec.partition(":")
+    try:
+        module_spec = importlib.util.spec_from_file_location("_ada_jax_config", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        config = module.get_config(arg) if arg else module.get_config()
+    except Exception:  # a bad file or variant: ml_collections reports it
+        return None
+    return next(filter(None, (unknown_field(config, f) for f in fields)), None)

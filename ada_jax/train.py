@@ -26,11 +26,12 @@ from flax import nnx
 from ada_jax import (adaptive, advantages, evaluate, hints, losses, objectives, sampling,
                      sharding, sft)
 from ada_jax import model as model_lib
-from ada_jax.checkpoint import Checkpointer, abstract_like
-from ada_jax.config_check import validate
+from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
+from ada_jax.config_check import config_changes, validate
 from ada_jax.rewards import synthetic
 from ada_jax.rewards.embedded import encode_answers, token_scorer
 from ada_jax.tasks import PromptIterator, load_split
+from ada_jax.tasks.embedded import is_careful
 from ada_jax.tokenizer import load_tokenizer
 
 ANSWER_LEN = 16  # max answer tokens for the jittable verifier
@@ -481,9 +482,11 @@ def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int)
         else:
             (loss, met), grads = grad_fn(trainable, mb, nan_now)
         gnorm = global_norm(grads)
-        finite = jnp.isfinite(loss) & jnp.isfinite(gnorm)
         updates, new_opt = optimizer.update(grads, opt_state, trainable)
         new = optax.apply_updates(trainable, updates)
+        # The new params too: a finite gradient times a NaN / inf learning rate is not finite.
+        finite = jnp.isfinite(loss) & jnp.isfinite(gnorm) & jnp.all(
+            jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(new)]))
         keep = lambda a, b: jnp.where(finite, a, b)  # noqa: E731
         trainable = jax.tree.map(keep, new, trainable)
         opt_state = jax.tree.map(keep, new_opt, opt_state)
@@ -518,23 +521,36 @@ def learn(ctx, train_step, trainable, opt_state, rows, step: int):
 
 # ----------------------------------------------------------------------------- logging
 class MetricsWriter:
-    """JSONL (truncated to the resumed step, so a resumed run's file equals a continuous one's)
-    plus TensorBoard scalars."""
+    """JSONL plus TensorBoard scalars. On resume the JSONL keeps the records of steps up to the
+    resumed one (none on a fresh start, not even step 0's eval: it is redone), rewritten
+    atomically, so a resumed run's file equals a continuous one's. Every step up to the resumed
+    one must have a readable record: a missing or garbled one would silently lose that step's
+    metrics and restart the cumulative counts, so it is an error."""
 
     def __init__(self, workdir: str, resume_step: int):
         self.path = os.path.join(workdir, "metrics.jsonl")
-        kept = []
-        if os.path.exists(self.path):
+        kept, bad = {}, []  # step -> line; unreadable line numbers
+        if resume_step and os.path.exists(self.path):
             with open(self.path) as f:
-                for line in f:
+                for i, line in enumerate(f, 1):
                     try:
-                        rec = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue  # a line cut by a crash
-                    if rec.get("step", 0) <= resume_step:
-                        kept.append(line if line.endswith("\n") else line + "\n")
-        with open(self.path, "w") as f:
-            f.writelines(kept)
+                        step = json.loads(line)["step"]
+                    except (json.JSONDecodeError, TypeError, KeyError):
+                        bad.append(i)  # e.g. a line cut by a crash
+                        continue
+                    if step <= resume_step:
+                        kept[step] = line if line.endswith("\n") else line + "\n"
+        missing = sorted(set(range(1, resume_step + 1)) - kept.keys())
+        if missing:
+            raise ValueError(
+                f"{self.path}: no readable record of step(s) {missing} before the resumed "
+                f"checkpoint (step {resume_step})" + (f"; unreadable lines {bad}" if bad else "")
+                + ". Repair or restore the file, or start a new workdir.")
+        if bad:
+            logging.warning("%s: dropping unreadable lines %s (steps after %d, redone)",
+                            self.path, bad, resume_step)
+        self.last = json.loads(kept[resume_step]) if resume_step else {}
+        _write_atomic(self.path, "".join(kept[k] for k in sorted(kept)))
         self.tb = None
         try:
             from tensorboardX import SummaryWriter
@@ -553,22 +569,80 @@ class MetricsWriter:
             self.tb.flush()
 
 
+def _write_atomic(path: str, text: str) -> None:
+    """Write via a temporary file and os.replace: a crash leaves the old file or the new one,
+    never a cut or empty one."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 # ----------------------------------------------------------------------------- main loop
+def check_batches(config, rows_per_prompt: int) -> None:
+    """The training rows per step must split into minibatches, and those into micro-batches."""
+    rl = config.rl
+    rows_per_step = rl.prompts_per_step * rows_per_prompt
+    if rl.microbatches > 1 and rl.daro:
+        raise ValueError("config.rl.microbatches > 1 is not supported with DARO (its loss is not "
+                         "a sum over rows); use more config.rl.minibatches instead")
+    if rows_per_step % rl.minibatches:
+        raise ValueError(f"config.rl.minibatches={rl.minibatches} must divide the "
+                         f"{rows_per_step} training rows per step")
+    if (rows_per_step // rl.minibatches) % rl.microbatches:
+        raise ValueError(f"config.rl.microbatches={rl.microbatches} must divide the "
+                         f"{rows_per_step // rl.minibatches} rows of a minibatch")
+
+
+def check_resume(config, workdir: str) -> None:
+    """Refuse to resume a workdir whose config.json differs from `config` in a field outside
+    config_check.RESUMABLE, naming each: other shapes would make every checkpoint unrestorable,
+    other settings would silently splice two experiments. config.checkpoint.allow_config_change
+    overrides (for settings that leave the array shapes alone)."""
+    path = os.path.join(workdir, "config.json")
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is unreadable ({e}): repair it or start a new workdir") from e
+    changed, only_one = config_changes(saved, config)
+    if only_one:
+        logging.warning("%s: fields only in the saved or only in the new config (another code "
+                        "version?), not compared: %s", path, ", ".join(only_one))
+    if changed and config.checkpoint.allow_config_change:
+        logging.warning("resuming %s with a changed config: %s", workdir, "; ".join(changed))
+    elif changed:
+        raise ValueError(
+            f"workdir {workdir} was started with another config (its config.json); changed: "
+            + "; ".join(changed) + ". Resume with the saved settings, use a new --workdir, or "
+            "set --config.checkpoint.allow_config_change=True to resume with these (impossible "
+            "for fields that change array shapes, e.g. the model size or rl.n).")
+
+
 def setup(config, workdir: str):
-    """Mesh, tokenizer, data, model (from the base checkpoint), engine: (ctx, params)."""
+    """Mesh, tokenizer, data, model (from the base checkpoint), engine: (ctx, params). Every
+    check runs before the base policy is loaded or trained."""
     validate(config)
+    engine, group, rows_per_prompt = engine_config(config)
+    check_batches(config, rows_per_prompt)
     sharding.maybe_initialize_distributed(config.distributed)
     mesh = sharding.make_mesh(config.mesh)
     tokenizer = load_tokenizer(config)
     model_cfg = model_lib.ModelConfig.from_config(config.model)
-    graphdef, params = sft.load_base(config, workdir, mesh, tokenizer)
     scfg = evaluate.sampling_config(config, tokenizer, config.sampling.temperature)
-    engine, group, rows_per_prompt = engine_config(config)
-    eval_source = load_split(config, "eval")
+    eval_source = load_split(config, "eval", tokenizer)
     eval_problems = [eval_source[i] for i in range(min(config.eval.prompts, len(eval_source)))]
-    train_source = load_split(config, "train")
+    train_source = load_split(config, "train", tokenizer)
+    if config.rl.prompts_per_step > len(train_source):
+        raise ValueError(f"config.rl.prompts_per_step={config.rl.prompts_per_step} exceeds the "
+                         f"{len(train_source)} training problems")
     train_eval = [train_source[i] for i in range(min(config.eval.train_prompts,
                                                      len(train_source)))]
+    graphdef, params = sft.load_base(config, workdir, mesh, tokenizer)
     ctx = Context(config=config, mesh=mesh, tokenizer=tokenizer, model_cfg=model_cfg,
                   graphdef=graphdef, engine=engine,
                   generator=adaptive.ModelGenerator(graphdef, model_cfg, scfg),
@@ -602,9 +676,11 @@ def init_train_state(ctx: Context, params):
     return optimizer, trainable, sharding.place_on_mesh(optimizer.init(trainable), ctx.mesh)
 
 
-def restore_checkpoint(ckpt: Checkpointer, trainable, opt_state):
-    """(step, trainable, opt_state, meta) from the newest readable checkpoint, or None."""
-    restored = ckpt.restore_latest(abstract_like({"trainable": trainable, "opt": opt_state}))
+def restore_checkpoint(ckpt: Checkpointer, trainable, opt_state, start_over: bool = False):
+    """(step, trainable, opt_state, meta) from the newest readable checkpoint, or None if there
+    is none (or none readable and `start_over`; see Checkpointer.restore_latest)."""
+    restored = ckpt.restore_latest(abstract_like({"trainable": trainable, "opt": opt_state}),
+                                   start_over)
     if restored is None:
         return None
     step, arrays, meta = restored
@@ -612,29 +688,26 @@ def restore_checkpoint(ckpt: Checkpointer, trainable, opt_state):
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
-    """Train config.rl.steps steps (resuming if the workdir has a checkpoint); returns the
-    last step's metrics."""
+    """Train config.rl.steps steps (resuming the workdir's newest readable checkpoint); returns
+    the last step's metrics. The workdir's config.json is compared first (check_resume) and
+    rewritten only once every check has passed."""
+    validate(config)
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=1, sort_keys=True))
+    check_resume(config, workdir)
     ctx, params = setup(config, workdir)
     c = config
     rows_per_step = c.rl.prompts_per_step * ctx.rows_per_prompt
-    if c.rl.microbatches > 1 and c.rl.daro:
-        raise ValueError("config.rl.microbatches > 1 is not supported with DARO (its loss is not "
-                         "a sum over rows); use more config.rl.minibatches instead")
-    if (rows_per_step // c.rl.minibatches) % c.rl.microbatches:
-        raise ValueError(f"config.rl.microbatches={c.rl.microbatches} must divide the "
-                         f"{rows_per_step // c.rl.minibatches} rows of a minibatch")
-    if rows_per_step % c.rl.minibatches:
-        raise ValueError(f"config.rl.minibatches={c.rl.minibatches} must divide the "
-                         f"{rows_per_step} training rows per step")
     optimizer, trainable, opt_state = init_train_state(ctx, params)
     iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=c.seed)
     state: dict = {"est": {}, "hint": {}}
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), c.checkpoint.keep)
     start = 0
-    restored = restore_checkpoint(ckpt, trainable, opt_state)
+    try:
+        restored = restore_checkpoint(ckpt, trainable, opt_state,
+                                      c.checkpoint.start_over_if_unreadable)
+    except UnreadableCheckpoints as e:
+        raise UnreadableCheckpoints(f"{e} Or set --config.checkpoint.start_over_if_unreadable"
+                                    f"=True to train this workdir from step 0.") from None
     if restored is not None:
         start, trainable, opt_state, meta = restored
         iterator.restore(meta["iterator"])
@@ -642,6 +715,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
                  "hint": dict(meta.get("hint_levels", {}))}
         logging.info("resumed from step %d", start)
     writer = MetricsWriter(workdir, start)
+    _write_atomic(os.path.join(workdir, "config.json"),
+                  config.to_json_best_effort(indent=1, sort_keys=True))
     # The reference policy for KL is the base policy (a copy: the learner's buffers are donated).
     ref_params = (jax.tree.map(jnp.copy, params) if c.loss.kl_coef > 0 else None)
     train_step = make_train_step(ctx.graphdef, optimizer, c, c.sampling.max_prompt_len,
@@ -650,8 +725,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     train_key, eval_key = jax.random.fold_in(base_key, 0), jax.random.fold_in(base_key, 1)
     totals = {"generated_tokens": 0, "samples": 0, "wall": 0.0}
     if start:
-        last = _last_record(writer.path)
-        totals = {k: last.get(f"cum_{k}", 0) for k in totals}
+        totals = {k: writer.last.get(f"cum_{k}", 0) for k in totals}
 
     def save(step):
         ckpt.save(step, {"trainable": trainable, "opt": opt_state},
@@ -659,7 +733,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
                    "hint_levels": state["hint"], "step": step})
 
     bar = _progress(c, start)
-    met: dict = {}
+    met = {k: v for k, v in writer.last.items() if k != "step"}  # returned if nothing is left
     with sharding.activate(ctx.mesh, c.sharding_rules):
         if start == 0 and c.eval.every:
             writer.write(0, run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, 0))
@@ -683,6 +757,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
                                                / np.maximum(np.asarray(batch.pool_n_B), 1)))
             lens = np.asarray(batch.len_BG)[np.asarray(batch.mask_BG)]
             met["response_length"] = float(lens.mean()) if lens.size else 0.0
+            if c.task.name in ("embedded", "tfds_embedded"):
+                met["careful_share"] = careful_share(ctx.tokenizer, batch)
             met.update(time_sampling=t1 - t0, time_scoring=t2 - t1, time_learning=t3 - t2)
             totals["generated_tokens"] += met["generated_tokens"]
             totals["samples"] += met["samples_total"]
@@ -692,7 +768,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
             if c.eval.every and (done % c.eval.every == 0 or done == c.rl.steps):
                 met.update(run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, done)))
             writer.write(done, {k: v for k, v in met.items() if not isinstance(v, list)})
-            if not lmet["skipped"] and (done % c.checkpoint.every == 0 or done == c.rl.steps):
+            # Saved after a skipped (non-finite) update too: the state is the previous, finite
+            # one, and a re-run would otherwise repeat that step forever.
+            if done % c.checkpoint.every == 0 or done == c.rl.steps:
                 save(done)
             bar.update(1)
             bar.set_postfix(reward=f"{met['reward_mean']:.2f}",
@@ -705,12 +783,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
     return met
 
 
-def _last_record(path):
-    last = {}
-    with open(path) as f:
-        for line in f:
-            last = json.loads(line)
-    return last
+def careful_share(tokenizer, batch: adaptive.Batch) -> float:
+    """Share of the kept samples written in the embedded task's careful line-by-line style."""
+    toks, lens = np.asarray(batch.tokens_BGN), np.asarray(batch.len_BG)
+    keep = np.asarray(batch.mask_BG)
+    flags = [is_careful(tokenizer.decode(t[:n].tolist()))
+             for t, n in zip(toks[keep], lens[keep])]
+    return float(np.mean(flags)) if flags else 0.0
 
 
 def _progress(config, start):

@@ -153,12 +153,18 @@ def get_config(arg: str = ""):
         lr=1e-4, warmup_steps=10, grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999,
         eps=1e-8, daro_lr=0.0))  # daro_lr: DARO log-weights' own lr (0 = optim.lr)
 
+    # careful_share: embedded task only, the share of SFT targets in the worked line-by-line
+    # style; the rest box the answer at once (docs/results.md: the choice RL learns).
     c.sft = ml_collections.ConfigDict(dict(steps=600, batch_size=64, lr=3e-3, warmup_steps=50,
-                                           base_dir=""))
+                                           base_dir="", careful_share=0.3))
 
     # train_prompts > 0 also evaluates on that many training prompts (train_eval/…)
     c.eval = ml_collections.ConfigDict(dict(every=20, k=4, prompts=128, train_prompts=0))
-    c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2))
+    # Resuming a workdir refuses a config that differs from its config.json (beyond run length,
+    # cadence, layout: config_check.RESUMABLE) unless allow_config_change; when checkpoints
+    # exist but none is readable it stops unless start_over_if_unreadable.
+    c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2, allow_config_change=False,
+                                                  start_over_if_unreadable=False))
     c.log = ml_collections.ConfigDict(dict(every=1, progress=True))
 
     if c.model.name in PRETRAINED:  # the reference run (docs/scaling.md §4)

@@ -9,16 +9,19 @@ automatically), metrics.jsonl, TensorBoard events and plots.
 """
 import logging
 import os
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
 from ada_jax import train
-from ada_jax.config_check import validate
+from ada_jax.config_check import unknown_override, validate
 
+_DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "base.py")
+if _BAD := unknown_override(sys.argv, _DEFAULT_CONFIG):  # before absl's bare AttributeError
+    sys.exit(f"FATAL Flags parsing error: {_BAD}")
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "base.py"),
-    "Config file (with :key=value variant args).", lock_config=True)
+    "config", _DEFAULT_CONFIG, "Config file (with :key=value variant args).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory.")
 _PLOTS = flags.DEFINE_bool("plots", True, "Draw plots into <workdir>/plots at the end.")
 

@@ -1,4 +1,8 @@
 """Config: variants, command-line overrides, and errors that name the field."""
+import os
+import subprocess
+import sys
+
 import pytest
 from absl import flags
 from ml_collections import config_flags
@@ -42,6 +46,9 @@ def test_command_line_overrides():
     ("task.name", "gsm8k", "config.task.name"),
     ("optim.eps", -1.0, "config.optim.eps"),
     ("eval.train_prompts", -2, "config.eval.train_prompts"),
+    ("optim.lr", float("nan"), "config.optim.lr"),  # NaN passed every `< 0` check
+    ("sampling.temperature", float("nan"), "config.sampling.temperature"),
+    ("checkpoint.every", 0, "config.checkpoint.every"),  # was a ZeroDivisionError after a step
 ])
 def test_invalid_values_name_the_field(field, value, match):
     c = base.get_config("")
@@ -57,3 +64,15 @@ def test_bad_variant_args():
         base.get_config("model=gpt5")
     with pytest.raises(ValueError, match="unknown config arg"):
         base.get_config("colour=red")
+
+
+def test_unknown_command_line_field_is_named():
+    """--config.rl.nn=3: an error naming the field and config.rl's fields (before: a traceback
+    ending in a bare AttributeError: 'nn'), before anything runs."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, os.path.join(root, "scripts", "train.py"),
+                          "--config.rl.nn=3", "--workdir=/nonexistent/never"],
+                         capture_output=True, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert out.returncode != 0
+    assert "config.rl.nn" in out.stderr and "minibatches" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr

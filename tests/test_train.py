@@ -180,21 +180,65 @@ def test_corrupted_and_partial_checkpoints_are_skipped(tmp_path):
     assert _restore(wd)[0] == 3
 
 
-def test_non_finite_step_is_skipped_and_not_saved(tmp_path):
+def test_non_finite_step_is_skipped_and_checkpointed(tmp_path):
+    """A skipped update leaves the previous (finite) state, which is saved on schedule: before,
+    a skipped last step was never saved, so every re-run repeated it."""
     wd = str(tmp_path)
     c = _config("grpo", **{"rl.steps": 2, "checkpoint.every": 1, "rl.inject_nan_step": 1})
     train.train_and_evaluate(c, wd)
     with open(os.path.join(wd, "metrics.jsonl")) as f:
-        recs = [json.loads(line) for line in f]
+        log = f.read()
+    recs = [json.loads(line) for line in log.splitlines()]
     assert [r["skipped"] for r in recs] == [0.0, 1.0]
     assert not np.isfinite(recs[1]["loss"])
-    ckpts = sorted(int(x) for x in os.listdir(os.path.join(wd, "checkpoints")) if x.isdigit())
-    assert ckpts == [1]  # the skipped step was never saved
+    ckpt = Checkpointer(os.path.join(wd, "checkpoints"))
+    assert ckpt.manager.all_steps() == [1, 2]
+    params = [ckpt.manager.restore(s)["arrays"]["trainable"]["model"] for s in (1, 2)]
+    ckpt.close()
+    for a, b in zip(*map(jax.tree.leaves, params)):
+        np.testing.assert_array_equal(a, b)  # step 2's update was skipped
+    again = train.train_and_evaluate(c, wd)  # finished: nothing is redone
+    with open(os.path.join(wd, "metrics.jsonl")) as f:
+        assert f.read() == log
+    assert again["skipped"] == 1.0
+
+
+def test_nan_learning_rate_update_is_skipped(tmp_path):
+    """Finite loss and gradient but a NaN lr: the new params are checked too (before: applied,
+    every param NaN)."""
+    c = _config("grpo", **{"optim.warmup_steps": 0})
+    ctx, params = train.setup(c, str(tmp_path))
+    c.optim.lr = float("nan")  # past validation, which now rejects it
+    before, after, met = _one_update(c, str(tmp_path), ctx=(ctx, params))
+    assert met["skipped"] == 1.0 and np.isfinite(met["grad_norm"])
+    for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(after)):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_bad_minibatch_count_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="minibatches"):
         train.train_and_evaluate(_config("grpo", **{"rl.minibatches": 3}), str(tmp_path))
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("rl.minibatches", 3, "minibatches"), ("task.train_size", 3, "prompts_per_step=4")])
+def test_batch_checks_run_before_sft_and_config_json(tmp_path, field, value, match):
+    """Rejected before the warm start runs (before: SFT first) and before config.json is
+    written (before: overwritten first)."""
+    with pytest.raises(ValueError, match=match):
+        train.train_and_evaluate(_config("grpo", **{"sft.steps": 10, field: value}),
+                                 str(tmp_path))
+    assert os.listdir(tmp_path) == []
+
+
+def test_config_json_is_kept_when_a_check_fails(tmp_path):
+    """An existing workdir's config.json is rewritten only after every check (mesh included)."""
+    with open(tmp_path / "config.json", "w") as f:
+        f.write(_config("grpo").to_json_best_effort(indent=1, sort_keys=True))
+    before = (tmp_path / "config.json").read_text()
+    with pytest.raises(ValueError, match="config.mesh"):
+        train.train_and_evaluate(_config("grpo", **{"mesh.data": 3}), str(tmp_path))
+    assert (tmp_path / "config.json").read_text() == before
 
 
 def test_kl_to_reference_policy(tmp_path):
@@ -253,10 +297,10 @@ def test_daro_keeps_kl_term(tmp_path):
     assert runs[0.5][2]["loss"] - runs[0.0][2]["loss"] == pytest.approx(0.5 * kl, rel=1e-3)
 
 
-def _one_update(c, workdir):
+def _one_update(c, workdir, ctx=None):
     """One train_step on fixed synthetic rows of unequal lengths (row 3 empty): (params before,
-    params after, metrics), all on the host."""
-    ctx, params = train.setup(c, workdir)
+    params after, metrics), all on the host. `ctx`: setup's (ctx, params), if done already."""
+    ctx, params = ctx or train.setup(c, workdir)
     optimizer, trainable, opt_state = train.init_train_state(ctx, params)
     before = jax.device_get(trainable)
     step = train.make_train_step(ctx.graphdef, optimizer, c, c.sampling.max_prompt_len, 4)

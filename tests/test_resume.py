@@ -1,0 +1,182 @@
+"""Resume safety: a changed config is refused (not mistaken for corruption), unreadable or
+silently corrupted checkpoints, and the metrics file across crashes."""
+import glob
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from ada_jax import train
+from ada_jax.checkpoint import (CheckpointMismatch, Checkpointer, UnreadableCheckpoints,
+                                abstract_like)
+from tests.test_train import _config
+
+RUN = {"rl.steps": 2, "checkpoint.every": 1}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished 2-step grpo run with checkpoints 1 and 2 (read-only: copy it to change it)."""
+    wd = str(tmp_path_factory.mktemp("finished"))
+    train.train_and_evaluate(_config("grpo", **RUN), wd)
+    return wd
+
+
+def _copy(src, dst):
+    shutil.copytree(src, dst)
+    return str(dst)
+
+
+def _listing(wd):
+    return sorted(os.listdir(os.path.join(wd, "checkpoints")))
+
+
+def _read(path):
+    with open(path) as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("field,value", [("rl.n", 3), ("optim.daro_lr", 0.1),
+                                         ("model.d_model", 32), ("optim.lr", 1e-3)])
+def test_changed_config_is_refused_naming_the_field(finished, field, value):
+    """Before: shape changes made every checkpoint 'unreadable', moved aside, and training
+    restarted from scratch with exit 0; other changes resumed silently."""
+    before, config_json = _listing(finished), _read(os.path.join(finished, "config.json"))
+    with pytest.raises(ValueError, match=rf"config\.{field}: .*allow_config_change"):
+        train.train_and_evaluate(_config("grpo", **RUN, **{field: value}), finished)
+    assert _listing(finished) == before
+    assert _read(os.path.join(finished, "config.json")) == config_json
+
+
+def test_allowed_changes_resume(finished, tmp_path):
+    """Run length and cadence may change; other fields with allow_config_change; a shape change
+    even then is a clear mismatch, and nothing is moved aside."""
+    wd = _copy(finished, tmp_path / "wd")
+    with pytest.raises(CheckpointMismatch, match="daro"):
+        train.train_and_evaluate(_config("grpo", **RUN, **{
+            "rl.n": 3, "checkpoint.allow_config_change": True}), wd)
+    assert _listing(wd) == ["1", "2"]
+    train.train_and_evaluate(_config("grpo", **{
+        "rl.steps": 3, "checkpoint.every": 2, "eval.every": 5, "optim.lr": 1e-3,
+        "checkpoint.allow_config_change": True}), wd)
+    with open(os.path.join(wd, "metrics.jsonl")) as f:
+        assert [json.loads(line)["step"] for line in f] == [1, 2, 3]
+    assert json.loads(_read(os.path.join(wd, "config.json")))["optim"]["lr"] == 1e-3
+
+
+def test_no_readable_checkpoint_stops_unless_asked(finished, tmp_path):
+    """Before: every checkpoint moved aside and training silently started over."""
+    wd = _copy(finished, tmp_path / "wd")
+    for path in glob.glob(os.path.join(wd, "checkpoints", "*", "meta", "*")):
+        with open(path, "wb") as f:
+            f.write(b"\x00garbage")
+    with pytest.raises(UnreadableCheckpoints, match="start_over_if_unreadable"):
+        train.train_and_evaluate(_config("grpo", **RUN), wd)
+    assert _listing(wd) == ["1", "2"]
+    train.train_and_evaluate(_config("grpo", **RUN, **{
+        "checkpoint.start_over_if_unreadable": True}), wd)
+    assert [d for d in _listing(wd) if "corrupt" not in d] == ["1", "2"]
+    assert len([d for d in _listing(wd) if "corrupt" in d]) == 2
+
+
+def test_flipped_bytes_fall_back_to_the_previous_checkpoint(tmp_path):
+    """Flipped bytes in array data restore without complaint in orbax; the checksum in the
+    metadata catches them, and restore falls back to the previous step."""
+    d = str(tmp_path / "ckpt")
+    tree = {"w": jnp.arange(4096, dtype=jnp.float32).reshape(64, 64) / 7,
+            "b": jnp.ones((3,), jnp.bfloat16), "count": jnp.array(5, jnp.int32)}
+    ckpt = Checkpointer(d)
+    ckpt.save(1, tree, {"step": 1})
+    ckpt.save(2, tree, {"step": 2})
+    data = max(glob.glob(f"{d}/2/arrays/**/d/*", recursive=True), key=os.path.getsize)
+    raw = bytearray(_read_bytes(data))
+    raw[len(raw) // 2:len(raw) // 2 + 4] = b"\xff\x7f\x12\x34"
+    with open(data, "wb") as f:
+        f.write(raw)
+    silent = ckpt.manager.restore(2, args=ocp.args.Composite(
+        arrays=ocp.args.StandardRestore(abstract_like(tree))))["arrays"]
+    assert not np.array_equal(silent["w"], tree["w"])  # orbax alone: no error, wrong values
+    step, arrays, meta = ckpt.restore_latest(abstract_like(tree))
+    assert (step, meta) == (1, {"step": 1})
+    for a, b in zip(jax.tree.leaves(arrays), jax.tree.leaves(tree)):
+        np.testing.assert_array_equal(a, b)
+    assert sorted(os.listdir(d))[0] == "1" and "2.corrupt-" in sorted(os.listdir(d))[1]
+    # Other shapes (another config) are a mismatch, not corruption: nothing moves.
+    with pytest.raises(CheckpointMismatch, match=r"\['w'\]: saved \[\[64, 64\]"):
+        ckpt.restore_latest(abstract_like(dict(tree, w=jnp.zeros((32, 64)))))
+    assert "1" in os.listdir(d)
+
+
+def _read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _records(path, steps):
+    lines = [json.dumps({"step": s, "cum_samples": 10 * s, "reward_mean": 0.1 * s}) + "\n"
+             for s in steps]
+    with open(path, "w") as f:
+        f.writelines(lines)
+    return lines
+
+
+def test_fresh_start_keeps_no_step0_record(tmp_path):
+    """A kill after step 0's eval line but before the first checkpoint: the re-run starts at
+    step 0 and writes that line again, so the old one must go (before: step 0 twice)."""
+    _records(tmp_path / "metrics.jsonl", [0])
+    train.MetricsWriter(str(tmp_path), 0)
+    assert _read(tmp_path / "metrics.jsonl") == ""
+
+
+def test_metrics_rewrite_is_atomic(tmp_path, monkeypatch):
+    """A crash while the file is rewritten on resume leaves the old file (before: emptied)."""
+    lines = _records(tmp_path / "metrics.jsonl", [0, 1, 2, 3])
+
+    class Killed(Exception):
+        pass
+
+    class DiesOnWrite:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def __getattr__(self, name):
+            if name.startswith("write"):
+                raise Killed
+            return getattr(self.f, name)
+
+    def crashing_open(path, mode="r", *args, **kwargs):
+        f = open(path, mode, *args, **kwargs)
+        return DiesOnWrite(f) if "w" in mode else f
+
+    monkeypatch.setattr(train, "open", crashing_open, raising=False)
+    with pytest.raises(Killed):
+        train.MetricsWriter(str(tmp_path), 2)
+    assert _read(tmp_path / "metrics.jsonl") == "".join(lines)
+
+
+def test_garbled_metrics_record_is_an_error(tmp_path):
+    """A garbled record of a kept step is refused (before: silently dropped, with its eval);
+    a line cut by a crash after the resumed step is dropped; totals come from the resumed
+    step's record."""
+    path = tmp_path / "metrics.jsonl"
+    lines = _records(path, [0, 1, 2, 3])
+    with open(path, "w") as f:
+        f.writelines(lines[:3] + [lines[3][:9]])  # step 3 cut mid-line
+    writer = train.MetricsWriter(str(tmp_path), 2)
+    assert _read(path) == "".join(lines[:3])
+    assert writer.last == {"step": 2, "cum_samples": 20, "reward_mean": 0.2}
+    with open(path, "w") as f:
+        f.writelines([lines[0], lines[1].replace('"step"', '"st\x00p'), lines[2]])
+    with pytest.raises(ValueError, match=r"step\(s\) \[1\].*unreadable lines \[2\]"):
+        train.MetricsWriter(str(tmp_path), 2)
