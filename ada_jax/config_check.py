@@ -113,6 +113,14 @@ def validate(config) -> None:
     if a.overcommit > 1:
         raise ValueError(f"config.adaptive.overcommit={a.overcommit!r}: must be in [0, 1] "
                          f"(a tolerated probability that a launched sample is wasted)")
+    s = config.sft
+    if isinstance(s.careful_share, bool) or not isinstance(s.careful_share, (int, float)) or \
+            not 0 <= s.careful_share <= 1:
+        raise ValueError(f"config.sft.careful_share={s.careful_share!r}: must be in [0, 1] (the "
+                         f"share of SFT targets in the careful style)")
+    if isinstance(s.max_level, bool) or not isinstance(s.max_level, int) or s.max_level < 0:
+        raise ValueError(f"config.sft.max_level={s.max_level!r}: must be an integer >= 0 "
+                         f"(0 = every level)")
     if config.rl.n < 2 and config.rl.advantage in ("grpo", "rloo", "drgrpo", "liteppo"):
         raise ValueError(f"config.rl.n={config.rl.n}: group estimators need n >= 2")
     if config.rl.hints != "none" and a.policy not in ("uniform", "seq"):

@@ -60,6 +60,20 @@ def sft_rows(tokenizer, problems, template: str, length: int, bucket: int = 32,
     return toks, mask, loss
 
 
+def sft_task(config):
+    """The config whose train split SFT reads: the embedded task's levels up to
+    sft.max_level only. Levels above it stay in RL and eval as problems the base was never
+    shown: training on their unlearnable targets would drown the one-digit facts the
+    careful style needs (docs/results.md)."""
+    t = config.task
+    if t.name not in ("embedded", "tfds_embedded") or not config.sft.max_level:
+        return config
+    cfg = config.copy_and_resolve_references()
+    with cfg.unlocked():
+        cfg.task.max_level = max(min(t.max_level, config.sft.max_level), t.min_level)
+    return cfg
+
+
 def train_base(config, out_dir: str, mesh, tokenizer):
     """Run SFT and save the base checkpoint; returns (graphdef, params)."""
     from tqdm.auto import tqdm
@@ -84,7 +98,7 @@ def train_base(config, out_dir: str, mesh, tokenizer):
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    it = PromptIterator(load_split(config, "train"), s.batch_size, seed=config.seed + 1)
+    it = PromptIterator(load_split(sft_task(config), "train"), s.batch_size, seed=config.seed + 1)
     mixed = config.task.name in ("embedded", "tfds_embedded")
     style_rng = np.random.default_rng(config.seed + 2)
     bar = tqdm(range(s.steps), desc="sft", disable=not config.log.progress, dynamic_ncols=True)

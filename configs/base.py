@@ -153,10 +153,11 @@ def get_config(arg: str = ""):
         lr=1e-4, warmup_steps=10, grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999,
         eps=1e-8, daro_lr=0.0))  # daro_lr: DARO log-weights' own lr (0 = optim.lr)
 
-    # careful_share: embedded task only, the share of SFT targets in the worked line-by-line
-    # style; the rest box the answer at once (docs/results.md: the choice RL learns).
+    # Embedded task only: careful_share is the share of SFT targets in the worked
+    # line-by-line style (the rest box the answer at once: the choice RL learns), and SFT sees
+    # levels up to max_level only (0 = all); docs/results.md.
     c.sft = ml_collections.ConfigDict(dict(steps=600, batch_size=64, lr=3e-3, warmup_steps=50,
-                                           base_dir="", careful_share=0.3))
+                                           base_dir="", careful_share=0.3, max_level=6))
 
     # train_prompts > 0 also evaluates on that many training prompts (train_eval/…)
     c.eval = ml_collections.ConfigDict(dict(every=20, k=4, prompts=128, train_prompts=0))

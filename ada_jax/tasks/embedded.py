@@ -1,22 +1,30 @@
 """The embedded task: chained integer arithmetic, evaluated left to right, with a difficulty ladder.
 
-A problem is a start value and a chain of operations, e.g. `Compute left to right: 47+8*3-15`,
-meaning ((47+8)*3)-15. The reference solution does one operation per line and ends with the
-answer in \\boxed{}:
+A problem is a start value and a chain of operations, e.g. `Compute left to right: 4+3-5+4`,
+meaning ((4+3)-5)+4. A response is written in one of two styles, and the choice between them
+is what RL can learn (docs/results.md):
 
-    47+8=55
-    55*3=165
-    165-15=150
-    \\boxed{150}
+    careful (one operation per line)     hasty (the answer at once)
+    4+3=7                                \\boxed{6}
+    7-5=2
+    2+4=6
+    \\boxed{6}
 
-Each line must be computed in one shot (no digit-level scratch work), so difficulty grows with
-the number of lines (errors compound) and with the width of the numbers (carries must be
-resolved before the leading digit is written, products of a 3-4 digit number need every digit
-at once). The ladder runs from copying (level 1: no operation, `Compute left to right: 347`
--> `\\boxed{347}`; level 2: one identity operation such as `347*1`) through one-digit facts
-(level 3) to five operations on four-digit numbers with multiplications (level 8), far beyond
-a few-hundred-thousand-parameter model. All values stay in [0, bound), so answers are plain
-digit strings.
+Each careful line is one fact the model can recall reliably on the middle levels; the hasty
+style must do the whole chain in one shot, which a small model gets right less and less often
+as the chain grows. The SFT data mixes the styles (`sft.careful_share` careful), so the base
+policy picks the careful style some of the time on every prompt: RL that rewards correct
+answers raises that share on every prompt, held-out ones included, and responses get longer as
+accuracy rises. `Problem.solution` is the careful solution (hints reveal its lines);
+`hasty_solution` gives the other style and `is_careful` tells a completion's style.
+
+The ladder runs from copying (level 1: no operation, `Compute left to right: 347` ->
+`\\boxed{347}`; level 2: one identity operation such as `347*1`) through one-digit facts
+(level 3) and chains of two to four of them on values below 10 (levels 4-6) to
+operations on three- and four-digit numbers with multiplications (levels 7-8), which a
+sub-million-parameter model cannot do line by line either: both tails of the pass-rate
+distribution stay populated, the signal-collapse regime the adaptive methods target. All
+values stay in [0, bound), so answers are plain digit strings.
 
 Problems are generated on the fly and deterministically from (seed, split, index); train and
 eval are disjoint because membership is decided by the question text (`problem.split_of`).
@@ -41,10 +49,10 @@ class Level:
 LEVELS = {
     1: Level(steps=0, start_digits=3, digits=0, ops="", bound=1000),
     2: Level(steps=1, start_digits=3, digits=0, ops="+-*", bound=1000),
-    3: Level(steps=1, start_digits=1, digits=1, ops="+", bound=100),
-    4: Level(steps=2, start_digits=1, digits=1, ops="+-", bound=100),
-    5: Level(steps=3, start_digits=2, digits=1, ops="+-", bound=100),
-    6: Level(steps=4, start_digits=2, digits=1, ops="+-", bound=100),
+    3: Level(steps=1, start_digits=1, digits=1, ops="+-", bound=10),
+    4: Level(steps=2, start_digits=1, digits=1, ops="+-", bound=10),
+    5: Level(steps=3, start_digits=1, digits=1, ops="+-", bound=10),
+    6: Level(steps=4, start_digits=1, digits=1, ops="+-", bound=10),
     7: Level(steps=3, start_digits=3, digits=3, ops="+-*", bound=10_000),
     8: Level(steps=5, start_digits=4, digits=4, ops="+-*", bound=10_000),
 }
