@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+log = logging.getLogger(__name__)
+
 _SIGNATURE = "_arrays"  # meta key: {leaf path: [shape, dtype, checksum]}
 
 
@@ -118,7 +120,7 @@ class Checkpointer:
             except CheckpointMismatch:
                 raise
             except Exception as e:  # corrupted / partial: fall back to an older one
-                logging.warning("checkpoint %d in %s is unreadable (%s: %s)", step,
+                log.warning("checkpoint %d in %s is unreadable (%s: %s)", step,
                                 self.directory, type(e).__name__, e)
                 bad.append((step, f"{type(e).__name__}: {e}"))
         if found is None and bad and not start_over:
@@ -128,7 +130,7 @@ class Checkpointer:
                 + ". Move the directory aside to start over.")
         for step, _ in bad:
             path = os.path.join(self.directory, str(step))
-            logging.warning("moving %s aside", path)
+            log.warning("moving %s aside", path)
             os.replace(path, f"{path}.corrupt-{int(time.time())}")
         self.manager.reload()
         return found

@@ -9,6 +9,8 @@ from typing import Any
 
 from ada_jax.tasks import TASKS
 
+log = logging.getLogger(__name__)
+
 _CHOICES = {
     "model.param_dtype": ("float32", "bfloat16"),
     "model.dtype": ("float32", "bfloat16"),
@@ -84,7 +86,7 @@ def validate(config) -> None:
         raise ValueError(f"config.model.extra_eos_tokens={extra!r}: must be a tuple of "
                          f"non-empty token strings")
     if m.param_dtype == "bfloat16" and config.optim.lr < 1e-4:
-        logging.warning("config.model.param_dtype='bfloat16' with config.optim.lr=%g: bf16 "
+        log.warning("config.model.param_dtype='bfloat16' with config.optim.lr=%g: bf16 "
                         "weights round most updates this small away; use float32 params "
                         "(with dtype='bfloat16' compute)", config.optim.lr)
     if m.n_heads % m.n_kv_heads:
@@ -108,7 +110,7 @@ def validate(config) -> None:
         raise ValueError(f"config.adaptive.min_pool={a.min_pool!r}: must be an integer >= 0 "
                          f"(0 = rl.n)")
     if a.policy == "seq" and 0 < a.min_pool < config.rl.n:
-        logging.warning("config.adaptive.min_pool=%d < config.rl.n=%d: pools that stop early "
+        log.warning("config.adaptive.min_pool=%d < config.rl.n=%d: pools that stop early "
                         "give kept groups of fewer than n samples", a.min_pool, config.rl.n)
     if a.overcommit > 1:
         raise ValueError(f"config.adaptive.overcommit={a.overcommit!r}: must be in [0, 1] "

@@ -105,6 +105,26 @@ def summary_row(workdir: str, target: float | None = None,
     return row
 
 
+def run_summary(workdir: str) -> str:
+    """A few lines for the console: held-out accuracy, careful share and response length at
+    the first and last eval, and what the run cost."""
+    recs = load_metrics(workdir)
+    k = _eval_key(recs)
+    evals = [r for r in recs if k and k in r]
+    if not evals:
+        return f"{workdir}: no eval records"
+    first, last = evals[0], evals[-1]
+    lines = [f"held-out {k[5:]}: step {first['step']} "
+             f"{first[k]:.3f} -> step {last['step']} {last[k]:.3f} ({last[k] - first[k]:+.3f})"]
+    for key, name in (("eval/careful_share", "careful share"),
+                      ("eval/response_len", "response length (tokens)")):
+        if key in first and key in last:
+            lines.append(f"{name}: {first[key]:.2f} -> {last[key]:.2f}")
+    lines.append(f"generated tokens {recs[-1].get('cum_generated_tokens', 0):,}, "
+                 f"RL wall {recs[-1].get('cum_wall', 0.0):.0f} s")
+    return "\n".join(lines)
+
+
 def plot_groups(groups: Sequence[tuple[str, Sequence[str]]], out_dir: str):
     """Seed-averaged curves per method (mean line, ±1 sd band): held-out and training-prompt
     eval vs step and vs generated tokens, effective-prompt ratio vs step. Returns PNG paths."""

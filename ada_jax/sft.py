@@ -19,10 +19,11 @@ from flax import nnx
 from ada_jax import evaluate, sharding
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, abstract_like
-from ada_jax.sampling import left_pad
 from ada_jax.tasks import PromptIterator, load_split
 from ada_jax.tasks.embedded import hasty_solution
 from ada_jax.tokenizer import prompt_ids, render_prompt
+
+log = logging.getLogger(__name__)
 
 
 def base_dir(config, workdir: str) -> str:
@@ -128,9 +129,9 @@ def load_base(config, workdir: str, mesh, tokenizer):
         restored = Checkpointer(out_dir, keep=1).restore_latest(
             abstract_like({"params": params}))
         if restored is not None:
-            logging.info("base policy from %s", out_dir)
+            log.info("base policy from %s", out_dir)
             return graphdef, restored[1]["params"]
-    logging.info("no base checkpoint in %s: running SFT (%d steps)", out_dir, config.sft.steps)
+    log.info("no base checkpoint in %s: running SFT (%d steps)", out_dir, config.sft.steps)
     return train_base(config, out_dir, mesh, tokenizer)
 
 
@@ -152,7 +153,7 @@ def _load_hf(config, mesh):
     _, graphdef, params = convert.load_hf_checkpoint(
         m.init_from, mesh, config.sharding_rules, param_dtype=m.param_dtype, dtype=m.dtype,
         remat=m.remat, max_len=m.max_len)
-    logging.info("base policy from %s", m.init_from)
+    log.info("base policy from %s", m.init_from)
     return graphdef, params
 
 

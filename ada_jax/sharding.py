@@ -15,6 +15,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+log = logging.getLogger(__name__)
+
 AXES = ("data", "fsdp", "tensor")
 Rules = Sequence[tuple[str, Any]]
 _ACTIVE: list[tuple[Mesh, Rules]] = []
@@ -30,7 +32,7 @@ def maybe_initialize_distributed(dist_config) -> None:
                       num_processes=dist_config.num_processes,
                       process_id=dist_config.process_id)
     jax.distributed.initialize(**kwargs)  # no args: auto-detect on TPU pods / SLURM
-    logging.info("jax.distributed: process %d of %d, %d local / %d global devices",
+    log.info("jax.distributed: process %d of %d, %d local / %d global devices",
                  jax.process_index(), jax.process_count(), jax.local_device_count(),
                  jax.device_count())
 

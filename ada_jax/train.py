@@ -23,7 +23,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ada_jax import (adaptive, advantages, evaluate, hints, losses, objectives, sampling,
+from ada_jax import (adaptive, advantages, evaluate, hints, losses, objectives,
                      sharding, sft)
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
@@ -33,6 +33,8 @@ from ada_jax.rewards.embedded import encode_answers, token_scorer
 from ada_jax.tasks import PromptIterator, load_split
 from ada_jax.tasks.embedded import is_careful
 from ada_jax.tokenizer import load_tokenizer
+
+log = logging.getLogger(__name__)
 
 ANSWER_LEN = 16  # max answer tokens for the jittable verifier
 
@@ -547,7 +549,7 @@ class MetricsWriter:
                 f"checkpoint (step {resume_step})" + (f"; unreadable lines {bad}" if bad else "")
                 + ". Repair or restore the file, or start a new workdir.")
         if bad:
-            logging.warning("%s: dropping unreadable lines %s (steps after %d, redone)",
+            log.warning("%s: dropping unreadable lines %s (steps after %d, redone)",
                             self.path, bad, resume_step)
         self.last = json.loads(kept[resume_step]) if resume_step else {}
         _write_atomic(self.path, "".join(kept[k] for k in sorted(kept)))
@@ -556,7 +558,7 @@ class MetricsWriter:
             from tensorboardX import SummaryWriter
             self.tb = SummaryWriter(os.path.join(workdir, "tb"))
         except ImportError:  # pragma: no cover
-            logging.warning("tensorboardX missing: TensorBoard logging off")
+            log.warning("tensorboardX missing: TensorBoard logging off")
 
     def write(self, step: int, metrics: dict):
         rec = {"step": step, **metrics}
@@ -611,10 +613,10 @@ def check_resume(config, workdir: str) -> None:
         raise ValueError(f"{path} is unreadable ({e}): repair it or start a new workdir") from e
     changed, only_one = config_changes(saved, config)
     if only_one:
-        logging.warning("%s: fields only in the saved or only in the new config (another code "
+        log.warning("%s: fields only in the saved or only in the new config (another code "
                         "version?), not compared: %s", path, ", ".join(only_one))
     if changed and config.checkpoint.allow_config_change:
-        logging.warning("resuming %s with a changed config: %s", workdir, "; ".join(changed))
+        log.warning("resuming %s with a changed config: %s", workdir, "; ".join(changed))
     elif changed:
         raise ValueError(
             f"workdir {workdir} was started with another config (its config.json); changed: "
@@ -713,7 +715,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         iterator.restore(meta["iterator"])
         state = {"est": {k: tuple(v) for k, v in meta["est_history"].items()},
                  "hint": dict(meta.get("hint_levels", {}))}
-        logging.info("resumed from step %d", start)
+        log.info("resumed from step %d", start)
     writer = MetricsWriter(workdir, start)
     _write_atomic(os.path.join(workdir, "config.json"),
                   config.to_json_best_effort(indent=1, sort_keys=True))
@@ -751,7 +753,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
                                                step)
             t3 = time.perf_counter()
             if lmet["skipped"]:
-                logging.warning("step %d: non-finite loss or gradient; update skipped", step)
+                log.warning("step %d: non-finite loss or gradient; update skipped", step)
             met.update(lmet)
             met["reward_mean"] = float(np.mean(np.asarray(batch.pool_pos_B)
                                                / np.maximum(np.asarray(batch.pool_n_B), 1)))

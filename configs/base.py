@@ -160,7 +160,7 @@ def get_config(arg: str = ""):
                                            base_dir="", careful_share=0.3, max_level=6))
 
     # train_prompts > 0 also evaluates on that many training prompts (train_eval/…)
-    c.eval = ml_collections.ConfigDict(dict(every=20, k=4, prompts=128, train_prompts=0))
+    c.eval = ml_collections.ConfigDict(dict(every=10, k=4, prompts=256, train_prompts=0))
     # Resuming a workdir refuses a config that differs from its config.json (beyond run length,
     # cadence, layout: config_check.RESUMABLE) unless allow_config_change; when checkpoints
     # exist but none is readable it stops unless start_over_if_unreadable.

@@ -3,13 +3,13 @@
   python scripts/evaluate.py --workdir=workdir --k=16
 """
 import json
-import logging
 import os
 
 import jax
 from absl import app, flags
 from ml_collections import config_flags
 
+import ada_jax
 from ada_jax import evaluate, sharding, train
 from ada_jax.checkpoint import Checkpointer
 from ada_jax.config_check import validate
@@ -24,7 +24,7 @@ _BASE = flags.DEFINE_bool("base", False, "Evaluate the base policy instead of th
 
 def main(argv):
     del argv
-    logging.getLogger().setLevel(logging.INFO)
+    ada_jax.console_logging()
     config = _CONFIG.value
     validate(config)
     if not _BASE.value:  # the checkpoint brings the params: don't SFT just for the structure

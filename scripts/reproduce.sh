@@ -3,24 +3,25 @@
 # batch and steps, all starting from one shared SFT base policy.
 #   bash scripts/reproduce.sh [OUT_DIR] [STEPS] [SEEDS]
 # Environment knobs: LR (RL learning rate), TRAIN_SIZE (size of the training prompt pool),
-# EVAL_EVERY, TARGET (accuracy for "tokens to reach"), METHODS_ONLY (space-separated subset).
+# EVAL_EVERY, TARGET (accuracy for "tokens to reach"), METHODS_ONLY (space-separated subset),
+# BASE (an existing base policy to share, e.g. the main job's workdir/base).
 # Runs two at a time (2 CPU cores); prints the markdown table and writes plots to OUT/plots.
 set -euo pipefail
 OUT=${1:-runs}
-STEPS=${2:-48}
+STEPS=${2:-30}
 SEEDS=${3:-"0 1 2"}
 LR=${LR:-1e-4}
-TRAIN_SIZE=${TRAIN_SIZE:-256}
-EVAL_EVERY=${EVAL_EVERY:-12}
+TRAIN_SIZE=${TRAIN_SIZE:-20000}
+EVAL_EVERY=${EVAL_EVERY:-5}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
-BASE="$OUT/base"
+BASE=${BASE:-"$OUT/base"}
 [ -d "$BASE" ] || python scripts/sft.py --workdir="$OUT" --config.sft.base_dir="$BASE" \
   --config.log.progress=False
 
-# Held-out eval (eval/…) and the first 128 training prompts (train_eval/…), avg@4 each.
+# Held-out eval on 256 prompts (eval/…), avg@4.
 COMMON="--config.sft.base_dir=$BASE --config.rl.steps=$STEPS --config.eval.every=$EVAL_EVERY \
- --config.eval.prompts=128 --config.eval.train_prompts=128 --config.eval.k=4 \
+ --config.task.eval_size=256 --config.eval.prompts=256 --config.eval.k=4 \
  --config.optim.lr=$LR --config.task.train_size=$TRAIN_SIZE \
  --config.checkpoint.every=$STEPS --config.log.progress=False --plots=false"
 declare -A METHODS=(
@@ -36,6 +37,9 @@ declare -A METHODS=(
   [daro]="algo=daro|"
   [daro_wlr]="algo=daro|--config.optim.daro_lr=0.05"
   [gvm]="algo=gvm|"
+  [est_log]="algo=ada_est|--config.adaptive.est_weight=optimal --config.rl.objective=log"
+  [est_power]="algo=ada_est|--config.adaptive.est_weight=optimal --config.rl.objective=power"
+  [ada_balance_log]="algo=ada_balance|--config.adaptive.mode=refill --config.rl.objective=log --config.rl.objective_weight=True"
 )
 if [ -n "${METHODS_ONLY:-}" ]; then
   for name in "${!METHODS[@]}"; do

@@ -3,12 +3,12 @@
   python scripts/sft.py --workdir=workdir          # writes workdir/base (+ pass_rates.json)
 """
 import json
-import logging
 import os
 
 from absl import app, flags
 from ml_collections import config_flags
 
+import ada_jax
 from ada_jax import sft, sharding
 from ada_jax.config_check import validate
 from ada_jax.tokenizer import load_tokenizer
@@ -22,7 +22,7 @@ _K = flags.DEFINE_integer("k", 16, "Samples per eval prompt for the pass-rate re
 
 def main(argv):
     del argv
-    logging.getLogger().setLevel(logging.INFO)
+    ada_jax.console_logging()
     config = _CONFIG.value
     validate(config)
     mesh = sharding.make_mesh(config.mesh)

@@ -7,13 +7,13 @@
 The workdir holds the base policy (SFT'd once and reused), checkpoints (resumed
 automatically), metrics.jsonl, TensorBoard events and plots.
 """
-import logging
 import os
 import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
+import ada_jax
 from ada_jax import train
 from ada_jax.config_check import unknown_override, validate
 
@@ -28,17 +28,16 @@ _PLOTS = flags.DEFINE_bool("plots", True, "Draw plots into <workdir>/plots at th
 
 def main(argv):
     del argv
-    logging.getLogger().setLevel(logging.INFO)
+    ada_jax.console_logging()
     config = _CONFIG.value
     validate(config)  # again: command-line overrides come after get_config's check
-    metrics = train.train_and_evaluate(config, _WORKDIR.value)
-    keys = [k for k in sorted(metrics) if k.startswith("eval/") and "level" not in k]
-    print({k: round(metrics[k], 4) for k in keys + ["reward_mean", "cum_generated_tokens"]
-           if k in metrics})
+    train.train_and_evaluate(config, _WORKDIR.value)
+    from ada_jax import plots
+    print(plots.run_summary(_WORKDIR.value))
     if _PLOTS.value:
-        from ada_jax import plots
-        print("plots:", plots.plot_runs([_WORKDIR.value], os.path.join(_WORKDIR.value,
-                                                                        "plots")))
+        print("plots:", *plots.plot_runs([_WORKDIR.value], os.path.join(_WORKDIR.value,
+                                                                         "plots")),
+              sep="\n  ")
 
 
 if __name__ == "__main__":

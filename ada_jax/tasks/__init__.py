@@ -17,6 +17,8 @@ from ada_jax.tasks.embedded import EmbeddedSource
 from ada_jax.tasks.iterator import PromptIterator
 from ada_jax.tasks.problem import Problem, hint, problem_id, split_of
 
+log = logging.getLogger(__name__)
+
 TASKS = ("embedded", "files", "tfds_embedded", "tfds_files")
 __all__ = ["Problem", "PromptIterator", "EmbeddedSource", "hint", "problem_id", "split_of",
            "load_split", "prompt_check", "TASKS"]
@@ -55,7 +57,7 @@ def _checked(source: Sequence[Problem], check, on_bad_row: str, name: str):
             bad.append(i)
     if not bad:
         return source
-    logging.warning("%s: skipped %d problems whose prompt is too long", name, len(bad))
+    log.warning("%s: skipped %d problems whose prompt is too long", name, len(bad))
     drop = set(bad)
     return [source[i] for i in range(len(source)) if i not in drop]
 
@@ -87,7 +89,7 @@ def load_split(config, split: str, tokenizer=None) -> Sequence[Problem]:
         in_split_check = check and (lambda p: check(p) if mine(p) else None)
         problems, skipped = load_files(spec, field_map, t.on_bad_row, in_split_check)
         if skipped:
-            logging.warning("%s: skipped %d bad rows", spec, skipped)
+            log.warning("%s: skipped %d bad rows", spec, skipped)
         return [p for p in problems if mine(p)]
     if t.name == "tfds_files":
         from ada_jax.tasks.tfds_builders import TfdsSource, math_files_builder
