@@ -127,7 +127,8 @@ def run_summary(workdir: str) -> str:
 
 def plot_groups(groups: Sequence[tuple[str, Sequence[str]]], out_dir: str):
     """Seed-averaged curves per method (mean line, ±1 sd band): held-out and training-prompt
-    eval vs step and vs generated tokens, effective-prompt ratio vs step. Returns PNG paths."""
+    eval vs step, generated tokens and wall time, effective-prompt ratio, careful share and
+    response length vs step (the last two where logged). Returns PNG paths."""
     from matplotlib.figure import Figure
     os.makedirs(out_dir, exist_ok=True)
     loaded = [(label, [load_metrics(d) for d in dirs]) for label, dirs in groups]
@@ -139,7 +140,12 @@ def plot_groups(groups: Sequence[tuple[str, Sequence[str]]], out_dir: str):
                ("mean_train_eval_vs_tokens", "cum_generated_tokens", k and "train_" + k,
                 "accuracy on training prompts"),
                ("mean_effective_prompt_ratio", "step", "effective_prompt_ratio",
-                "effective prompt ratio")]
+                "effective prompt ratio"),
+               ("mean_eval_vs_wall", "cum_wall", k, "held-out eval accuracy"),
+               ("mean_careful_share_vs_step", "step", "eval/careful_share",
+                "careful share (held-out samples)"),
+               ("mean_response_len_vs_step", "step", "eval/response_len",
+                "response length, tokens (held-out samples)")]
     from matplotlib import colormaps
     tab20 = colormaps["tab20"].colors
     colors = tab20[::2] + tab20[1::2]  # 20 distinct colours, the strong ones first

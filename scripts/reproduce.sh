@@ -39,6 +39,7 @@ declare -A METHODS=(
   [gvm]="algo=gvm|"
   [est_log]="algo=ada_est|--config.adaptive.est_weight=optimal --config.rl.objective=log"
   [est_power]="algo=ada_est|--config.adaptive.est_weight=optimal --config.rl.objective=power"
+  [ada_balance_std]="algo=ada_balance|--config.adaptive.mode=refill --config.rl.std_normalise=True"
   [ada_balance_log]="algo=ada_balance|--config.adaptive.mode=refill --config.rl.objective=log --config.rl.objective_weight=True"
 )
 if [ -n "${METHODS_ONLY:-}" ]; then
