@@ -49,6 +49,8 @@ def test_command_line_overrides():
     ("optim.lr", float("nan"), "config.optim.lr"),  # NaN passed every `< 0` check
     ("sampling.temperature", float("nan"), "config.sampling.temperature"),
     ("checkpoint.every", 0, "config.checkpoint.every"),  # was a ZeroDivisionError after a step
+    ("sft.careful_share", 1.5, "config.sft.careful_share"),
+    ("sft.max_level", -1, "config.sft.max_level"),
 ])
 def test_invalid_values_name_the_field(field, value, match):
     c = base.get_config("")

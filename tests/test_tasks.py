@@ -2,10 +2,11 @@
 import collections
 import re
 
+import numpy as np
 import pytest
 
 from ada_jax.tasks import load_split
-from ada_jax.tasks.embedded import LEVELS, PREFIX, EmbeddedSource
+from ada_jax.tasks.embedded import LEVELS, PREFIX, EmbeddedSource, hasty_solution, is_careful
 from ada_jax.tasks.problem import Problem, hint, problem_id, split_of
 from ada_jax.tokenizer import SentencePieceTokenizer, prompt_ids, render_prompt
 from configs.base import get_config
@@ -121,3 +122,30 @@ def test_level_range_and_errors():
         EmbeddedSource("test", 10)
     with pytest.raises(IndexError):
         EmbeddedSource("eval", 10)[10]
+
+
+def test_solution_styles_and_their_detection():
+    """Careful = the worked lines (Problem.solution), hasty = the boxed answer at once;
+    is_careful tells them apart on completions, whatever follows the box."""
+    for p in EmbeddedSource("train", 64, seed=9, min_level=3, max_level=6):
+        assert hasty_solution(p) == f"\\boxed{{{p.answer}}}"
+        assert is_careful(p.solution) and not is_careful(hasty_solution(p))
+    assert is_careful("4+3=7\n")  # cut before the box: still the careful style
+    assert not is_careful("\\boxed{7}\n4+3=7")  # working after the answer does not count
+    assert not is_careful("") and not is_careful("7")
+
+
+def test_sft_mixes_the_styles_and_stops_at_sft_max_level():
+    from ada_jax.sft import sft_rows, sft_task
+    c, tok = get_config(""), SentencePieceTokenizer()
+    assert (c.sft.careful_share, c.sft.max_level) == (0.3, 6)
+    sft_source = load_split(sft_task(c), "train")
+    assert {sft_source[i].level for i in range(80)} == set(range(1, 7))
+    rl_source = load_split(c, "train")
+    assert {rl_source[i].level for i in range(80)} == set(range(1, 9))  # RL keeps 7-8
+    problems = [sft_source[i] for i in range(2, 6)]  # levels 3..6
+    toks, _, loss = sft_rows(tok, problems, "embedded", 160,
+                             careful_B=np.array([True, False, True, False]))
+    targets = [tok.decode(t[m].tolist()).replace("</s>", "") for t, m in zip(toks, loss)]
+    assert targets == [problems[0].solution, hasty_solution(problems[1]),
+                       problems[2].solution, hasty_solution(problems[3])]
