@@ -123,6 +123,7 @@ def get_config(arg: str = ""):
         field_map=ml_collections.ConfigDict(dict(question="", answer="", solution="")),
         on_bad_row="error", verifier_workers=2, verifier_timeout=5.0))
 
+    # mode: refill (docs/results.md: same accuracy as the reference rounds, 1.5x less wall time).
     # Refill defaults are the measured best (docs/benchmarks.md, "Adaptive engine"): at most
     # 2 slots per prompt (32 slots / 16 prompts; at 4 refill idles or over-samples) and
     # overcommit 0.75 (within 3% of the best slot time at 1, 2 and 4 slots per prompt).
@@ -130,7 +131,7 @@ def get_config(arg: str = ""):
     # holds >= min_pool samples; 0 = rl.n, the group size (balance 2/2 needs 4 anyway; the
     # reference's rounds hold >= samples_per_round = 8, set 8 for that).
     c.adaptive = ml_collections.ConfigDict(dict(
-        policy=algo["policy"], exit_rule=algo.get("exit_rule", "none"), mode="rounds",
+        policy=algo["policy"], exit_rule=algo.get("exit_rule", "none"), mode="refill",
         k_pos=2, k_neg=2, samples_per_round=8, max_rounds=4, at_budget="keep",
         slots=32, chunk_len=16, select_order="generation", min_pool=0,
         est_decay=0.9, est_alpha=1.0, est_beta=16.0, est_weight="inv_sqrt",
