@@ -19,6 +19,7 @@ from ada_jax import convert, sharding
 from ada_jax import model as model_lib
 from ada_jax.sampling import SamplingConfig, left_pad, sample
 from configs import base
+from tests.helpers import logit_diff_vs_hf
 
 transformers = pytest.importorskip("transformers")
 
@@ -84,14 +85,8 @@ def test_logits_match_transformers(saved, mesh):
     assert q.sharding.spec == PartitionSpec("fsdp", "tensor", None)
 
     toks, mask = _batch()
-    pos = np.asarray(model_lib.positions_from_mask(mask))
-    ours = jax.jit(lambda p: nnx.merge(graphdef, p)(toks, pos, mask)[0])(params)
-    with torch.no_grad():
-        ref = hf(input_ids=torch.tensor(toks, dtype=torch.long),
-                 attention_mask=torch.tensor(mask, dtype=torch.long),
-                 position_ids=torch.tensor(pos, dtype=torch.long)).logits.numpy()
-    diff = np.abs(np.asarray(ours) - ref)[mask].max()
-    print(f"{family}: max |logit diff| = {diff:.2e} (logits up to {np.abs(ref).max():.1f})")
+    diff, scale = logit_diff_vs_hf(graphdef, params, hf, toks, mask)
+    print(f"{family}: max |logit diff| = {diff:.2e} (logits up to {scale:.1f})")
     assert diff < 1e-4
 
 

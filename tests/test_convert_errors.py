@@ -4,17 +4,15 @@ import json
 import os
 import shutil
 
-import jax
 import numpy as np
 import pytest
 import torch
-from flax import nnx
 from safetensors.numpy import save_file
 
 from ada_jax import convert, sharding
-from ada_jax import model as model_lib
 from ada_jax.sampling import left_pad
 from configs import base
+from tests.helpers import logit_diff_vs_hf
 
 transformers = pytest.importorskip("transformers")
 
@@ -207,10 +205,4 @@ def test_sliding_window_refused_only_where_a_layer_uses_it(mesh, tmp_path, max_w
         return
     _, graphdef, params = _load(tmp_path, mesh)
     toks, mask = left_pad([list(range(3, 19)), list(range(5, 14))], 16)
-    pos = np.asarray(model_lib.positions_from_mask(mask))
-    ours = jax.jit(lambda p: nnx.merge(graphdef, p)(toks, pos, mask)[0])(params)
-    with torch.no_grad():
-        ref = hf(input_ids=torch.tensor(toks, dtype=torch.long),
-                 attention_mask=torch.tensor(mask, dtype=torch.long),
-                 position_ids=torch.tensor(pos, dtype=torch.long)).logits.numpy()
-    assert np.abs(np.asarray(ours) - ref)[mask].max() < 1e-4
+    assert logit_diff_vs_hf(graphdef, params, hf, toks, mask)[0] < 1e-4
