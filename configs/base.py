@@ -123,7 +123,7 @@ def get_config(arg: str = ""):
         field_map=ml_collections.ConfigDict(dict(question="", answer="", solution="")),
         on_bad_row="error", verifier_workers=2, verifier_timeout=5.0))
 
-    # mode: refill (docs/results.md: same accuracy as the reference rounds, 1.5x less wall time).
+    # mode: refill (docs/results.md: same accuracy as the reference rounds, 1.8x less wall time).
     # Refill defaults are the measured best (docs/benchmarks.md, "Adaptive engine"): at most
     # 2 slots per prompt (32 slots / 16 prompts; at 4 refill idles or over-samples) and
     # overcommit 0.75 (within 3% of the best slot time at 1, 2 and 4 slots per prompt).
