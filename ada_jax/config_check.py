@@ -200,3 +200,9 @@ def unknown_override(argv, default_spec: str):
     except Exception:  # a bad file or variant: ml_collections reports it
         return None
     return next(filter(None, (unknown_field(config, f) for f in fields)), None)
+
+
+def refuse_unknown_overrides(argv, default_spec: str) -> None:
+    """Exit with the unknown_override message, the way absl reports a flag error."""
+    if bad := unknown_override(argv, default_spec):
+        raise SystemExit(f"FATAL Flags parsing error: {bad}")

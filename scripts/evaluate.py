@@ -4,6 +4,7 @@
 """
 import json
 import os
+import sys
 
 import jax
 from absl import app, flags
@@ -12,10 +13,12 @@ from ml_collections import config_flags
 import ada_jax
 from ada_jax import evaluate, sharding, train
 from ada_jax.checkpoint import Checkpointer
-from ada_jax.config_check import validate
+from ada_jax.config_check import refuse_unknown_overrides, validate
 
+_DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "base.py")
+refuse_unknown_overrides(sys.argv, _DEFAULT_CONFIG)  # before absl's bare AttributeError
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", os.path.join(os.path.dirname(__file__), "..", "configs", "base.py"),
+    "config", _DEFAULT_CONFIG,
     "Config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory.")
 _K = flags.DEFINE_integer("k", 16, "Samples per prompt.")

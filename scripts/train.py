@@ -15,11 +15,10 @@ from ml_collections import config_flags
 
 import ada_jax
 from ada_jax import train
-from ada_jax.config_check import unknown_override, validate
+from ada_jax.config_check import refuse_unknown_overrides, validate
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "base.py")
-if _BAD := unknown_override(sys.argv, _DEFAULT_CONFIG):  # before absl's bare AttributeError
-    sys.exit(f"FATAL Flags parsing error: {_BAD}")
+refuse_unknown_overrides(sys.argv, _DEFAULT_CONFIG)  # before absl's bare AttributeError
 _CONFIG = config_flags.DEFINE_config_file(
     "config", _DEFAULT_CONFIG, "Config file (with :key=value variant args).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory.")

@@ -68,11 +68,12 @@ def test_bad_variant_args():
         base.get_config("colour=red")
 
 
-def test_unknown_command_line_field_is_named():
+@pytest.mark.parametrize("script", ["train.py", "sft.py", "evaluate.py"])
+def test_unknown_command_line_field_is_named(script):
     """--config.rl.nn=3: an error naming the field and config.rl's fields (before: a traceback
-    ending in a bare AttributeError: 'nn'), before anything runs."""
+    ending in a bare AttributeError: 'nn'), before anything runs, in every entry script."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, os.path.join(root, "scripts", "train.py"),
+    out = subprocess.run([sys.executable, os.path.join(root, "scripts", script),
                           "--config.rl.nn=3", "--workdir=/nonexistent/never"],
                          capture_output=True, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert out.returncode != 0
