@@ -12,7 +12,7 @@ import numpy as np
 
 from ada_jax import sampling
 from ada_jax.rewards.embedded import score_text
-from ada_jax.tasks import Problem
+from ada_jax.tasks import Problem, is_embedded
 from ada_jax.tasks.embedded import is_careful
 from ada_jax.tokenizer import Tokenizer, extra_eos_ids, prompt_ids, render_prompt
 
@@ -85,14 +85,6 @@ def score_completions(config, problems, texts) -> np.ndarray:
     return out.reshape(len(problems), -1)
 
 
-def sample_scores(graphdef, params, tokenizer, problems, config, key, k: int,
-                  batch_rows: int = 256, temperature: float | None = None) -> np.ndarray:
-    """Rewards [len(problems), k] of k samples per problem (texts scored by the task verifier)."""
-    texts, _ = sample_completions(graphdef, params, tokenizer, problems, config, key, k,
-                                  batch_rows, temperature)
-    return score_completions(config, problems, texts)
-
-
 def summarize(problems: Sequence[Problem], rewards_PK: np.ndarray, texts=None,
               lengths_PK=None) -> dict:
     """avg@k, pass@1, pass@k overall and per level, plus the per-prompt pass-rate histogram;
@@ -127,6 +119,5 @@ def summarize(problems: Sequence[Problem], rewards_PK: np.ndarray, texts=None,
 def evaluate(graphdef, params, tokenizer, problems, config, key, k: int | None = None) -> dict:
     k = config.eval.k if k is None else k
     texts, lengths = sample_completions(graphdef, params, tokenizer, problems, config, key, k)
-    styled = config.task.name in ("embedded", "tfds_embedded")
     return summarize(problems, score_completions(config, problems, texts),
-                     texts if styled else None, lengths)
+                     texts if is_embedded(config) else None, lengths)

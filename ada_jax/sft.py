@@ -19,7 +19,7 @@ from flax import nnx
 from ada_jax import evaluate, sharding
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, abstract_like
-from ada_jax.tasks import PromptIterator, load_split
+from ada_jax.tasks import PromptIterator, is_embedded, load_split
 from ada_jax.tasks.embedded import hasty_solution
 from ada_jax.tokenizer import prompt_ids, render_prompt
 
@@ -67,7 +67,7 @@ def sft_task(config):
     shown: training on their unlearnable targets would drown the one-digit facts the
     careful style needs (docs/results.md)."""
     t = config.task
-    if t.name not in ("embedded", "tfds_embedded") or not config.sft.max_level:
+    if not is_embedded(config) or not config.sft.max_level:
         return config
     cfg = config.copy_and_resolve_references()
     with cfg.unlocked():
@@ -100,7 +100,7 @@ def train_base(config, out_dir: str, mesh, tokenizer):
         return optax.apply_updates(params, updates), opt_state, loss
 
     it = PromptIterator(load_split(sft_task(config), "train"), s.batch_size, seed=config.seed + 1)
-    mixed = config.task.name in ("embedded", "tfds_embedded")
+    mixed = is_embedded(config)  # the careful / hasty style mixture
     style_rng = np.random.default_rng(config.seed + 2)
     bar = tqdm(range(s.steps), desc="sft", disable=not config.log.progress, dynamic_ncols=True)
     with sharding.activate(mesh, config.sharding_rules):

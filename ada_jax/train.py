@@ -30,7 +30,7 @@ from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_lik
 from ada_jax.config_check import config_changes, validate
 from ada_jax.rewards import synthetic
 from ada_jax.rewards.embedded import encode_answers, token_scorer
-from ada_jax.tasks import PromptIterator, load_split
+from ada_jax.tasks import PromptIterator, is_embedded, load_split
 from ada_jax.tasks.embedded import is_careful
 from ada_jax.tokenizer import load_tokenizer
 
@@ -759,7 +759,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
                                                / np.maximum(np.asarray(batch.pool_n_B), 1)))
             lens = np.asarray(batch.len_BG)[np.asarray(batch.mask_BG)]
             met["response_length"] = float(lens.mean()) if lens.size else 0.0
-            if c.task.name in ("embedded", "tfds_embedded"):
+            if is_embedded(c):
                 met["careful_share"] = careful_share(ctx.tokenizer, batch)
             met.update(time_sampling=t1 - t0, time_scoring=t2 - t1, time_learning=t3 - t2)
             totals["generated_tokens"] += met["generated_tokens"]

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 TASKS = ("embedded", "files", "tfds_embedded", "tfds_files")
 __all__ = ["Problem", "PromptIterator", "EmbeddedSource", "hint", "problem_id", "split_of",
-           "load_split", "prompt_check", "TASKS"]
+           "load_split", "prompt_check", "is_embedded", "TASKS"]
 
 
 def prompt_check(config, tokenizer, split: str) -> Callable[[Problem], str | None]:
@@ -60,6 +60,12 @@ def _checked(source: Sequence[Problem], check, on_bad_row: str, name: str):
     log.warning("%s: skipped %d problems whose prompt is too long", name, len(bad))
     drop = set(bad)
     return [source[i] for i in range(len(source)) if i not in drop]
+
+
+def is_embedded(config) -> bool:
+    """Whether the run's task is the embedded one (generated or prepared as TFDS): the task
+    with the careful / hasty solution styles."""
+    return config.task.name in ("embedded", "tfds_embedded")
 
 
 def load_split(config, split: str, tokenizer=None) -> Sequence[Problem]:
