@@ -44,9 +44,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx, struct
+from flax import struct
 
-from ada_jax import model as model_lib
 from ada_jax import sampling
 
 NEG, POS = 0, 1
@@ -138,118 +137,6 @@ class EngineState:
     decode_steps: jax.Array
     generated_tokens: jax.Array
     cut_tokens: jax.Array  # tokens of samples launched but left out of every pool
-
-
-# ----------------------------------------------------------------------------- generators
-@dataclasses.dataclass(frozen=True)
-class ModelGenerator:
-    """Decodes with the transformer; slots restart from a prompt's prefilled cache."""
-    graphdef: Any
-    model_cfg: model_lib.ModelConfig
-    sampling: sampling.SamplingConfig
-
-    @property
-    def eos_id(self):
-        return self.sampling.eos_id
-
-    @property
-    def eos_ids(self):
-        return self.sampling.eos_ids
-
-    @property
-    def pad_id(self):
-        return self.sampling.pad_id
-
-    def prefill(self, params, prompt_BP, mask_BP):
-        model = nnx.merge(self.graphdef, params)
-        P = prompt_BP.shape[1]
-        logits, cache, next_pos = sampling.prefill(model, prompt_BP, mask_BP, P)
-        return dict(logits=logits, cache=cache, next_pos=next_pos, P=jnp.int32(P))
-
-    def init_slots(self, prompt_state, S):
-        P = prompt_state["cache"]["valid"].shape[1]
-        V = prompt_state["logits"].shape[1]
-        return dict(cache=model_lib.init_cache(self.model_cfg, S,
-                                               P + self.sampling.max_new_tokens),
-                    logits=jnp.zeros((S, V), jnp.float32), next_pos=jnp.zeros((S,), jnp.int32))
-
-    def restart(self, prompt_state, gen, start_S, prompt_S):
-        """Copy the prompt's cache into the started slots: a scatter of their first P positions
-        only (later positions keep stale keys/values, masked out by `valid`)."""
-        pc, sc = prompt_state["cache"], gen["cache"]
-        S, P = start_S.shape[0], pc["valid"].shape[1]
-        idx = jnp.maximum(prompt_S, 0)
-        rows = jnp.where(start_S, jnp.arange(S), S)  # S = out of range: not written
-
-        def put(slot_arr, prompt_arr):  # k/v [S,K,len,E]: the cache length is axis 2
-            return slot_arr.at[rows, :, :P].set(prompt_arr[idx], mode="drop")
-
-        valid = jnp.where(start_S[:, None],
-                          jnp.zeros_like(sc["valid"]).at[:, :P].set(pc["valid"][idx]),
-                          sc["valid"])
-        cache = dict(k=[put(s, p) for s, p in zip(sc["k"], pc["k"])],
-                     v=[put(s, p) for s, p in zip(sc["v"], pc["v"])], valid=valid,
-                     pos=jnp.where(start_S, P, sc["pos"]))
-        return dict(cache=cache,
-                    logits=jnp.where(start_S[:, None], prompt_state["logits"][idx], gen["logits"]),
-                    next_pos=jnp.where(start_S, prompt_state["next_pos"][idx], gen["next_pos"]))
-
-    def step(self, params, prompt_state, gen, live_S, prompt_S, seq_S, key):
-        model = nnx.merge(self.graphdef, params)
-        token, logp, logits, cache = sampling.decode_step(
-            model, gen["logits"], key, gen["cache"], gen["next_pos"], live_S, self.sampling)
-        gen = dict(cache=cache, logits=logits, next_pos=gen["next_pos"] + live_S)
-        return token, logp, gen
-
-
-@dataclasses.dataclass(frozen=True)
-class BernoulliGenerator:
-    """Model-free oracle: sample j of a prompt is the token j (its index within the prompt).
-
-    max_len = 1 (default): every sample is that one token (use max_new_tokens=1). max_len > 1:
-    sample j of prompt i runs L(i, j) steps, uniform on 2..max_len from a hash of (i, j)
-    (`oracle_lengths`): the token j, then j again, the last step `eos_id` (use
-    max_new_tokens >= max_len), so slots finish out of launch order.
-
-    Pair with `bernoulli_reward`: sample j of prompt i is correct iff
-    uniform(fold_in(fold_in(key, i), j)) < p_i, so outcomes depend only on (prompt, index).
-    """
-    eos_id: int = -1
-    pad_id: int = 0
-    max_len: int = 1
-
-    def prefill(self, params, prompt_BP, mask_BP):
-        return {}
-
-    def init_slots(self, prompt_state, S):
-        return dict(steps=jnp.zeros((S,), jnp.int32))
-
-    def restart(self, prompt_state, gen, start_S, prompt_S):
-        return dict(steps=jnp.where(start_S, 0, gen["steps"]))
-
-    def step(self, params, prompt_state, gen, live_S, prompt_S, seq_S, key):
-        token = seq_S.astype(jnp.int32)
-        if self.max_len > 1:
-            last = gen["steps"] + 1 >= oracle_lengths(prompt_S, seq_S, self.max_len)
-            token = jnp.where(last, self.eos_id, token)
-        return token, jnp.zeros(seq_S.shape, jnp.float32), dict(steps=gen["steps"] + live_S)
-
-
-def oracle_lengths(prompt_S, seq_S, max_len: int):
-    """BernoulliGenerator's sample lengths: uniform on 2..max_len, a hash of (prompt, index)."""
-    h = (jnp.maximum(prompt_S, 0).astype(jnp.uint32) * jnp.uint32(2654435761)
-         + seq_S.astype(jnp.uint32) * jnp.uint32(40503) + jnp.uint32(12345))
-    h = (h ^ (h >> 15)) * jnp.uint32(2246822519)
-    h = h ^ (h >> 13)
-    return 2 + (h % jnp.uint32(max_len - 1)).astype(jnp.int32)
-
-
-def bernoulli_reward(reward_data, prompt_S, seq_S, tokens_SN, lengths_S):
-    """reward_data = dict(key=…, p=[B]): reproducible Bernoulli(p_i) draw for (prompt, index)."""
-    def draw(i, j):
-        return jax.random.uniform(jax.random.fold_in(jax.random.fold_in(reward_data["key"], i), j))
-    u = jax.vmap(draw)(jnp.maximum(prompt_S, 0), seq_S)
-    return (u < reward_data["p"][jnp.maximum(prompt_S, 0)]).astype(jnp.float32)
 
 
 # ----------------------------------------------------------------------------- the engine

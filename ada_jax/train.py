@@ -10,7 +10,6 @@ Shapes: B prompts per step, G kept samples per prompt, R = B·G training rows, P
 length, N max new tokens.
 """
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -20,23 +19,17 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from flax import nnx
 
-from ada_jax import (adaptive, advantages, evaluate, hints, losses, objectives,
-                     sharding, sft)
+from ada_jax import adaptive, collect, evaluate, generators, learn, sharding, sft
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
 from ada_jax.config_check import config_changes, validate
-from ada_jax.rewards import synthetic
-from ada_jax.rewards.embedded import encode_answers, token_scorer
 from ada_jax.tasks import PromptIterator, is_embedded, load_split
 from ada_jax.tasks.embedded import is_careful
 from ada_jax.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
-ANSWER_LEN = 16  # max answer tokens for the jittable verifier
 
 
 # ----------------------------------------------------------------------------- setup
@@ -49,7 +42,7 @@ class Context:
     model_cfg: model_lib.ModelConfig
     graphdef: Any
     engine: adaptive.EngineConfig
-    generator: adaptive.ModelGenerator
+    generator: generators.ModelGenerator
     reward_fn: Any
     group: int  # G: kept samples per prompt
     rows_per_prompt: int  # training rows per prompt (R = B · rows_per_prompt)
@@ -83,442 +76,6 @@ def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
                                      samples_per_round=cap, max_rounds=1, **common), cap, mean
     return adaptive.EngineConfig(keep=rl.n, exit_rule="none", mode=a.mode,
                                  samples_per_round=rl.n, max_rounds=1, **common), rl.n, rl.n
-
-
-def _make_reward(config, tokenizer):
-    """Engine reward: the task verifier on token ids, or the synthetic first-token reward."""
-    if config.task.reward == "synthetic":
-        def reward(data, prompt_S, seq_S, tokens_SN, lengths_S):
-            return synthetic.first_token_reward(tokens_SN, lengths_S,
-                                                data["threshold"][jnp.maximum(prompt_S, 0)])
-        return reward
-    scorer = token_scorer(tokenizer)
-
-    def reward(data, prompt_S, seq_S, tokens_SN, lengths_S):
-        idx = jnp.maximum(prompt_S, 0)
-        return scorer(tokens_SN, lengths_S, data["answer_ids"][idx], data["answer_len"][idx])
-    return reward
-
-
-def uses_math_verifier(config) -> bool:
-    return config.task.reward == "verifier" and config.task.name in ("files", "tfds_files")
-
-
-def math_pool(config):
-    """The math-verify worker pool for math-file tasks, else None."""
-    if not uses_math_verifier(config):
-        return None
-    from ada_jax.rewards.math_verifier import MathVerifierPool
-    return MathVerifierPool(num_workers=config.task.verifier_workers,
-                            timeout_s=config.task.verifier_timeout)
-
-
-def reward_data(config, tokenizer, problems) -> dict:
-    if config.task.reward == "synthetic":
-        return dict(threshold=jnp.asarray(synthetic.thresholds([p.id for p in problems],
-                                                               config.model.vocab_size)))
-    ans, ans_len = encode_answers(tokenizer, [p.answer for p in problems], ANSWER_LEN)
-    return dict(answer_ids=jnp.asarray(ans), answer_len=jnp.asarray(ans_len))
-
-
-def global_norm(tree) -> jax.Array:
-    """‖tree‖₂ over all leaves, float32 (optax.global_norm is deprecated, optax.tree.norm new)."""
-    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)))
-
-
-def make_optimizer(config):
-    """Global-norm clipping, then AdamW with linear warm-up over {model, daro} params. DARO's
-    log-weights get their own peak lr when optim.daro_lr > 0: at a policy lr (1e-6 for LLMs)
-    they would barely move from w = 1."""
-    o = config.optim
-
-    def adamw(peak):
-        lr = optax.constant_schedule(peak)
-        if o.warmup_steps:  # update k (from 0) runs at peak·k/warmup_steps until the peak
-            lr = optax.join_schedules([optax.linear_schedule(0.0, peak, o.warmup_steps), lr],
-                                      [o.warmup_steps])
-        return optax.adamw(lr, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
-
-    if not o.daro_lr:
-        return optax.chain(optax.clip_by_global_norm(o.grad_clip), adamw(o.lr))
-    labels = lambda t: {"model": jax.tree.map(lambda _: "model", t["model"]),  # noqa: E731
-                        "daro": "daro"}
-    return optax.chain(optax.clip_by_global_norm(o.grad_clip),
-                       optax.multi_transform({"model": adamw(o.lr), "daro": adamw(o.daro_lr)},
-                                             labels))
-
-
-# ----------------------------------------------------------------------------- sampling
-def _est_budgets(config, problems, history) -> np.ndarray:
-    a = config.adaptive
-    p_hat = []
-    for p in problems:
-        n_tot, n_pos = history.get(str(p.id), (0.0, 0.0))
-        p_hat.append((n_pos + a.est_alpha) / (n_tot + a.est_alpha + a.est_beta))
-    total = a.est_budget_per_prompt * len(problems)
-    return objectives.est_allocation(np.asarray(p_hat), total, kind=a.est_weight,
-                                     objective=config.rl.objective,
-                                     alpha=config.rl.objective_alpha, n_min=1,
-                                     n_max=4 * a.est_budget_per_prompt)
-
-
-def _update_est_history(config, problems, batch, history):
-    a = config.adaptive
-    n = np.asarray(batch.pool_n_B)
-    k = np.asarray(batch.pool_pos_B)
-    for p, n_t, k_t in zip(problems, n, k):
-        n_tot, n_pos = history.get(str(p.id), (0.0, 0.0))
-        n_tot, n_pos, _ = objectives.est_update(n_tot, n_pos, float(n_t), float(k_t),
-                                                a.est_decay, a.est_alpha, a.est_beta)
-        history[str(p.id)] = (float(n_tot), float(n_pos))
-
-
-def default_budgets(ctx: Context, n_prompts: int) -> np.ndarray:
-    """Per-prompt sample budgets: M·R for sequential exits, else the rows per prompt."""
-    a = ctx.config.adaptive
-    per = a.samples_per_round * a.max_rounds if a.policy == "seq" else ctx.rows_per_prompt
-    return np.full(n_prompts, per)
-
-
-def run_engine(ctx: Context, params, problems, key, budgets=None, hint_texts=None):
-    """One engine call on a batch of problems (optionally with hints in the prompts):
-    (engine state, Batch, prompt ids, prompt mask, metrics)."""
-    c = ctx.config
-    toks, mask = evaluate.encode_prompts(ctx.tokenizer, problems, c.task.template,
-                                         c.sampling.max_prompt_len, hint_texts)
-    if budgets is None:
-        budgets = default_budgets(ctx, len(problems))
-    budgets = jnp.asarray(budgets, jnp.int32)
-    if ctx.math_pool is None:
-        st = adaptive.run(params, jnp.asarray(toks), jnp.asarray(mask), budgets,
-                          reward_data(c, ctx.tokenizer, problems), key,
-                          cfg=ctx.engine, gen_fn=ctx.generator, reward_fn=ctx.reward_fn,
-                          group=c.rl.n)
-    else:  # math files: the host scores finished samples between decode chunks
-        def score(prompt_S, seq_S, tokens_SN, len_S):
-            texts = [ctx.tokenizer.decode(t[:n].tolist()) for t, n in zip(tokens_SN, len_S)]
-            return ctx.math_pool.score(texts, [problems[i].answer for i in prompt_S])
-        st = adaptive.run_host(params, jnp.asarray(toks), jnp.asarray(mask), budgets, key,
-                               cfg=ctx.engine, gen_fn=ctx.generator, score=score,
-                               group=c.rl.n)
-    drop = None
-    if c.adaptive.policy == "seq" and c.adaptive.at_budget == "drop":
-        drop = ~adaptive._rule_met(ctx.engine, st.n_samples, st.n_pos)
-    batch = adaptive.select(st, ctx.group, drop_unresolved=drop)
-    return st, batch, toks, mask, adaptive.metrics(ctx.engine, st, batch, c.rl.n)
-
-
-def collect(ctx: Context, params, iterator, key, state):
-    """Sample this step's groups with the configured policy; returns (problems, batch, toks,
-    mask, metrics). `state` holds what persists across steps (Ada-Est history, hint levels)
-    and goes into checkpoints. DAPO keeps drawing prompt batches until B mixed groups are
-    collected; self-hinting re-rolls collapsed groups under hints."""
-    c = ctx.config
-    problems = next(iterator)
-    if c.adaptive.policy == "est":
-        budgets = _est_budgets(c, problems, state["est"])
-        _, batch, toks, mask, met = run_engine(ctx, params, problems, key, budgets)
-        _update_est_history(c, problems, batch, state["est"])
-        met["est_budget_max"] = int(budgets.max())
-        return problems, batch, toks, mask, met
-    if c.rl.hints != "none":
-        return (problems,) + _collect_with_hints(ctx, params, problems, key, state["hint"])
-    if c.adaptive.policy == "gvm":
-        return (problems,) + _gvm_collect(ctx, params, problems, key)
-    if c.adaptive.policy == "dapo":
-        return _dapo_collect(ctx, params, iterator, problems, key)
-    _, batch, toks, mask, met = run_engine(ctx, params, problems, key)
-    return problems, batch, toks, mask, met
-
-
-def _collect_with_hints(ctx, params, problems, key, levels_state):
-    c = ctx.config
-
-    def rerun(probs, k, budgets, hint_texts):
-        _, b, t, m, met = run_engine(ctx, params, probs, k, budgets, hint_texts)
-        return b, t, m, met
-
-    if c.rl.hints == "sage_light":
-        levels = hints.light_levels(problems, levels_state)
-        batch, toks, mask, met = rerun(problems, key, None, hints.light_hints(problems, levels))
-        hinted = np.asarray(levels) > 0
-        mixed = (np.asarray(batch.pool_pos_B) > 0) & (np.asarray(batch.pool_pos_B)
-                                                      < np.asarray(batch.pool_n_B))
-        met.update(hint_share=float(hinted.mean()), hint_level_mean=float(np.mean(levels)),
-                   hint_mixed_share=float(mixed[hinted].mean()) if hinted.any() else 0.0)
-        hints.light_update(problems, batch, levels, levels_state)
-        return batch, toks, mask, met
-    batch, toks, mask, met = rerun(problems, key, None, None)
-    before = {f"{k}_before_hints": v for k, v in adaptive.kept_metrics(batch).items()}
-    batch, toks, mask, hmet = hints.sage(rerun, problems, batch, toks, mask, key,
-                                         default_budgets(ctx, len(problems)))
-    for k in ("samples_total", "generated_tokens"):
-        met[k] += hmet.pop(k)
-    met.update(hmet, **before, **adaptive.kept_metrics(batch))  # what is trained on: post-hint
-    return batch, toks, mask, met
-
-
-_SUMMED = ("samples_total", "generated_tokens", "decode_steps", "chunks", "cut_tokens")
-
-
-def _dapo_collect(ctx, params, iterator, problems, key):
-    """DAPO dynamic sampling: draw prompt batches (n samples each), keep groups with mixed
-    rewards until B are collected; a clear error past dapo_max_gen_batches (as verl)."""
-    c = ctx.config
-    B = len(problems)
-    kept, met = [], {}
-    for gen_batch in range(c.adaptive.dapo_max_gen_batches):
-        if gen_batch:
-            problems = next(iterator)
-        _, batch, toks, mask, m = run_engine(ctx, params, problems,
-                                             jax.random.fold_in(key, gen_batch))
-        # Shares and ratios describe the first (fresh) batch; costs add up over all.
-        met = m if not met else {k: met[k] + m[k] if k in _SUMMED else met[k] for k in met}
-        r, valid = np.asarray(batch.reward_BG), np.asarray(batch.mask_BG)
-        n_pos = (r * valid).sum(1)
-        mixed = np.flatnonzero((n_pos > 0) & (n_pos < valid.sum(1)))
-        kept.extend((problems[i], jax.tree.map(lambda x: x[i], batch), toks[i], mask[i])
-                    for i in mixed)
-        if len(kept) >= B:
-            kept = kept[:B]
-            met["dapo_gen_batches"] = gen_batch + 1
-            batch = jax.tree.map(lambda *xs: jnp.stack(xs), *[k[1] for k in kept])
-            return ([k[0] for k in kept], batch, np.stack([k[2] for k in kept]),
-                    np.stack([k[3] for k in kept]), met)
-    raise RuntimeError(
-        f"DAPO dynamic sampling: {c.adaptive.dapo_max_gen_batches} generation batches gave "
-        f"only {len(kept)} of {B} groups with mixed rewards; raise "
-        f"config.adaptive.dapo_max_gen_batches or lower config.rl.prompts_per_step")
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature"))
-def sample_grad_norms(graphdef, params, tokens, mask, loss_mask, *, prompt_len, temperature):
-    """‖∇θ log π(a|x)‖ per row (sequence log-prob), one row at a time to bound memory."""
-    def one(args):
-        tok, m, lm = args
-
-        def logp_sum(p):
-            logits, _ = nnx.merge(graphdef, p)(tok[None], model_lib.positions_from_mask(m[None]),
-                                               m[None])
-            logp, _ = model_lib.token_logprobs(logits[:, prompt_len - 1:-1],
-                                               tok[None, prompt_len:], temperature)
-            return jnp.sum(logp * lm[None])
-        return global_norm(jax.grad(logp_sum)(params))
-    return jax.lax.map(one, (tokens, mask, loss_mask))
-
-
-def _gvm_collect(ctx, params, problems, key):
-    """GVM two-stage: a pilot of N' samples per prompt gives p_i and G_i (mean gradient norm of
-    its correct samples); budgets N_i ∝ G_i/√(p_i + α/p_i^(β-1)) (0 where p_i = 0 or G_i = 0)
-    sum to gvm_budget_per_prompt·B; then the prompts are sampled again with those budgets."""
-    c, a = ctx.config, ctx.config.adaptive
-    B = len(problems)
-    _, pilot, toks, mask, pmet = run_engine(ctx, params, problems, jax.random.fold_in(key, 0),
-                                            np.full(B, a.gvm_pilot))
-    rows = training_rows(pilot, toks, mask, B * a.gvm_pilot)  # every pilot sample, no padding
-    norms = np.asarray(sample_grad_norms(
-        ctx.graphdef, params, rows["tokens"], rows["mask"], rows["loss_mask"],
-        prompt_len=c.sampling.max_prompt_len, temperature=max(c.sampling.temperature, 1e-6)))
-    valid = np.flatnonzero(np.asarray(pilot.mask_BG).reshape(-1))
-    correct = np.asarray(pilot.reward_BG).reshape(-1)[valid] > 0.5
-    owner = valid // ctx.group
-    g = np.zeros(B)
-    for i in range(B):
-        sel = correct & (owner == i)
-        g[i] = norms[:len(valid)][sel].mean() if sel.any() else 0.0
-    p = np.asarray(pilot.pool_pos_B) / np.maximum(np.asarray(pilot.pool_n_B), 1)
-    budgets = objectives.gvm_allocation(p, g, a.gvm_budget_per_prompt * B, a.gvm_alpha,
-                                        a.gvm_beta, n_min=0, n_max=ctx.group)
-    _, batch, toks, mask, met = run_engine(ctx, params, problems, jax.random.fold_in(key, 1),
-                                           budgets)
-    for k in _SUMMED:
-        met[k] += pmet[k]
-    met.update(gvm_pilot_samples=pmet["samples_total"], gvm_zero_budget=int((budgets == 0).sum()),
-               all_correct_before=pmet["all_correct_before"],
-               all_wrong_before=pmet["all_wrong_before"])
-    return batch, toks, mask, met
-
-
-# ----------------------------------------------------------------------------- learning
-def compute_advantages(config, batch: adaptive.Batch):
-    """Per-sample advantages [B, G] for the configured estimator."""
-    rl = config.rl
-    if rl.advantage == "pool":
-        return advantages.pool_baseline(
-            batch.reward_BG, batch.mask_BG, batch.pool_n_B, batch.pool_pos_B,
-            std_normalise=rl.std_normalise,
-            weight_fn=rl.objective if rl.objective_weight else None,
-            weight_alpha=rl.objective_alpha, correction=rl.importance_correction)
-    return advantages.compute(rl.advantage, batch.reward_BG, batch.mask_BG)
-
-
-def training_rows(batch: adaptive.Batch, toks_BP, mask_BP, rows: int):
-    """Pack the valid samples of all groups into `rows` training rows (the rest masked):
-    prompt+completion tokens [R, P+N], input and loss masks, old log-probs, and the packing
-    (`flat` index into [B·G], `real` flag) that `pack` uses to place per-sample values."""
-    B, G, N = batch.tokens_BGN.shape
-    valid = np.flatnonzero(np.asarray(batch.mask_BG).reshape(-1))
-    if len(valid) > rows:
-        raise ValueError(f"{len(valid)} kept samples exceed the {rows} training rows per step")
-    idx = np.concatenate([valid, np.zeros(rows - len(valid), valid.dtype)])
-    real = jnp.asarray(np.arange(rows) < len(valid))
-    b_of = jnp.asarray(idx // G)
-    flat = lambda x: x.reshape((B * G,) + x.shape[2:])[idx]  # noqa: E731
-    lens = flat(batch.len_BG)
-    completion_mask = (jnp.arange(N)[None] < lens[:, None]) & real[:, None]
-    tokens = jnp.concatenate([jnp.asarray(toks_BP)[b_of], flat(batch.tokens_BGN)], axis=1)
-    mask = jnp.concatenate([jnp.asarray(mask_BP)[b_of], completion_mask], axis=1)
-    mu = (batch.pool_pos_B / jnp.maximum(batch.pool_n_B, 1)).astype(jnp.float32)
-    return dict(tokens=tokens, mask=mask, loss_mask=completion_mask,
-                old_logp=flat(batch.logp_BGN), group=b_of, mu=mu[b_of],
-                flat=jnp.asarray(idx), real=real)
-
-
-def pack(rows, values_BG):
-    """Per-sample values [B, G] -> per-row [R] (0 on padding rows)."""
-    return jnp.where(rows["real"], values_BG.reshape(-1)[rows["flat"]], 0.0)
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature"))
-def completion_logprobs(graphdef, params, tokens, mask, *, prompt_len, temperature):
-    """log π(a_t | …) of the completion tokens [R, N] (float32), e.g. under the reference."""
-    logits, _ = nnx.merge(graphdef, params)(tokens, model_lib.positions_from_mask(mask), mask)
-    return model_lib.token_logprobs(logits[:, prompt_len - 1:-1], tokens[:, prompt_len:],
-                                    temperature)[0]
-
-
-def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params):
-    """Training rows with advantages (and reference log-probs when KL is on)."""
-    c = ctx.config
-    rows = training_rows(batch, toks, mask, rows_per_step)
-    rewards = batch.reward_BG
-    if ref_params is not None:
-        rows["ref_logp"] = completion_logprobs(
-            ctx.graphdef, ref_params, rows["tokens"], rows["mask"],
-            prompt_len=c.sampling.max_prompt_len, temperature=max(c.sampling.temperature, 1e-6))
-        if c.loss.kl_in_reward:  # β·Σ_t KL_t subtracted from each sample's outcome reward
-            pen = losses.kl_reward_penalty(rows["old_logp"], rows["ref_logp"],
-                                           rows["loss_mask"], c.loss.kl_coef, c.loss.kl_type)
-            pen_BG = jnp.zeros(rewards.size).at[rows["flat"]].add(jnp.where(rows["real"], pen,
-                                                                             0.0))
-            rewards = rewards - pen_BG.reshape(rewards.shape)
-    rows["adv"] = pack(rows, compute_advantages(c, batch.replace(reward_BG=rewards)))
-    return rows
-
-
-def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int):
-    """Jitted PPO minibatch update over {model, daro} params; skips non-finite steps."""
-    l, rl = config.loss, config.rl
-    temperature = max(config.sampling.temperature, 1e-6)
-    N = config.sampling.max_new_tokens
-
-    def loss_fn(trainable, mb, nan_now):
-        model = nnx.merge(graphdef, trainable["model"])
-        positions = model_lib.positions_from_mask(mb["mask"])
-        logits, _ = model(mb["tokens"], positions, mb["mask"])
-        logp, ent = model_lib.token_logprobs(logits[:, prompt_len - 1:-1],
-                                             mb["tokens"][:, prompt_len:], temperature)
-        kl_in_loss = "ref_logp" in mb and not l.kl_in_reward
-        loss, met = losses.policy_loss(
-            logp, mb["old_logp"], mb["adv"], mb["loss_mask"], clip_low=l.clip_low,
-            clip_high=l.clip_high, dual_clip=l.dual_clip, agg=l.agg, max_len=N,
-            n_groups=mb["tokens"].shape[0], entropy_BT=ent, entropy_coef=l.entropy_coef,
-            ref_logp_BT=mb["ref_logp"] if kl_in_loss else None,
-            kl_coef=l.kl_coef if kl_in_loss else 0.0, kl_type=l.kl_type)
-        if rl.daro:
-            tok, _ = losses.ppo_token_loss(logp, mb["old_logp"],
-                                           jnp.broadcast_to(mb["adv"][:, None], logp.shape),
-                                           clip_low=l.clip_low, clip_high=l.clip_high,
-                                           dual_clip=l.dual_clip)
-            shares = losses.group_shares(tok, mb["loss_mask"], mb["group"], n_groups)
-            mu_g = jax.ops.segment_max(mb["mu"], mb["group"], n_groups)
-            extra = loss - met["pg_loss"]  # policy_loss's KL and entropy terms, kept
-            loss, dm = losses.daro_loss(shares, mu_g, trainable["daro"])
-            loss = loss + extra
-            met.update({k: v for k, v in dm.items() if k == "daro_nonpos"})
-        loss = loss + jnp.where(nan_now, jnp.nan, 0.0)
-        return loss, met
-
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-    micro = rl.microbatches
-
-    def accumulated_grad(trainable, mb, nan_now):
-        """The minibatch's (loss, metrics) and gradient from `micro` sequential micro-batches
-        (bounded activation memory). Every aggregation is a sum over rows divided by a count of
-        tokens or rows, so micro-batch j's value, weighted by its share of that count, sums
-        exactly to the whole minibatch's; metrics are token means, weighted by token share."""
-        # Strided split (micro-batch j holds rows j, j + micro, …): with rows sharded in
-        # contiguous blocks over the devices, every micro-batch spans all of them.
-        split = jax.tree.map(lambda x: jnp.swapaxes(x.reshape((-1, micro) + x.shape[1:]), 0, 1),
-                             mb)
-        tokens_j = split["loss_mask"].sum((1, 2)).astype(jnp.float32)
-        rows_j = (split["loss_mask"].sum(2) > 0).sum(1).astype(jnp.float32)
-        if l.agg == "token_mean":
-            w_j = tokens_j / jnp.maximum(tokens_j.sum(), 1.0)
-        elif l.agg == "constant":
-            w_j = jnp.full((micro,), 1.0 / micro)
-        else:  # seq_mean_*: divided by the rows with tokens
-            w_j = rows_j / jnp.maximum(rows_j.sum(), 1.0)
-        wm_j = tokens_j / jnp.maximum(tokens_j.sum(), 1.0)
-
-        def body(acc, xs):
-            part, w, wm = xs
-            (loss, met), g = grad_fn(trainable, part, nan_now)
-            acc_loss, acc_met, acc_g = acc
-            met = {k: (w if k == "pg_loss" else wm) * v for k, v in met.items()}
-            return (acc_loss + w * loss, jax.tree.map(jnp.add, acc_met, met),
-                    jax.tree.map(lambda a, b: a + w * b, acc_g, g)), None
-
-        first = jax.tree.map(lambda x: x[0], split)
-        met_shape = jax.eval_shape(lambda: grad_fn(trainable, first, nan_now)[0][1])
-        zeros = (jnp.zeros((), jnp.float32),
-                 jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), met_shape),
-                 jax.tree.map(jnp.zeros_like, trainable))
-        (loss, met, grads), _ = jax.lax.scan(body, zeros, (split, w_j, wm_j))
-        return (loss, met), grads
-
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
-    def train_step(trainable, opt_state, mb, nan_now):
-        if micro > 1:
-            (loss, met), grads = accumulated_grad(trainable, mb, nan_now)
-        else:
-            (loss, met), grads = grad_fn(trainable, mb, nan_now)
-        gnorm = global_norm(grads)
-        updates, new_opt = optimizer.update(grads, opt_state, trainable)
-        new = optax.apply_updates(trainable, updates)
-        # The new params too: a finite gradient times a NaN / inf learning rate is not finite.
-        finite = jnp.isfinite(loss) & jnp.isfinite(gnorm) & jnp.all(
-            jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(new)]))
-        keep = lambda a, b: jnp.where(finite, a, b)  # noqa: E731
-        trainable = jax.tree.map(keep, new, trainable)
-        opt_state = jax.tree.map(keep, new_opt, opt_state)
-        return trainable, opt_state, dict(met, loss=loss, grad_norm=gnorm,
-                                          skipped=(~finite).astype(jnp.float32))
-
-    return train_step
-
-
-def learn(ctx, train_step, trainable, opt_state, rows, step: int):
-    """ppo_epochs passes over the rows in `minibatches` shuffled minibatches."""
-    c = ctx.config
-    R = rows["tokens"].shape[0]
-    mbs = c.rl.minibatches
-    rng = np.random.default_rng([c.seed, step])
-    mets = []
-    nan_now = jnp.asarray(step == c.rl.get("inject_nan_step", -1))
-    for _ in range(c.rl.ppo_epochs):
-        perm = rng.permutation(R).reshape(mbs, R // mbs)
-        for idx in perm:
-            mb = jax.tree.map(lambda x: x[idx], rows)
-            trainable, opt_state, met = train_step(trainable, opt_state, mb, nan_now)
-            mets.append(met)
-    mets = jax.device_get(mets)
-    out = {k: float(np.mean([m[k] for m in mets])) for k in mets[0]}
-    out["skipped"] = float(np.max([m["skipped"] for m in mets]))
-    if c.rl.daro:
-        out.update({f"daro_w/{i}": float(w) for i, w in
-                    enumerate(np.exp(np.asarray(trainable["daro"])))})
-    return trainable, opt_state, out
 
 
 # ----------------------------------------------------------------------------- logging
@@ -647,12 +204,12 @@ def setup(config, workdir: str):
     graphdef, params = sft.load_base(config, workdir, mesh, tokenizer)
     ctx = Context(config=config, mesh=mesh, tokenizer=tokenizer, model_cfg=model_cfg,
                   graphdef=graphdef, engine=engine,
-                  generator=adaptive.ModelGenerator(graphdef, model_cfg, scfg),
-                  reward_fn=_make_reward(config, tokenizer), group=group,
+                  generator=generators.ModelGenerator(graphdef, model_cfg, scfg),
+                  reward_fn=collect.make_reward(config, tokenizer), group=group,
                   rows_per_prompt=rows_per_prompt,
                   train_source=train_source, eval_problems=eval_problems,
                   train_eval_problems=train_eval,
-                  math_pool=math_pool(config))
+                  math_pool=collect.math_pool(config))
     return ctx, params
 
 
@@ -671,7 +228,7 @@ def run_evals(ctx: Context, params, key) -> dict:
 def init_train_state(ctx: Context, params):
     """(optimizer, trainable = {model, daro log-weights}, optimizer state), all on the mesh."""
     c = ctx.config
-    optimizer = make_optimizer(c)
+    optimizer = learn.make_optimizer(c)
     n_daro = max(c.rl.daro_buckets or c.rl.n, 2) - 1
     trainable = sharding.place_on_mesh(
         {"model": params, "daro": jnp.zeros((n_daro,), jnp.float32)}, ctx.mesh)
@@ -721,7 +278,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
                   config.to_json_best_effort(indent=1, sort_keys=True))
     # The reference policy for KL is the base policy (a copy: the learner's buffers are donated).
     ref_params = (jax.tree.map(jnp.copy, params) if c.loss.kl_coef > 0 else None)
-    train_step = make_train_step(ctx.graphdef, optimizer, c, c.sampling.max_prompt_len,
+    train_step = learn.make_train_step(ctx.graphdef, optimizer, c, c.sampling.max_prompt_len,
                                  c.rl.prompts_per_step)
     base_key = jax.random.key(c.seed)
     train_key, eval_key = jax.random.fold_in(base_key, 0), jax.random.fold_in(base_key, 1)
@@ -743,13 +300,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
         for step in range(start, c.rl.steps):
             t0 = time.perf_counter()
             key = jax.random.fold_in(train_key, step)
-            problems, batch, toks, mask, met = collect(ctx, trainable["model"], iterator, key,
+            problems, batch, toks, mask, met = collect.collect(ctx, trainable["model"], iterator, key,
                                                       state)
             jax.block_until_ready(batch)
             t1 = time.perf_counter()
-            rows = prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params)
+            rows = learn.prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params)
             t2 = time.perf_counter()
-            trainable, opt_state, lmet = learn(ctx, train_step, trainable, opt_state, rows,
+            trainable, opt_state, lmet = learn.learn(ctx, train_step, trainable, opt_state, rows,
                                                step)
             t3 = time.perf_counter()
             if lmet["skipped"]:

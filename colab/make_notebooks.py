@@ -372,7 +372,7 @@ INSPECT = [
     import jax.numpy as jnp
     from IPython.display import Image, Markdown, display
 
-    from ada_jax import evaluate, plots, sampling, train
+    from ada_jax import collect, evaluate, plots, sampling, train
     from ada_jax.checkpoint import Checkpointer
     from configs import base
     '''),
@@ -440,7 +440,7 @@ print("workdir:", WORKDIR, sorted(os.listdir(WORKDIR)))
                                          config.sampling.max_prompt_len)
     out = sampling.sample(ctx.graphdef, params, jnp.asarray(toks), jnp.asarray(mask),
                           jax.random.key(step), cfg=ctx.generator.sampling)
-    rewards = ctx.reward_fn(train.reward_data(config, ctx.tokenizer, problems),
+    rewards = ctx.reward_fn(collect.reward_data(config, ctx.tokenizer, problems),
                             jnp.arange(len(problems)), None, out.tokens_BN, out.lengths_B)
     for prob, tokens, n, r in zip(problems, out.tokens_BN.tolist(), out.lengths_B.tolist(),
                                   rewards.tolist()):

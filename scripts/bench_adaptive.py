@@ -49,6 +49,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from ada_jax import adaptive as A  # noqa: E402
+from ada_jax import generators  # noqa: E402
 from ada_jax import model as model_lib  # noqa: E402
 from ada_jax import objectives  # noqa: E402
 from ada_jax import sampling  # noqa: E402
@@ -95,7 +96,7 @@ def build(a):
     ids = np.round((np.arange(B) + 0.5) / B * 100_003).astype(np.int64)
     thr = synthetic.thresholds(ids, V)
     scfg = sampling.SamplingConfig(max_new_tokens=a.new_tokens, eos_id=eos, pad_id=0)
-    gen = A.ModelGenerator(graphdef, cfg, scfg)
+    gen = generators.ModelGenerator(graphdef, cfg, scfg)
     first = jax.nn.softmax(jax.jit(gen.prefill)(params, prompts, mask)["logits"], axis=-1)
     p = np.asarray(jnp.sum(jnp.where(jnp.arange(V)[None] < jnp.asarray(thr)[:, None],
                                      first, 0.0), axis=1), np.float64)

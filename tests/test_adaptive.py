@@ -14,13 +14,14 @@ from flax import nnx
 from scipy import stats
 
 from ada_jax import adaptive as A
+from ada_jax import generators
 from ada_jax import model as model_lib
 from ada_jax import sampling
 from ada_jax import train
 from configs import base
 from tests.helpers import tiny_model
 
-GEN = A.BernoulliGenerator()
+GEN = generators.BernoulliGenerator()
 
 
 def _run_oracle(p, budget, group=4, key=0, gen=GEN, **kw):
@@ -29,7 +30,7 @@ def _run_oracle(p, budget, group=4, key=0, gen=GEN, **kw):
     data = dict(key=jax.random.key(key), p=jnp.asarray(p, jnp.float32))
     st = A.run(None, jnp.zeros((B, 1), jnp.int32), jnp.ones((B, 1), bool),
                jnp.broadcast_to(jnp.asarray(budget, jnp.int32), (B,)), data,
-               jax.random.key(1000 + key), cfg=cfg, gen_fn=gen, reward_fn=A.bernoulli_reward,
+               jax.random.key(1000 + key), cfg=cfg, gen_fn=gen, reward_fn=generators.bernoulli_reward,
                group=group)
     return cfg, st, data
 
@@ -198,7 +199,7 @@ def test_model_engine_produces_valid_batches(mode, order):
     model = tiny_model(3)
     graphdef, params = nnx.split(model)
     scfg = sampling.SamplingConfig(max_new_tokens=6, eos_id=5, pad_id=0)
-    gen = A.ModelGenerator(graphdef, model.cfg, scfg)
+    gen = generators.ModelGenerator(graphdef, model.cfg, scfg)
     prompts, pmask = sampling.left_pad([[7, 8, 9], [10, 11], [12, 13, 14, 15], [9]], 4)
     cfg = A.EngineConfig(slots=8, max_new_tokens=6, keep=4, exit_rule="balance", k_pos=2,
                          k_neg=2, mode=mode, samples_per_round=4, max_rounds=3, chunk_len=2,
@@ -235,7 +236,7 @@ def test_engine_traces_once_per_shape():
     model = tiny_model(4)
     graphdef, params = nnx.split(model)
     scfg = sampling.SamplingConfig(max_new_tokens=4, eos_id=5)
-    gen = A.ModelGenerator(graphdef, model.cfg, scfg)
+    gen = generators.ModelGenerator(graphdef, model.cfg, scfg)
     cfg = A.EngineConfig(slots=4, max_new_tokens=4, keep=2, exit_rule="pos", k_pos=1, k_neg=0,
                          mode="refill", chunk_len=2)
     prompts, pmask = sampling.left_pad([[7, 8], [9]], 3)
@@ -251,7 +252,7 @@ def test_host_reward_path_matches_jitted_path():
     model = tiny_model(5)
     graphdef, params = nnx.split(model)
     scfg = sampling.SamplingConfig(max_new_tokens=5, eos_id=5)
-    gen = A.ModelGenerator(graphdef, model.cfg, scfg)
+    gen = generators.ModelGenerator(graphdef, model.cfg, scfg)
     cfg = A.EngineConfig(slots=6, max_new_tokens=5, keep=4, exit_rule="balance", k_pos=1,
                          k_neg=1, mode="refill", chunk_len=2)
     prompts, pmask = sampling.left_pad([[7, 8], [9], [10, 11, 12]], 3)
@@ -289,7 +290,7 @@ def test_still_needed_is_the_beta_binomial_survival():
                                              jnp.asarray(t0), 30)) == 1)
 
 
-LONG = A.BernoulliGenerator(max_len=9)  # samples of 2..9 steps: slots finish out of order
+LONG = generators.BernoulliGenerator(max_len=9)  # samples of 2..9 steps: slots finish out of order
 
 
 @pytest.mark.parametrize("overcommit,slots,min_pool", [(0.0, 8, 1), (0.5, 32, 1), (1.0, 96, 1),
@@ -315,7 +316,7 @@ def test_launch_order_refill_equals_sequential_stopping(overcommit, slots, min_p
         np.testing.assert_array_equal(launched, n)
         assert int(st.cut_tokens) == 0
     # Every generated token is in a pool sample or counted as wasted.
-    lengths = lambda i, j: int(A.oracle_lengths(jnp.int32(i), jnp.int32(j), LONG.max_len))  # noqa
+    lengths = lambda i, j: int(generators.oracle_lengths(jnp.int32(i), jnp.int32(j), LONG.max_len))  # noqa
     pool_tokens = sum(lengths(i, j) for i in range(len(p)) for j in range(n[i]))
     assert pool_tokens + int(st.cut_tokens) == int(st.generated_tokens)
     # Kept buffers hold pool samples only (token = launch index), the first C per class.
@@ -377,7 +378,7 @@ def test_refill_without_exit_rule_is_continuous_batching():
     p = np.full(4, 0.5)
     _, st, _ = _run_oracle(p, 6, gen=LONG, slots=4, mode="refill", exit_rule="none",
                            chunk_len=16)
-    lengths = np.asarray(A.oracle_lengths(jnp.repeat(jnp.arange(4), 6),
+    lengths = np.asarray(generators.oracle_lengths(jnp.repeat(jnp.arange(4), 6),
                                           jnp.tile(jnp.arange(6), 4), LONG.max_len))
     assert int(st.generated_tokens) == lengths.sum()
     # Never more steps than the longest serial chain on a slot could need.

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from ada_jax import train
+from ada_jax import learn, train
 from ada_jax.checkpoint import Checkpointer
 from configs import base
 
@@ -303,7 +303,7 @@ def _one_update(c, workdir, ctx=None):
     ctx, params = ctx or train.setup(c, workdir)
     optimizer, trainable, opt_state = train.init_train_state(ctx, params)
     before = jax.device_get(trainable)
-    step = train.make_train_step(ctx.graphdef, optimizer, c, c.sampling.max_prompt_len, 4)
+    step = learn.make_train_step(ctx.graphdef, optimizer, c, c.sampling.max_prompt_len, 4)
     R, P, N = 8, c.sampling.max_prompt_len, c.sampling.max_new_tokens
     rng = np.random.default_rng(0)
     lens = np.array([1, 3, 16, 0, 7, 16, 2, 5])

@@ -1,0 +1,247 @@
+"""Collection policies: how a step's training groups are sampled with the adaptive engine.
+
+`collect` dispatches on config.adaptive.policy: seq / uniform (one engine call), est (budgets
+from each prompt's pass-rate history), gvm (a pilot call, then gradient-variance budgets), dapo
+(more prompt batches until B mixed groups), and self-hinting (collapsed groups re-rolled under
+hints). Each returns (problems, Batch, prompt ids, prompt mask, metrics).
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from ada_jax import adaptive, evaluate, hints, objectives
+from ada_jax import model as model_lib
+from ada_jax.learn import global_norm, training_rows
+from ada_jax.rewards import synthetic
+from ada_jax.rewards.embedded import encode_answers, token_scorer
+
+ANSWER_LEN = 16  # max answer tokens for the jittable verifier
+
+
+def make_reward(config, tokenizer):
+    """Engine reward: the task verifier on token ids, or the synthetic first-token reward."""
+    if config.task.reward == "synthetic":
+        def reward(data, prompt_S, seq_S, tokens_SN, lengths_S):
+            return synthetic.first_token_reward(tokens_SN, lengths_S,
+                                                data["threshold"][jnp.maximum(prompt_S, 0)])
+        return reward
+    scorer = token_scorer(tokenizer)
+
+    def reward(data, prompt_S, seq_S, tokens_SN, lengths_S):
+        idx = jnp.maximum(prompt_S, 0)
+        return scorer(tokens_SN, lengths_S, data["answer_ids"][idx], data["answer_len"][idx])
+    return reward
+
+
+def uses_math_verifier(config) -> bool:
+    return config.task.reward == "verifier" and config.task.name in ("files", "tfds_files")
+
+
+def math_pool(config):
+    """The math-verify worker pool for math-file tasks, else None."""
+    if not uses_math_verifier(config):
+        return None
+    from ada_jax.rewards.math_verifier import MathVerifierPool
+    return MathVerifierPool(num_workers=config.task.verifier_workers,
+                            timeout_s=config.task.verifier_timeout)
+
+
+def reward_data(config, tokenizer, problems) -> dict:
+    if config.task.reward == "synthetic":
+        return dict(threshold=jnp.asarray(synthetic.thresholds([p.id for p in problems],
+                                                               config.model.vocab_size)))
+    ans, ans_len = encode_answers(tokenizer, [p.answer for p in problems], ANSWER_LEN)
+    return dict(answer_ids=jnp.asarray(ans), answer_len=jnp.asarray(ans_len))
+
+
+def _est_budgets(config, problems, history) -> np.ndarray:
+    a = config.adaptive
+    p_hat = []
+    for p in problems:
+        n_tot, n_pos = history.get(str(p.id), (0.0, 0.0))
+        p_hat.append((n_pos + a.est_alpha) / (n_tot + a.est_alpha + a.est_beta))
+    total = a.est_budget_per_prompt * len(problems)
+    return objectives.est_allocation(np.asarray(p_hat), total, kind=a.est_weight,
+                                     objective=config.rl.objective,
+                                     alpha=config.rl.objective_alpha, n_min=1,
+                                     n_max=4 * a.est_budget_per_prompt)
+
+
+def _update_est_history(config, problems, batch, history):
+    a = config.adaptive
+    n = np.asarray(batch.pool_n_B)
+    k = np.asarray(batch.pool_pos_B)
+    for p, n_t, k_t in zip(problems, n, k):
+        n_tot, n_pos = history.get(str(p.id), (0.0, 0.0))
+        n_tot, n_pos, _ = objectives.est_update(n_tot, n_pos, float(n_t), float(k_t),
+                                                a.est_decay, a.est_alpha, a.est_beta)
+        history[str(p.id)] = (float(n_tot), float(n_pos))
+
+
+def default_budgets(ctx, n_prompts: int) -> np.ndarray:
+    """Per-prompt sample budgets: M·R for sequential exits, else the rows per prompt."""
+    a = ctx.config.adaptive
+    per = a.samples_per_round * a.max_rounds if a.policy == "seq" else ctx.rows_per_prompt
+    return np.full(n_prompts, per)
+
+
+def run_engine(ctx, params, problems, key, budgets=None, hint_texts=None):
+    """One engine call on a batch of problems (optionally with hints in the prompts):
+    (engine state, Batch, prompt ids, prompt mask, metrics)."""
+    c = ctx.config
+    toks, mask = evaluate.encode_prompts(ctx.tokenizer, problems, c.task.template,
+                                         c.sampling.max_prompt_len, hint_texts)
+    if budgets is None:
+        budgets = default_budgets(ctx, len(problems))
+    budgets = jnp.asarray(budgets, jnp.int32)
+    if ctx.math_pool is None:
+        st = adaptive.run(params, jnp.asarray(toks), jnp.asarray(mask), budgets,
+                          reward_data(c, ctx.tokenizer, problems), key,
+                          cfg=ctx.engine, gen_fn=ctx.generator, reward_fn=ctx.reward_fn,
+                          group=c.rl.n)
+    else:  # math files: the host scores finished samples between decode chunks
+        def score(prompt_S, seq_S, tokens_SN, len_S):
+            texts = [ctx.tokenizer.decode(t[:n].tolist()) for t, n in zip(tokens_SN, len_S)]
+            return ctx.math_pool.score(texts, [problems[i].answer for i in prompt_S])
+        st = adaptive.run_host(params, jnp.asarray(toks), jnp.asarray(mask), budgets, key,
+                               cfg=ctx.engine, gen_fn=ctx.generator, score=score,
+                               group=c.rl.n)
+    drop = None
+    if c.adaptive.policy == "seq" and c.adaptive.at_budget == "drop":
+        drop = ~adaptive._rule_met(ctx.engine, st.n_samples, st.n_pos)
+    batch = adaptive.select(st, ctx.group, drop_unresolved=drop)
+    return st, batch, toks, mask, adaptive.metrics(ctx.engine, st, batch, c.rl.n)
+
+
+def collect(ctx, params, iterator, key, state):
+    """Sample this step's groups with the configured policy; returns (problems, batch, toks,
+    mask, metrics). `state` holds what persists across steps (Ada-Est history, hint levels)
+    and goes into checkpoints. DAPO keeps drawing prompt batches until B mixed groups are
+    collected; self-hinting re-rolls collapsed groups under hints."""
+    c = ctx.config
+    problems = next(iterator)
+    if c.adaptive.policy == "est":
+        budgets = _est_budgets(c, problems, state["est"])
+        _, batch, toks, mask, met = run_engine(ctx, params, problems, key, budgets)
+        _update_est_history(c, problems, batch, state["est"])
+        met["est_budget_max"] = int(budgets.max())
+        return problems, batch, toks, mask, met
+    if c.rl.hints != "none":
+        return (problems,) + _collect_with_hints(ctx, params, problems, key, state["hint"])
+    if c.adaptive.policy == "gvm":
+        return (problems,) + _gvm_collect(ctx, params, problems, key)
+    if c.adaptive.policy == "dapo":
+        return _dapo_collect(ctx, params, iterator, problems, key)
+    _, batch, toks, mask, met = run_engine(ctx, params, problems, key)
+    return problems, batch, toks, mask, met
+
+
+def _collect_with_hints(ctx, params, problems, key, levels_state):
+    c = ctx.config
+
+    def rerun(probs, k, budgets, hint_texts):
+        _, b, t, m, met = run_engine(ctx, params, probs, k, budgets, hint_texts)
+        return b, t, m, met
+
+    if c.rl.hints == "sage_light":
+        levels = hints.light_levels(problems, levels_state)
+        batch, toks, mask, met = rerun(problems, key, None, hints.light_hints(problems, levels))
+        hinted = np.asarray(levels) > 0
+        mixed = (np.asarray(batch.pool_pos_B) > 0) & (np.asarray(batch.pool_pos_B)
+                                                      < np.asarray(batch.pool_n_B))
+        met.update(hint_share=float(hinted.mean()), hint_level_mean=float(np.mean(levels)),
+                   hint_mixed_share=float(mixed[hinted].mean()) if hinted.any() else 0.0)
+        hints.light_update(problems, batch, levels, levels_state)
+        return batch, toks, mask, met
+    batch, toks, mask, met = rerun(problems, key, None, None)
+    before = {f"{k}_before_hints": v for k, v in adaptive.kept_metrics(batch).items()}
+    batch, toks, mask, hmet = hints.sage(rerun, problems, batch, toks, mask, key,
+                                         default_budgets(ctx, len(problems)))
+    for k in ("samples_total", "generated_tokens"):
+        met[k] += hmet.pop(k)
+    met.update(hmet, **before, **adaptive.kept_metrics(batch))  # what is trained on: post-hint
+    return batch, toks, mask, met
+
+
+_SUMMED = ("samples_total", "generated_tokens", "decode_steps", "chunks", "cut_tokens")
+
+
+def _dapo_collect(ctx, params, iterator, problems, key):
+    """DAPO dynamic sampling: draw prompt batches (n samples each), keep groups with mixed
+    rewards until B are collected; a clear error past dapo_max_gen_batches (as verl)."""
+    c = ctx.config
+    B = len(problems)
+    kept, met = [], {}
+    for gen_batch in range(c.adaptive.dapo_max_gen_batches):
+        if gen_batch:
+            problems = next(iterator)
+        _, batch, toks, mask, m = run_engine(ctx, params, problems,
+                                             jax.random.fold_in(key, gen_batch))
+        # Shares and ratios describe the first (fresh) batch; costs add up over all.
+        met = m if not met else {k: met[k] + m[k] if k in _SUMMED else met[k] for k in met}
+        r, valid = np.asarray(batch.reward_BG), np.asarray(batch.mask_BG)
+        n_pos = (r * valid).sum(1)
+        mixed = np.flatnonzero((n_pos > 0) & (n_pos < valid.sum(1)))
+        kept.extend((problems[i], jax.tree.map(lambda x: x[i], batch), toks[i], mask[i])
+                    for i in mixed)
+        if len(kept) >= B:
+            kept = kept[:B]
+            met["dapo_gen_batches"] = gen_batch + 1
+            batch = jax.tree.map(lambda *xs: jnp.stack(xs), *[k[1] for k in kept])
+            return ([k[0] for k in kept], batch, np.stack([k[2] for k in kept]),
+                    np.stack([k[3] for k in kept]), met)
+    raise RuntimeError(
+        f"DAPO dynamic sampling: {c.adaptive.dapo_max_gen_batches} generation batches gave "
+        f"only {len(kept)} of {B} groups with mixed rewards; raise "
+        f"config.adaptive.dapo_max_gen_batches or lower config.rl.prompts_per_step")
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature"))
+def sample_grad_norms(graphdef, params, tokens, mask, loss_mask, *, prompt_len, temperature):
+    """‖∇θ log π(a|x)‖ per row (sequence log-prob), one row at a time to bound memory."""
+    def one(args):
+        tok, m, lm = args
+
+        def logp_sum(p):
+            logits, _ = nnx.merge(graphdef, p)(tok[None], model_lib.positions_from_mask(m[None]),
+                                               m[None])
+            logp, _ = model_lib.token_logprobs(logits[:, prompt_len - 1:-1],
+                                               tok[None, prompt_len:], temperature)
+            return jnp.sum(logp * lm[None])
+        return global_norm(jax.grad(logp_sum)(params))
+    return jax.lax.map(one, (tokens, mask, loss_mask))
+
+
+def _gvm_collect(ctx, params, problems, key):
+    """GVM two-stage: a pilot of N' samples per prompt gives p_i and G_i (mean gradient norm of
+    its correct samples); budgets N_i ∝ G_i/√(p_i + α/p_i^(β-1)) (0 where p_i = 0 or G_i = 0)
+    sum to gvm_budget_per_prompt·B; then the prompts are sampled again with those budgets."""
+    c, a = ctx.config, ctx.config.adaptive
+    B = len(problems)
+    _, pilot, toks, mask, pmet = run_engine(ctx, params, problems, jax.random.fold_in(key, 0),
+                                            np.full(B, a.gvm_pilot))
+    rows = training_rows(pilot, toks, mask, B * a.gvm_pilot)  # every pilot sample, no padding
+    norms = np.asarray(sample_grad_norms(
+        ctx.graphdef, params, rows["tokens"], rows["mask"], rows["loss_mask"],
+        prompt_len=c.sampling.max_prompt_len, temperature=max(c.sampling.temperature, 1e-6)))
+    valid = np.flatnonzero(np.asarray(pilot.mask_BG).reshape(-1))
+    correct = np.asarray(pilot.reward_BG).reshape(-1)[valid] > 0.5
+    owner = valid // ctx.group
+    g = np.zeros(B)
+    for i in range(B):
+        sel = correct & (owner == i)
+        g[i] = norms[:len(valid)][sel].mean() if sel.any() else 0.0
+    p = np.asarray(pilot.pool_pos_B) / np.maximum(np.asarray(pilot.pool_n_B), 1)
+    budgets = objectives.gvm_allocation(p, g, a.gvm_budget_per_prompt * B, a.gvm_alpha,
+                                        a.gvm_beta, n_min=0, n_max=ctx.group)
+    _, batch, toks, mask, met = run_engine(ctx, params, problems, jax.random.fold_in(key, 1),
+                                           budgets)
+    for k in _SUMMED:
+        met[k] += pmet[k]
+    met.update(gvm_pilot_samples=pmet["samples_total"], gvm_zero_budget=int((budgets == 0).sum()),
+               all_correct_before=pmet["all_correct_before"],
+               all_wrong_before=pmet["all_wrong_before"])
+    return batch, toks, mask, met

@@ -1,0 +1,223 @@
+"""Learning from collected groups: advantages, packed training rows, the jitted PPO update.
+
+Shapes: B prompts, G kept samples per prompt, R training rows, P prompt length, N max new
+tokens.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from ada_jax import adaptive, advantages, losses
+from ada_jax import model as model_lib
+
+
+def global_norm(tree) -> jax.Array:
+    """‖tree‖₂ over all leaves, float32 (optax.global_norm is deprecated, optax.tree.norm new)."""
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree)))
+
+
+def make_optimizer(config):
+    """Global-norm clipping, then AdamW with linear warm-up over {model, daro} params. DARO's
+    log-weights get their own peak lr when optim.daro_lr > 0: at a policy lr (1e-6 for LLMs)
+    they would barely move from w = 1."""
+    o = config.optim
+
+    def adamw(peak):
+        lr = optax.constant_schedule(peak)
+        if o.warmup_steps:  # update k (from 0) runs at peak·k/warmup_steps until the peak
+            lr = optax.join_schedules([optax.linear_schedule(0.0, peak, o.warmup_steps), lr],
+                                      [o.warmup_steps])
+        return optax.adamw(lr, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
+
+    if not o.daro_lr:
+        return optax.chain(optax.clip_by_global_norm(o.grad_clip), adamw(o.lr))
+    labels = lambda t: {"model": jax.tree.map(lambda _: "model", t["model"]),  # noqa: E731
+                        "daro": "daro"}
+    return optax.chain(optax.clip_by_global_norm(o.grad_clip),
+                       optax.multi_transform({"model": adamw(o.lr), "daro": adamw(o.daro_lr)},
+                                             labels))
+
+
+def compute_advantages(config, batch: adaptive.Batch):
+    """Per-sample advantages [B, G] for the configured estimator."""
+    rl = config.rl
+    if rl.advantage == "pool":
+        return advantages.pool_baseline(
+            batch.reward_BG, batch.mask_BG, batch.pool_n_B, batch.pool_pos_B,
+            std_normalise=rl.std_normalise,
+            weight_fn=rl.objective if rl.objective_weight else None,
+            weight_alpha=rl.objective_alpha, correction=rl.importance_correction)
+    return advantages.compute(rl.advantage, batch.reward_BG, batch.mask_BG)
+
+
+def training_rows(batch: adaptive.Batch, toks_BP, mask_BP, rows: int):
+    """Pack the valid samples of all groups into `rows` training rows (the rest masked):
+    prompt+completion tokens [R, P+N], input and loss masks, old log-probs, and the packing
+    (`flat` index into [B·G], `real` flag) that `pack` uses to place per-sample values."""
+    B, G, N = batch.tokens_BGN.shape
+    valid = np.flatnonzero(np.asarray(batch.mask_BG).reshape(-1))
+    if len(valid) > rows:
+        raise ValueError(f"{len(valid)} kept samples exceed the {rows} training rows per step")
+    idx = np.concatenate([valid, np.zeros(rows - len(valid), valid.dtype)])
+    real = jnp.asarray(np.arange(rows) < len(valid))
+    b_of = jnp.asarray(idx // G)
+    flat = lambda x: x.reshape((B * G,) + x.shape[2:])[idx]  # noqa: E731
+    lens = flat(batch.len_BG)
+    completion_mask = (jnp.arange(N)[None] < lens[:, None]) & real[:, None]
+    tokens = jnp.concatenate([jnp.asarray(toks_BP)[b_of], flat(batch.tokens_BGN)], axis=1)
+    mask = jnp.concatenate([jnp.asarray(mask_BP)[b_of], completion_mask], axis=1)
+    mu = (batch.pool_pos_B / jnp.maximum(batch.pool_n_B, 1)).astype(jnp.float32)
+    return dict(tokens=tokens, mask=mask, loss_mask=completion_mask,
+                old_logp=flat(batch.logp_BGN), group=b_of, mu=mu[b_of],
+                flat=jnp.asarray(idx), real=real)
+
+
+def pack(rows, values_BG):
+    """Per-sample values [B, G] -> per-row [R] (0 on padding rows)."""
+    return jnp.where(rows["real"], values_BG.reshape(-1)[rows["flat"]], 0.0)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature"))
+def completion_logprobs(graphdef, params, tokens, mask, *, prompt_len, temperature):
+    """log π(a_t | …) of the completion tokens [R, N] (float32), e.g. under the reference."""
+    logits, _ = nnx.merge(graphdef, params)(tokens, model_lib.positions_from_mask(mask), mask)
+    return model_lib.token_logprobs(logits[:, prompt_len - 1:-1], tokens[:, prompt_len:],
+                                    temperature)[0]
+
+
+def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params):
+    """Training rows with advantages (and reference log-probs when KL is on)."""
+    c = ctx.config
+    rows = training_rows(batch, toks, mask, rows_per_step)
+    rewards = batch.reward_BG
+    if ref_params is not None:
+        rows["ref_logp"] = completion_logprobs(
+            ctx.graphdef, ref_params, rows["tokens"], rows["mask"],
+            prompt_len=c.sampling.max_prompt_len, temperature=max(c.sampling.temperature, 1e-6))
+        if c.loss.kl_in_reward:  # β·Σ_t KL_t subtracted from each sample's outcome reward
+            pen = losses.kl_reward_penalty(rows["old_logp"], rows["ref_logp"],
+                                           rows["loss_mask"], c.loss.kl_coef, c.loss.kl_type)
+            pen_BG = jnp.zeros(rewards.size).at[rows["flat"]].add(jnp.where(rows["real"], pen,
+                                                                             0.0))
+            rewards = rewards - pen_BG.reshape(rewards.shape)
+    rows["adv"] = pack(rows, compute_advantages(c, batch.replace(reward_BG=rewards)))
+    return rows
+
+
+def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int):
+    """Jitted PPO minibatch update over {model, daro} params; skips non-finite steps."""
+    l, rl = config.loss, config.rl
+    temperature = max(config.sampling.temperature, 1e-6)
+    N = config.sampling.max_new_tokens
+
+    def loss_fn(trainable, mb, nan_now):
+        model = nnx.merge(graphdef, trainable["model"])
+        positions = model_lib.positions_from_mask(mb["mask"])
+        logits, _ = model(mb["tokens"], positions, mb["mask"])
+        logp, ent = model_lib.token_logprobs(logits[:, prompt_len - 1:-1],
+                                             mb["tokens"][:, prompt_len:], temperature)
+        kl_in_loss = "ref_logp" in mb and not l.kl_in_reward
+        loss, met = losses.policy_loss(
+            logp, mb["old_logp"], mb["adv"], mb["loss_mask"], clip_low=l.clip_low,
+            clip_high=l.clip_high, dual_clip=l.dual_clip, agg=l.agg, max_len=N,
+            n_groups=mb["tokens"].shape[0], entropy_BT=ent, entropy_coef=l.entropy_coef,
+            ref_logp_BT=mb["ref_logp"] if kl_in_loss else None,
+            kl_coef=l.kl_coef if kl_in_loss else 0.0, kl_type=l.kl_type)
+        if rl.daro:
+            tok, _ = losses.ppo_token_loss(logp, mb["old_logp"],
+                                           jnp.broadcast_to(mb["adv"][:, None], logp.shape),
+                                           clip_low=l.clip_low, clip_high=l.clip_high,
+                                           dual_clip=l.dual_clip)
+            shares = losses.group_shares(tok, mb["loss_mask"], mb["group"], n_groups)
+            mu_g = jax.ops.segment_max(mb["mu"], mb["group"], n_groups)
+            extra = loss - met["pg_loss"]  # policy_loss's KL and entropy terms, kept
+            loss, dm = losses.daro_loss(shares, mu_g, trainable["daro"])
+            loss = loss + extra
+            met.update({k: v for k, v in dm.items() if k == "daro_nonpos"})
+        loss = loss + jnp.where(nan_now, jnp.nan, 0.0)
+        return loss, met
+
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+    micro = rl.microbatches
+
+    def accumulated_grad(trainable, mb, nan_now):
+        """The minibatch's (loss, metrics) and gradient from `micro` sequential micro-batches
+        (bounded activation memory). Every aggregation is a sum over rows divided by a count of
+        tokens or rows, so micro-batch j's value, weighted by its share of that count, sums
+        exactly to the whole minibatch's; metrics are token means, weighted by token share."""
+        # Strided split (micro-batch j holds rows j, j + micro, …): with rows sharded in
+        # contiguous blocks over the devices, every micro-batch spans all of them.
+        split = jax.tree.map(lambda x: jnp.swapaxes(x.reshape((-1, micro) + x.shape[1:]), 0, 1),
+                             mb)
+        tokens_j = split["loss_mask"].sum((1, 2)).astype(jnp.float32)
+        rows_j = (split["loss_mask"].sum(2) > 0).sum(1).astype(jnp.float32)
+        if l.agg == "token_mean":
+            w_j = tokens_j / jnp.maximum(tokens_j.sum(), 1.0)
+        elif l.agg == "constant":
+            w_j = jnp.full((micro,), 1.0 / micro)
+        else:  # seq_mean_*: divided by the rows with tokens
+            w_j = rows_j / jnp.maximum(rows_j.sum(), 1.0)
+        wm_j = tokens_j / jnp.maximum(tokens_j.sum(), 1.0)
+
+        def body(acc, xs):
+            part, w, wm = xs
+            (loss, met), g = grad_fn(trainable, part, nan_now)
+            acc_loss, acc_met, acc_g = acc
+            met = {k: (w if k == "pg_loss" else wm) * v for k, v in met.items()}
+            return (acc_loss + w * loss, jax.tree.map(jnp.add, acc_met, met),
+                    jax.tree.map(lambda a, b: a + w * b, acc_g, g)), None
+
+        first = jax.tree.map(lambda x: x[0], split)
+        met_shape = jax.eval_shape(lambda: grad_fn(trainable, first, nan_now)[0][1])
+        zeros = (jnp.zeros((), jnp.float32),
+                 jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), met_shape),
+                 jax.tree.map(jnp.zeros_like, trainable))
+        (loss, met, grads), _ = jax.lax.scan(body, zeros, (split, w_j, wm_j))
+        return (loss, met), grads
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def train_step(trainable, opt_state, mb, nan_now):
+        if micro > 1:
+            (loss, met), grads = accumulated_grad(trainable, mb, nan_now)
+        else:
+            (loss, met), grads = grad_fn(trainable, mb, nan_now)
+        gnorm = global_norm(grads)
+        updates, new_opt = optimizer.update(grads, opt_state, trainable)
+        new = optax.apply_updates(trainable, updates)
+        # The new params too: a finite gradient times a NaN / inf learning rate is not finite.
+        finite = jnp.isfinite(loss) & jnp.isfinite(gnorm) & jnp.all(
+            jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(new)]))
+        keep = lambda a, b: jnp.where(finite, a, b)  # noqa: E731
+        trainable = jax.tree.map(keep, new, trainable)
+        opt_state = jax.tree.map(keep, new_opt, opt_state)
+        return trainable, opt_state, dict(met, loss=loss, grad_norm=gnorm,
+                                          skipped=(~finite).astype(jnp.float32))
+
+    return train_step
+
+
+def learn(ctx, train_step, trainable, opt_state, rows, step: int):
+    """ppo_epochs passes over the rows in `minibatches` shuffled minibatches."""
+    c = ctx.config
+    R = rows["tokens"].shape[0]
+    mbs = c.rl.minibatches
+    rng = np.random.default_rng([c.seed, step])
+    mets = []
+    nan_now = jnp.asarray(step == c.rl.get("inject_nan_step", -1))
+    for _ in range(c.rl.ppo_epochs):
+        perm = rng.permutation(R).reshape(mbs, R // mbs)
+        for idx in perm:
+            mb = jax.tree.map(lambda x: x[idx], rows)
+            trainable, opt_state, met = train_step(trainable, opt_state, mb, nan_now)
+            mets.append(met)
+    mets = jax.device_get(mets)
+    out = {k: float(np.mean([m[k] for m in mets])) for k in mets[0]}
+    out["skipped"] = float(np.max([m["skipped"] for m in mets]))
+    if c.rl.daro:
+        out.update({f"daro_w/{i}": float(w) for i, w in
+                    enumerate(np.exp(np.asarray(trainable["daro"])))})
+    return trainable, opt_state, out
