@@ -508,13 +508,18 @@ def run_host(params, prompt_BP, mask_BP, budget_B, key, *, cfg: EngineConfig, ge
     limit = int(_max_chunks(cfg, budget_B))
     while bool(jnp.any(st.active)) and int(st.chunks) < limit:
         st = _host_decode(cfg, gen_fn, params, prompt_state, budget_B, st)
-        fin = np.asarray((st.slot_prompt >= 0) & st.slot_done)
-        r = np.zeros(fin.shape, np.float32)
-        if fin.any():
-            r[fin] = score(np.asarray(st.slot_prompt)[fin], np.asarray(st.slot_seq)[fin],
-                           np.asarray(st.slot_tokens)[fin], np.asarray(st.slot_len)[fin])
-        st = _host_absorb(cfg, budget_B, group, st, jnp.asarray(r))
+        st = _host_absorb(cfg, budget_B, group, st, host_rewards(st, score))
     return st
+
+
+def host_rewards(st: EngineState, score) -> jax.Array:
+    """r_S for the slots that hold finished samples, scored on the host (0 elsewhere)."""
+    fin = np.asarray((st.slot_prompt >= 0) & st.slot_done)
+    r = np.zeros(fin.shape, np.float32)
+    if fin.any():
+        r[fin] = score(np.asarray(st.slot_prompt)[fin], np.asarray(st.slot_seq)[fin],
+                       np.asarray(st.slot_tokens)[fin], np.asarray(st.slot_len)[fin])
+    return jnp.asarray(r)
 
 
 # ----------------------------------------------------------------------------- selection
