@@ -51,6 +51,7 @@ from ada_jax import sampling
 NEG, POS = 0, 1
 _MAX_NEW_PER_PROMPT = 64  # refill: launches one prompt can get per refill
 _RING = 128  # refill, launch order: W, samples per prompt launched past its pool
+_NEVER = 2**31 - 1  # done_at of a prompt that has not stopped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +113,7 @@ class EngineState:
     active: jax.Array
     quota: jax.Array  # rounds mode: launches left in this round
     first_pos: jax.Array  # positives among each prompt's first G pool samples
+    done_at: jax.Array  # refill: the chunk count when the prompt stopped (completion order)
     # refill, launch order: outcomes of finished samples by launch index mod W, not yet in the
     # pool (it is the prefix of launch indices 0..n_samples-1) [B, W]
     ring_done: jax.Array
@@ -122,6 +124,7 @@ class EngineState:
     kept_logp: jax.Array
     kept_len: jax.Array
     kept_prio: jax.Array
+    kept_version: jax.Array  # the policy version each kept sample was launched under
     # slots [S, …]
     slot_prompt: jax.Array  # -1 = free
     slot_seq: jax.Array
@@ -129,9 +132,11 @@ class EngineState:
     slot_logp: jax.Array
     slot_len: jax.Array
     slot_done: jax.Array
+    slot_version: jax.Array
     gen: Any  # generator's per-slot state (cache, last logits, positions)
     # counters
     key: jax.Array
+    version: jax.Array  # policy version of new launches (streaming: the training step)
     chunks: jax.Array
     rounds: jax.Array
     decode_steps: jax.Array
@@ -196,7 +201,7 @@ def _still_needed(cfg: EngineConfig, n, n_pos, t0, J: int):
     return jnp.where(certain, 1.0, jnp.clip(q, 0.0, 1.0))
 
 
-def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B):
+def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B, priority_B=None):
     """Hand free slots to (prompt, next sample) candidates, most likely needed first.
 
     Candidate j of prompt i is needed iff the prompt has not stopped on the samples launched
@@ -204,7 +209,8 @@ def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B):
     (launch order: outcomes known) and the t = running + j still unknown (`_still_needed`,
     since the rule only gets easier with more samples).
     Candidates need probability >= 1 - overcommit and must fit the budget; ties (e.g. the
-    certain ones) go round-robin over prompts. Returns (start_S, prompt_S, seq_S, started_B,
+    certain ones) go round-robin over prompts, except that among equally likely candidates
+    those of `priority_B` prompts go first (streaming: prompts due in the current step). Returns (start_S, prompt_S, seq_S, started_B,
     whether some candidate got no slot).
     """
     B, S = st.n_samples.shape[0], st.slot_prompt.shape[0]
@@ -219,6 +225,8 @@ def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B):
           & (q >= 1.0 - min(max(cfg.overcommit, 0.0), 1.0) - 1e-6))
     if _launch_order(cfg):  # launch indices past the pool must fit the ring
         ok = ok & (t + known[:, None] < _window(cfg))
+    if priority_B is not None:
+        q = q + 1e-3 * priority_B[:, None]
     score = jnp.where(ok, q - 1e-6 * j, -1.0).reshape(-1)
     K = min(S, B * J)
     top, idx = jax.lax.top_k(score, K)  # descending; within a prompt a prefix of j
@@ -285,7 +293,7 @@ def _decode_chunk(cfg, gen_fn, params, prompt_state, st: EngineState, max_steps,
 
 
 def _launch_and_decode(cfg: EngineConfig, gen_fn, params, prompt_state, budget_B,
-                       st: EngineState):
+                       st: EngineState, priority_B=None):
     """First half of a chunk: assign free slots, restart them, decode."""
     if cfg.mode == "rounds":
         start, prompt = _assign(cfg, st, jnp.where(st.active, st.quota, 0))
@@ -295,13 +303,14 @@ def _launch_and_decode(cfg: EngineConfig, gen_fn, params, prompt_state, budget_B
         same = start[:, None] & start[None, :] & (prompt[:, None] == prompt[None, :])
         seq = seq + jnp.sum(jnp.tril(same, -1), axis=1)
     else:
-        start, prompt, seq, started_B, unplaced = _assign_refill(cfg, st, budget_B)
+        start, prompt, seq, started_B, unplaced = _assign_refill(cfg, st, budget_B, priority_B)
     gen = gen_fn.restart(prompt_state, st.gen, start, prompt)
     st = st.replace(
         slot_prompt=prompt, slot_seq=seq, gen=gen,
         slot_tokens=jnp.where(start[:, None], gen_fn.pad_id, st.slot_tokens),
         slot_logp=jnp.where(start[:, None], 0.0, st.slot_logp),
         slot_len=jnp.where(start, 0, st.slot_len), slot_done=jnp.where(start, False, st.slot_done),
+        slot_version=jnp.where(start, st.version, st.slot_version),
         in_flight=st.in_flight + started_B, launched=st.launched + started_B,
         quota=st.quota - started_B if cfg.mode == "rounds" else st.quota)
     if cfg.mode == "rounds":
@@ -411,6 +420,7 @@ def _absorb(cfg: EngineConfig, budget_B, group: int, st: EngineState, reward_S):
         kept_tokens=merge(st.kept_tokens, st.slot_tokens), kept_logp=merge(st.kept_logp,
                                                                            st.slot_logp),
         kept_len=merge(st.kept_len, st.slot_len), kept_prio=new_prio, in_flight=in_flight,
+        kept_version=merge(st.kept_version, st.slot_version),
         slot_prompt=jnp.where(take, -1, st.slot_prompt), chunks=st.chunks + 1)
 
     # Retire prompts: refill mode after every chunk, rounds mode at the end of each round.
@@ -437,6 +447,7 @@ def _absorb(cfg: EngineConfig, budget_B, group: int, st: EngineState, reward_S):
                 retired[:, None, None] & (st.kept_prio >= st.n_samples[:, None, None]),
                 jnp.inf, st.kept_prio) if cfg.select_order != "random" else st.kept_prio)
         st = st.replace(active=active, slot_prompt=jnp.where(cut, -1, st.slot_prompt),
+                        done_at=jnp.where(retired, st.chunks, st.done_at),
                         in_flight=st.in_flight.at[jnp.where(cut, st.slot_prompt, B)].add(
                             -cut.astype(jnp.int32), mode="drop"),
                         cut_tokens=st.cut_tokens + wasted)
@@ -450,16 +461,18 @@ def init_state(cfg: EngineConfig, gen_fn, prompt_state, B: int, budget_B, key) -
     quota = (jnp.minimum(cfg.samples_per_round, budget_B) if cfg.mode == "rounds" else zB)
     return EngineState(
         n_samples=zB, n_pos=zB, in_flight=zB, launched=zB, active=budget_B > 0,
-        quota=quota.astype(jnp.int32), first_pos=zB,
+        quota=quota.astype(jnp.int32), first_pos=zB, done_at=jnp.full((B,), _NEVER, jnp.int32),
         ring_done=jnp.zeros((B, W), bool), ring_pos=jnp.zeros((B, W), bool),
         ring_len=jnp.zeros((B, W), jnp.int32),
         kept_tokens=jnp.zeros((B, 2, C, N), jnp.int32),
         kept_logp=jnp.zeros((B, 2, C, N), jnp.float32),
         kept_len=jnp.zeros((B, 2, C), jnp.int32), kept_prio=jnp.full((B, 2, C), jnp.inf),
+        kept_version=jnp.zeros((B, 2, C), jnp.int32),
         slot_prompt=jnp.full((S,), -1, jnp.int32), slot_seq=jnp.zeros((S,), jnp.int32),
         slot_tokens=jnp.zeros((S, N), jnp.int32), slot_logp=jnp.zeros((S, N), jnp.float32),
         slot_len=jnp.zeros((S,), jnp.int32), slot_done=jnp.zeros((S,), bool),
-        gen=gen_fn.init_slots(prompt_state, S), key=key, chunks=jnp.int32(0),
+        slot_version=jnp.zeros((S,), jnp.int32), gen=gen_fn.init_slots(prompt_state, S),
+        key=key, version=jnp.int32(0), chunks=jnp.int32(0),
         rounds=jnp.int32(0), decode_steps=jnp.int32(0), generated_tokens=jnp.int32(0),
         cut_tokens=jnp.int32(0))
 
@@ -533,6 +546,7 @@ class Batch:
     mask_BG: jax.Array
     pool_n_B: jax.Array  # samples drawn for the prompt this step (N_i)
     pool_pos_B: jax.Array  # positives among them
+    version_BG: jax.Array  # policy version each sample was launched under
 
 
 def select(st: EngineState, group: int, *, balanced: bool = True, drop_unresolved=None):
@@ -562,7 +576,7 @@ def select(st: EngineState, group: int, *, balanced: bool = True, drop_unresolve
     return Batch(tokens_BGN=pick(st.kept_tokens), logp_BGN=pick(st.kept_logp),
                  len_BG=jnp.where(mask, pick(st.kept_len), 0),
                  reward_BG=jnp.where(mask, is_pos, 0).astype(jnp.float32), mask_BG=mask,
-                 pool_n_B=st.n_samples, pool_pos_B=st.n_pos)
+                 pool_n_B=st.n_samples, pool_pos_B=st.n_pos, version_BG=pick(st.kept_version))
 
 
 def kept_metrics(batch: Batch) -> dict:

@@ -12,11 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ada_jax import adaptive, evaluate, hints, objectives
+from ada_jax import adaptive, evaluate, hints, objectives, stream
 from ada_jax import model as model_lib
 from ada_jax.learn import global_norm, training_rows
 from ada_jax.rewards import synthetic
 from ada_jax.rewards.embedded import encode_answers, token_scorer
+from ada_jax.tasks.problem import Problem
 
 ANSWER_LEN = 16  # max answer tokens for the jittable verifier
 
@@ -103,17 +104,59 @@ def run_engine(ctx, params, problems, key, budgets=None, hint_texts=None):
                           cfg=ctx.engine, gen_fn=ctx.generator, reward_fn=ctx.reward_fn,
                           group=c.rl.n)
     else:  # math files: the host scores finished samples between decode chunks
-        def score(prompt_S, seq_S, tokens_SN, len_S):
-            texts = [ctx.tokenizer.decode(t[:n].tolist()) for t, n in zip(tokens_SN, len_S)]
-            return ctx.math_pool.score(texts, [problems[i].answer for i in prompt_S])
         st = adaptive.run_host(params, jnp.asarray(toks), jnp.asarray(mask), budgets, key,
-                               cfg=ctx.engine, gen_fn=ctx.generator, score=score,
-                               group=c.rl.n)
+                               cfg=ctx.engine, gen_fn=ctx.generator,
+                               score=_host_score(ctx, problems), group=c.rl.n)
     drop = None
     if c.adaptive.policy == "seq" and c.adaptive.at_budget == "drop":
         drop = ~adaptive._rule_met(ctx.engine, st.n_samples, st.n_pos)
     batch = adaptive.select(st, ctx.group, drop_unresolved=drop)
     return st, batch, toks, mask, adaptive.metrics(ctx.engine, st, batch, c.rl.n)
+
+
+def make_stream(ctx, params):
+    """The persistent streaming engine of adaptive.mode='stream' (empty), or None."""
+    c = ctx.config
+    if c.adaptive.mode != "stream":
+        return None
+    B = c.rl.prompts_per_step
+    ahead = B if c.adaptive.stream_ahead < 0 else c.adaptive.stream_ahead
+    return stream.Stream(ctx.engine, ctx.generator, prompts=B, ahead=ahead,
+                         prompt_len=c.sampling.max_prompt_len, group=ctx.group,
+                         on_policy=c.adaptive.stream_on_policy).init(params)
+
+
+_NO_PROBLEM = Problem(id=0, question="", answer="")  # reward data of a free stream row
+
+
+def _stream_collect(ctx, params, iterator, key, st: dict):
+    """Admit queued prompts into the stream's free rows (drawing prompt batches as needed; the
+    rest waits in st["pending"]), run it until this step's groups are complete, claim them."""
+    c, s = ctx.config, st["stream"]
+    while len(st["pending"]) < s.free():
+        st["pending"] += next(iterator)
+    new, st["pending"] = st["pending"][:s.free()], st["pending"][s.free():]
+    if new:
+        toks, mask = evaluate.encode_prompts(ctx.tokenizer, new, c.task.template,
+                                             c.sampling.max_prompt_len)
+        s.admit(new, toks, mask, default_budgets(ctx, len(new)))
+    rows = [p or _NO_PROBLEM for p in s.items]
+    if ctx.math_pool is None:
+        s.run(params, key, reward_fn=ctx.reward_fn,
+              reward_data=reward_data(c, ctx.tokenizer, rows))
+    else:
+        s.run(params, key, score=_host_score(ctx, rows))
+    got = s.claim(drop_unresolved=c.adaptive.policy == "seq" and c.adaptive.at_budget == "drop")
+    return got.items, got.batch, got.prompt_BP, got.mask_BP, got.metrics
+
+
+def _host_score(ctx, problems):
+    """score(prompt_S, seq_S, tokens_SN, len_S) for the engine's host loop: the math verifier
+    on the decoded completions against problems[prompt]'s answer."""
+    def score(prompt_S, seq_S, tokens_SN, len_S):
+        texts = [ctx.tokenizer.decode(t[:n].tolist()) for t, n in zip(tokens_SN, len_S)]
+        return ctx.math_pool.score(texts, [problems[i].answer for i in prompt_S])
+    return score
 
 
 def collect(ctx, params, iterator, key, state):
@@ -122,6 +165,8 @@ def collect(ctx, params, iterator, key, state):
     and goes into checkpoints. DAPO keeps drawing prompt batches until B mixed groups are
     collected; self-hinting re-rolls collapsed groups under hints."""
     c = ctx.config
+    if c.adaptive.mode == "stream":
+        return _stream_collect(ctx, params, iterator, key, state)
     problems = next(iterator)
     if c.adaptive.policy == "est":
         budgets = _est_budgets(c, problems, state["est"])

@@ -21,7 +21,7 @@ _CHOICES = {
     "task.on_bad_row": ("error", "skip"),
     "adaptive.policy": ("uniform", "seq", "est", "gvm", "dapo"),
     "adaptive.exit_rule": ("none", "pos", "balance"),
-    "adaptive.mode": ("rounds", "refill"),
+    "adaptive.mode": ("rounds", "refill", "stream"),
     "adaptive.at_budget": ("keep", "drop"),
     "adaptive.select_order": ("generation", "random"),
     "adaptive.est_weight": ("inv_sqrt", "inv", "optimal"),
@@ -128,6 +128,17 @@ def validate(config) -> None:
     if config.rl.hints != "none" and a.policy not in ("uniform", "seq"):
         raise ValueError(f"config.rl.hints={config.rl.hints!r} works with adaptive.policy "
                          f"'uniform' or 'seq', not {a.policy!r}")
+    if a.mode == "stream":
+        if a.policy not in ("uniform", "seq") or config.rl.hints != "none":
+            raise ValueError(f"config.adaptive.mode='stream' works with adaptive.policy 'uniform' "
+                             f"or 'seq' and no hints, not policy={a.policy!r}, "
+                             f"hints={config.rl.hints!r}")
+        if isinstance(a.stream_ahead, bool) or not isinstance(a.stream_ahead, int) or not \
+                -1 <= a.stream_ahead <= config.rl.prompts_per_step:
+            raise ValueError(f"config.adaptive.stream_ahead={a.stream_ahead!r}: must be -1 (= "
+                             f"rl.prompts_per_step) or in [0, rl.prompts_per_step="
+                             f"{config.rl.prompts_per_step}] (further ahead, samples would be "
+                             f"more than one update old)")
     for axis in ("data", "fsdp", "tensor"):
         v = config.mesh[axis]
         if not isinstance(v, int) or (v < 1 and v != -1):

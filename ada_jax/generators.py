@@ -121,8 +121,12 @@ def oracle_lengths(prompt_S, seq_S, max_len: int):
 
 
 def bernoulli_reward(reward_data, prompt_S, seq_S, tokens_SN, lengths_S):
-    """reward_data = dict(key=…, p=[B]): reproducible Bernoulli(p_i) draw for (prompt, index)."""
+    """reward_data = dict(key=…, p=[B], optional id=[B]): reproducible Bernoulli(p_i) draw for
+    (prompt, index); the prompt is its row i, or id[i] when given (streaming reuses rows)."""
+    row = jnp.maximum(prompt_S, 0)
+    ident = reward_data["id"][row] if "id" in reward_data else row
+
     def draw(i, j):
         return jax.random.uniform(jax.random.fold_in(jax.random.fold_in(reward_data["key"], i), j))
-    u = jax.vmap(draw)(jnp.maximum(prompt_S, 0), seq_S)
-    return (u < reward_data["p"][jnp.maximum(prompt_S, 0)]).astype(jnp.float32)
+    u = jax.vmap(draw)(ident, seq_S)
+    return (u < reward_data["p"][row]).astype(jnp.float32)

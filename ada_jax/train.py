@@ -25,6 +25,7 @@ from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
 from ada_jax.config_check import config_changes, validate
 from ada_jax.tasks import PromptIterator, is_embedded, load_split
+from ada_jax.tasks.problem import Problem
 from ada_jax.tasks.embedded import is_careful
 from ada_jax.tokenizer import load_tokenizer
 
@@ -61,20 +62,21 @@ def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
     every sample trained on, so G is that cap and the rows per prompt are the mean budget.
     """
     a, rl = config.adaptive, config.rl
+    mode = "refill" if a.mode == "stream" else a.mode  # streaming runs the refill engine
     common = dict(slots=a.slots, max_new_tokens=config.sampling.max_new_tokens,
                   chunk_len=a.chunk_len, select_order=a.select_order, overcommit=a.overcommit)
     if a.policy == "seq":
         return adaptive.EngineConfig(keep=rl.n, exit_rule=a.exit_rule, k_pos=a.k_pos,
-                                     k_neg=a.k_neg, mode=a.mode,
+                                     k_neg=a.k_neg, mode=mode,
                                      samples_per_round=a.samples_per_round,
                                      max_rounds=a.max_rounds, min_pool=a.min_pool or rl.n,
                                      **common), rl.n, rl.n
     if a.policy in ("est", "gvm"):
         mean = a.est_budget_per_prompt if a.policy == "est" else a.gvm_budget_per_prompt
         cap = 4 * mean
-        return adaptive.EngineConfig(keep=cap, exit_rule="none", mode=a.mode,
+        return adaptive.EngineConfig(keep=cap, exit_rule="none", mode=mode,
                                      samples_per_round=cap, max_rounds=1, **common), cap, mean
-    return adaptive.EngineConfig(keep=rl.n, exit_rule="none", mode=a.mode,
+    return adaptive.EngineConfig(keep=rl.n, exit_rule="none", mode=mode,
                                  samples_per_round=rl.n, max_rounds=1, **common), rl.n, rl.n
 
 
@@ -235,14 +237,20 @@ def init_train_state(ctx: Context, params):
     return optimizer, trainable, sharding.place_on_mesh(optimizer.init(trainable), ctx.mesh)
 
 
-def restore_checkpoint(ckpt: Checkpointer, trainable, opt_state, start_over: bool = False):
+def restore_checkpoint(ckpt: Checkpointer, trainable, opt_state, start_over: bool = False,
+                       stream=None):
     """(step, trainable, opt_state, meta) from the newest readable checkpoint, or None if there
-    is none (or none readable and `start_over`; see Checkpointer.restore_latest)."""
-    restored = ckpt.restore_latest(abstract_like({"trainable": trainable, "opt": opt_state}),
-                                   start_over)
+    is none (or none readable and `start_over`; see Checkpointer.restore_latest). With a
+    streaming run's `stream` (collect.make_stream), its engine state is restored into it too."""
+    arrays = {"trainable": trainable, "opt": opt_state}
+    if stream is not None:
+        arrays["stream"] = stream.arrays()
+    restored = ckpt.restore_latest(abstract_like(arrays), start_over)
     if restored is None:
         return None
     step, arrays, meta = restored
+    if stream is not None:
+        stream.restore(arrays["stream"], meta["stream"], lambda d: Problem(**d))
     return step, arrays["trainable"], arrays["opt"], meta
 
 
@@ -258,20 +266,23 @@ def train_and_evaluate(config, workdir: str) -> dict:
     rows_per_step = c.rl.prompts_per_step * ctx.rows_per_prompt
     optimizer, trainable, opt_state = init_train_state(ctx, params)
     iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=c.seed)
-    state: dict = {"est": {}, "hint": {}}
+    # What persists across steps besides params: Ada-Est history, hint levels, the stream.
+    state: dict = {"est": {}, "hint": {}, "stream": collect.make_stream(ctx, trainable["model"]),
+                   "pending": []}
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), c.checkpoint.keep)
     start = 0
     try:
         restored = restore_checkpoint(ckpt, trainable, opt_state,
-                                      c.checkpoint.start_over_if_unreadable)
+                                      c.checkpoint.start_over_if_unreadable, state["stream"])
     except UnreadableCheckpoints as e:
         raise UnreadableCheckpoints(f"{e} Or set --config.checkpoint.start_over_if_unreadable"
                                     f"=True to train this workdir from step 0.") from None
     if restored is not None:
         start, trainable, opt_state, meta = restored
         iterator.restore(meta["iterator"])
-        state = {"est": {k: tuple(v) for k, v in meta["est_history"].items()},
-                 "hint": dict(meta.get("hint_levels", {}))}
+        state.update(est={k: tuple(v) for k, v in meta["est_history"].items()},
+                     hint=dict(meta.get("hint_levels", {})),
+                     pending=[Problem(**d) for d in meta.get("pending", [])])
         log.info("resumed from step %d", start)
     writer = MetricsWriter(workdir, start)
     _write_atomic(os.path.join(workdir, "config.json"),
@@ -287,9 +298,14 @@ def train_and_evaluate(config, workdir: str) -> dict:
         totals = {k: writer.last.get(f"cum_{k}", 0) for k in totals}
 
     def save(step):
-        ckpt.save(step, {"trainable": trainable, "opt": opt_state},
+        arrays, extra = {"trainable": trainable, "opt": opt_state}, {}
+        if state["stream"] is not None:  # mid-stream: engine state, resident and queued prompts
+            arrays["stream"] = state["stream"].arrays()
+            extra = {"stream": state["stream"].meta(dataclasses.asdict),
+                     "pending": [dataclasses.asdict(p) for p in state["pending"]]}
+        ckpt.save(step, arrays,
                   {"iterator": iterator.state(), "est_history": state["est"],
-                   "hint_levels": state["hint"], "step": step})
+                   "hint_levels": state["hint"], "step": step, **extra})
 
     bar = _progress(c, start)
     met = {k: v for k, v in writer.last.items() if k != "step"}  # returned if nothing is left

@@ -419,7 +419,8 @@ print("workdir:", WORKDIR, sorted(os.listdir(WORKDIR)))
     ctx, init_params = train.setup(config, WORKDIR)
     _, trainable, opt_state = train.init_train_state(ctx, init_params)
     ckpt = Checkpointer(os.path.join(WORKDIR, "checkpoints"))
-    restored = train.restore_checkpoint(ckpt, trainable, opt_state)
+    restored = train.restore_checkpoint(ckpt, trainable, opt_state,
+                                        stream=collect.make_stream(ctx, init_params))
     ckpt.close()
     if restored is None:
         raise FileNotFoundError(f"no readable checkpoint in {WORKDIR}/checkpoints")

@@ -11,7 +11,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 import ada_jax
-from ada_jax import evaluate, sharding, train
+from ada_jax import collect, evaluate, sharding, train
 from ada_jax.checkpoint import Checkpointer
 from ada_jax.config_check import refuse_unknown_overrides, validate
 
@@ -38,7 +38,8 @@ def main(argv):
     if not _BASE.value:
         _, trainable, opt_state = train.init_train_state(ctx, params)
         restored = train.restore_checkpoint(
-            Checkpointer(os.path.join(_WORKDIR.value, "checkpoints")), trainable, opt_state)
+            Checkpointer(os.path.join(_WORKDIR.value, "checkpoints")), trainable, opt_state,
+            stream=collect.make_stream(ctx, params))
         if restored is None:
             raise SystemExit(f"no checkpoint in {_WORKDIR.value}/checkpoints (use --base)")
         step, params = restored[0], restored[1]["model"]

@@ -16,7 +16,7 @@ def _batch(pos_B, n=G):
     return adaptive.Batch(
         tokens_BGN=np.zeros((B, G, N), np.int32), logp_BGN=np.zeros((B, G, N), np.float32),
         len_BG=np.ones((B, G), np.int32), reward_BG=reward, mask_BG=np.ones((B, G), bool),
-        pool_n_B=np.full(B, n), pool_pos_B=pos_B)
+        pool_n_B=np.full(B, n), pool_pos_B=pos_B, version_BG=np.zeros((B, G), np.int32))
 
 
 PROBLEMS = [Problem(id=i, question=f"q{i}", answer="7",

@@ -1,0 +1,287 @@
+"""Streaming adaptive sampling: one refill engine whose prompts outlive a training step.
+
+The engine (`adaptive`) keeps its slots busy within a step, but a step's batch ends with its
+slowest prompt, and with many slots per prompt the last prompts cannot use them all. Here the
+engine state persists across steps over a table of Q = B + A resident prompts (B per step, A
+admitted ahead). Each call:
+1. admits queued prompts into the free rows (`admit`); their prompt caches, and those of every
+   resident prompt, are prefilled under the current params;
+2. decodes (refill schedule, launch-order pools) until B resident prompts have stopped and no
+   prompt admitted in an earlier call is still sampling: free slots go to whichever resident
+   prompt needs a sample, the current step's first (`_assign_refill`'s priority), then the
+   next step's, so slots do not idle behind a straggler;
+3. `claim` takes the step's B groups: every prompt admitted in an earlier call, then the first
+   to stop among this call's, and frees their rows.
+Samples still running at the update continue under the new params (their behaviour log-probs
+are the ones recorded when each token was drawn, so the PPO ratio corrects them), and a prompt
+is trained at most one step after its admission: every trained sample was launched under the
+current policy or the one before (docs/theory.md, "Streaming"). `on_policy=True` instead
+restarts every carried-over prompt from an empty pool at each call (running samples cut,
+finished ones dropped), so only samples of the current policy are trained, at the cost of the
+carried work. A prompt's pool still follows launch order, so its stopping law is the
+one-at-a-time law whatever the policy versions.
+
+Row bookkeeping (which prompt, admitted when, completion order) is on the host; the engine state
+(counters, kept buffers, running slots with their caches) is one pytree that goes into
+checkpoints, so a resumed run continues mid-stream exactly.
+"""
+import dataclasses
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ada_jax import adaptive
+
+EMPTY = -1  # admit_call of a free row
+
+
+def _rows(mask_Q, x):
+    return mask_Q.reshape(mask_Q.shape + (1,) * (x.ndim - 1))
+
+
+def _reset_rows(st: adaptive.EngineState, rows_Q, budget_Q) -> adaptive.EngineState:
+    """Empty pools, rings and kept buffers of `rows_Q` (active again iff their budget > 0); slots
+    still running on them are cut (their tokens count as cut)."""
+    cut = (st.slot_prompt >= 0) & rows_Q[jnp.maximum(st.slot_prompt, 0)]
+
+    def zero(x, v=0):
+        return jnp.where(_rows(rows_Q, x), v, x)
+
+    return st.replace(
+        n_samples=zero(st.n_samples), n_pos=zero(st.n_pos), in_flight=zero(st.in_flight),
+        launched=zero(st.launched), first_pos=zero(st.first_pos),
+        done_at=zero(st.done_at, adaptive._NEVER),
+        active=jnp.where(rows_Q, budget_Q > 0, st.active),
+        ring_done=zero(st.ring_done, False), ring_pos=zero(st.ring_pos, False),
+        ring_len=zero(st.ring_len), kept_prio=zero(st.kept_prio, jnp.inf),
+        slot_prompt=jnp.where(cut, -1, st.slot_prompt),
+        cut_tokens=st.cut_tokens + jnp.sum(jnp.where(cut, st.slot_len, 0)))
+
+
+def _more(st, need: int, must_Q, resident_Q):
+    """Keep decoding: fewer than `need` resident prompts have stopped, or a `must_Q` one has
+    not."""
+    stopped = jnp.sum(resident_Q & ~st.active)
+    return jnp.any(st.active) & ((stopped < need) | jnp.any(must_Q & st.active))
+
+
+def _limit(cfg, st, budget_Q, resident_Q):
+    return st.chunks + adaptive._max_chunks(cfg, jnp.where(resident_Q, budget_Q, 0))
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "gen_fn", "reward_fn", "group", "need"),
+                   donate_argnames=("st",))
+def _run(params, prompt_QP, mask_QP, budget_Q, prio_Q, must_Q, resident_Q, reward_data, st, *,
+         cfg, gen_fn, reward_fn, group: int, need: int):
+    """Decode until the step's groups are complete, in one while_loop (jittable reward)."""
+    prompt_state = gen_fn.prefill(params, prompt_QP, mask_QP)
+    limit = _limit(cfg, st, budget_Q, resident_Q)
+
+    def body(st):
+        st = adaptive._launch_and_decode(cfg, gen_fn, params, prompt_state, budget_Q, st, prio_Q)
+        r = reward_fn(reward_data, st.slot_prompt, st.slot_seq, st.slot_tokens, st.slot_len)
+        return adaptive._absorb(cfg, budget_Q, group, st, r)
+
+    return jax.lax.while_loop(lambda s: _more(s, need, must_Q, resident_Q) & (s.chunks < limit),
+                              body, st)
+
+
+@functools.partial(jax.jit, static_argnames=("gen_fn",))
+def _prefill(params, prompt_QP, mask_QP, *, gen_fn):
+    return gen_fn.prefill(params, prompt_QP, mask_QP)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "gen_fn"), donate_argnames=("st",))
+def _host_decode(params, prompt_state, budget_Q, old_Q, st, *, cfg, gen_fn):
+    return adaptive._launch_and_decode(cfg, gen_fn, params, prompt_state, budget_Q, st, old_Q)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "group", "need"), donate_argnames=("st",))
+def _host_absorb(budget_Q, old_Q, resident_Q, st, r_S, *, cfg, group: int, need: int):
+    st = adaptive._absorb(cfg, budget_Q, group, st, r_S)
+    return st, _more(st, need, old_Q, resident_Q)
+
+
+@functools.partial(jax.jit, donate_argnames=("st",))
+def _begin_call(st, reset_Q, budget_Q, version, key):
+    return _reset_rows(st, reset_Q, budget_Q).replace(version=version, key=key)
+
+
+@dataclasses.dataclass
+class Claimed:
+    """One step's groups from the stream."""
+    rows: np.ndarray  # table rows, in claim order
+    items: list  # the prompts (whatever `admit` was given)
+    prompt_BP: np.ndarray
+    mask_BP: np.ndarray
+    batch: adaptive.Batch
+    metrics: dict
+
+
+class Stream:
+    """A table of Q = B + ahead prompts sampled by one persistent refill engine (module doc).
+
+    Use: `admit(items, prompt_BP, mask_BP, budgets)` for up to `free()` prompts, `run(params,
+    key, …)`, `claim()`; repeat. `arrays()` / `meta()` checkpoint it, `restore` resumes."""
+
+    def __init__(self, cfg: adaptive.EngineConfig, gen_fn, *, prompts: int, ahead: int,
+                 prompt_len: int, group: int, on_policy: bool = False):
+        if cfg.mode != "refill" or cfg.pool_order != "launch":
+            raise ValueError("streaming needs the refill schedule with launch-order pools "
+                             f"(mode='refill', pool_order='launch'), got mode={cfg.mode!r}, "
+                             f"pool_order={cfg.pool_order!r}")
+        if not 0 <= ahead <= prompts:
+            raise ValueError(f"streaming: prompts admitted ahead ({ahead}) must be in [0, "
+                             f"prompts per step = {prompts}]: a prompt admitted further ahead "
+                             "could be trained more than one step after its samples were drawn")
+        self.cfg, self.gen_fn, self.group, self.on_policy = cfg, gen_fn, group, on_policy
+        self.B, self.Q, self.P = prompts, prompts + ahead, prompt_len
+        Q = self.Q
+        self.items: list = [None] * Q
+        self.admit_call = np.full(Q, EMPTY, np.int64)
+        self.prompt_QP = np.zeros((Q, prompt_len), np.int32)
+        self.mask_QP = np.zeros((Q, prompt_len), bool)
+        self.budget_Q = np.zeros(Q, np.int32)
+        self.calls = 0  # engine calls so far = the policy version of the next call
+        self.fresh = np.zeros(Q, bool)  # admitted since the last call: pools to empty
+        self.st = None  # built by init(params)
+
+    # ------------------------------------------------------------------ state
+    def init(self, params, key=None):
+        """Build the (empty) engine state; shapes only depend on the config."""
+        key = jax.random.key(0) if key is None else key
+        init = functools.partial(self._init, gen_fn=self.gen_fn, cfg=self.cfg, Q=self.Q)
+        self.st = jax.jit(init)(params, jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP),
+                                key)
+        return self
+
+    @staticmethod
+    def _init(params, prompt_QP, mask_QP, key, *, gen_fn, cfg, Q):
+        prompt_state = gen_fn.prefill(params, prompt_QP, mask_QP)
+        return adaptive.init_state(cfg, gen_fn, prompt_state, Q, jnp.zeros((Q,), jnp.int32),
+                                   key)
+
+    def arrays(self):
+        """The engine state as a checkpointable tree (the PRNG key as raw data)."""
+        return self.st.replace(key=jax.random.key_data(self.st.key))
+
+    def meta(self, encode_item: Callable = lambda x: x) -> dict:
+        return dict(calls=self.calls, admit_call=self.admit_call.tolist(),
+                    budget=self.budget_Q.tolist(), prompt=self.prompt_QP.tolist(),
+                    mask=self.mask_QP.astype(int).tolist(),
+                    items=[None if x is None else encode_item(x) for x in self.items])
+
+    def restore(self, arrays, meta: dict, decode_item: Callable = lambda x: x):
+        if len(meta["admit_call"]) != self.Q:
+            raise ValueError(f"streaming checkpoint holds {len(meta['admit_call'])} prompt rows, "
+                             f"this run has {self.Q} (prompts per step + ahead)")
+        self.st = arrays.replace(key=jax.random.wrap_key_data(arrays.key))
+        self.calls = int(meta["calls"])
+        self.admit_call = np.asarray(meta["admit_call"], np.int64)
+        self.budget_Q = np.asarray(meta["budget"], np.int32)
+        self.prompt_QP = np.asarray(meta["prompt"], np.int32).reshape(self.Q, self.P)
+        self.mask_QP = np.asarray(meta["mask"], bool).reshape(self.Q, self.P)
+        self.items = [None if x is None else decode_item(x) for x in meta["items"]]
+
+    def _counters(self) -> dict:
+        st = self.st
+        got = jax.device_get((st.decode_steps, st.generated_tokens, st.cut_tokens, st.chunks))
+        return dict(zip(("steps", "tokens", "cut", "chunks"), map(int, got)))
+
+    # ------------------------------------------------------------------ a step
+    def free(self) -> int:
+        return int(np.sum(self.admit_call == EMPTY))
+
+    def admit(self, items, prompt_BP, mask_BP, budgets) -> None:
+        """Put prompts into free rows (lowest first); they are sampled from the next `run`."""
+        rows = np.flatnonzero(self.admit_call == EMPTY)[:len(items)]
+        if len(rows) < len(items):
+            raise ValueError(f"Stream.admit: {len(items)} prompts but {self.free()} free rows")
+        for r, it in zip(rows, items):
+            self.items[r] = it
+        self.admit_call[rows] = self.calls
+        self.prompt_QP[rows], self.mask_QP[rows] = prompt_BP, mask_BP
+        self.budget_Q[rows] = budgets
+        self.fresh[rows] = True
+
+    def run(self, params, key, *, reward_fn=None, reward_data=None, score=None):
+        """Decode until this step's groups are complete. reward_fn(reward_data, …) is the
+        jittable reward over the Q rows; `score(rows_S, seq_S, tokens_SN, len_S)` a host one."""
+        resident = self.admit_call != EMPTY
+        fresh = self.fresh & resident
+        # Carried over from earlier calls: sampled first; must stop in this call unless
+        # on_policy, which restarts them from an empty pool instead.
+        old = resident & (self.admit_call < self.calls)
+        reset = fresh | (old if self.on_policy else np.zeros_like(old))
+        self.restarted = int(np.sum(reset & ~fresh))
+        self.fresh = np.zeros(self.Q, bool)
+        budget = jnp.asarray(np.where(resident, self.budget_Q, 0), jnp.int32)
+        self._before = self._counters()
+        self.st = _begin_call(self.st, jnp.asarray(reset), budget, jnp.int32(self.calls), key)
+        need = min(self.B, int(resident.sum()))
+        prio, must, res_j = (jnp.asarray(old), jnp.asarray(old & ~reset),
+                             jnp.asarray(resident))
+        prompt, mask = jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP)
+        cfg, gen_fn = self.cfg, self.gen_fn
+        if score is None:
+            self.st = _run(params, prompt, mask, budget, prio, must, res_j, reward_data, self.st,
+                           cfg=cfg, gen_fn=gen_fn, reward_fn=reward_fn, group=self.group,
+                           need=need)
+        else:
+            prompt_state = _prefill(params, prompt, mask, gen_fn=gen_fn)
+            limit = int(_limit(cfg, self.st, budget, res_j))
+            more = bool(_more(self.st, need, must, res_j))
+            while more and int(self.st.chunks) < limit:
+                self.st = _host_decode(params, prompt_state, budget, prio, self.st, cfg=cfg,
+                                       gen_fn=gen_fn)
+                r = adaptive.host_rewards(self.st, score)
+                self.st, more = _host_absorb(budget, must, res_j, self.st, r, cfg=cfg,
+                                             group=self.group, need=need)
+                more = bool(more)
+        self.calls += 1
+        return self
+
+    def claim(self, drop_unresolved: bool = False) -> Claimed:
+        """This step's B groups: prompts admitted before the last call first, then by stopping
+        order; their rows are freed."""
+        st = self.st
+        active, done_at = np.asarray(st.active), np.asarray(st.done_at)
+        stopped = (self.admit_call != EMPTY) & ~active
+        order = np.lexsort((np.arange(self.Q), done_at, self.admit_call))
+        rows = np.asarray([r for r in order if stopped[r]][:self.B], np.int64)
+        if len(rows) < self.B:
+            raise RuntimeError(f"streaming: only {len(rows)} of {self.B} groups complete; "
+                               "the engine hit its chunk limit")
+        left = (self.admit_call != EMPTY) & ~np.isin(np.arange(self.Q), rows)
+        if not self.on_policy and (self.admit_call[left] < self.calls - 1).any():
+            raise RuntimeError("streaming: a prompt would be trained two steps after admission")
+        r = jnp.asarray(rows)
+        sub = st.replace(**{f: getattr(st, f)[r] for f in (
+            "kept_tokens", "kept_logp", "kept_len", "kept_prio", "kept_version", "n_samples",
+            "n_pos", "first_pos", "launched")})
+        drop = ~adaptive._rule_met(self.cfg, sub.n_samples, sub.n_pos) if drop_unresolved \
+            else None
+        batch = adaptive.select(sub, self.group, drop_unresolved=drop)
+        met = adaptive.metrics(self.cfg, sub, batch, self.group)
+        after = self._counters()
+        d = {k: after[k] - self._before[k] for k in after}
+        version = np.asarray(batch.version_BG)[np.asarray(batch.mask_BG)]
+        met.update(
+            decode_steps=d["steps"], generated_tokens=d["tokens"], cut_tokens=d["cut"],
+            chunks=d["chunks"],
+            samples_launched=int(np.asarray(sub.launched).sum()),
+            slot_utilisation=d["tokens"] / max(self.cfg.slots * d["steps"], 1),
+            off_policy_share=float(np.mean(version < self.calls - 1)) if version.size else 0.0,
+            stream_restarted=self.restarted,
+            stream_carried=int(np.sum((self.admit_call != EMPTY)) - len(rows)))
+        claimed = Claimed(rows=rows, items=[self.items[i] for i in rows],
+                          prompt_BP=self.prompt_QP[rows].copy(),
+                          mask_BP=self.mask_QP[rows].copy(), batch=batch, metrics=met)
+        for i in rows:
+            self.items[i] = None
+        self.admit_call[rows] = EMPTY
+        self.budget_Q[rows] = 0
+        return claimed
