@@ -11,8 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
 
-from ada_jax import adaptive, evaluate, hints, objectives, stream
+from ada_jax import adaptive, evaluate, hints, objectives, sharding, stream
 from ada_jax import model as model_lib
 from ada_jax.learn import global_norm, training_rows
 from ada_jax.rewards import synthetic
@@ -58,28 +59,29 @@ def reward_data(config, tokenizer, problems) -> dict:
     return dict(answer_ids=jnp.asarray(ans), answer_len=jnp.asarray(ans_len))
 
 
-def _est_budgets(config, problems, history) -> np.ndarray:
+def _est_budgets(config, ids, history) -> np.ndarray:
+    """Budgets of the prompts with these problem ids (the whole batch) from their history."""
     a = config.adaptive
     p_hat = []
-    for p in problems:
-        n_tot, n_pos = history.get(str(p.id), (0.0, 0.0))
+    for i in ids:
+        n_tot, n_pos = history.get(str(i), (0.0, 0.0))
         p_hat.append((n_pos + a.est_alpha) / (n_tot + a.est_alpha + a.est_beta))
-    total = a.est_budget_per_prompt * len(problems)
+    total = a.est_budget_per_prompt * len(ids)
     return objectives.est_allocation(np.asarray(p_hat), total, kind=a.est_weight,
                                      objective=config.rl.objective,
                                      alpha=config.rl.objective_alpha, n_min=1,
                                      n_max=4 * a.est_budget_per_prompt)
 
 
-def _update_est_history(config, problems, batch, history):
+def _update_est_history(config, ids, batch, history):
     a = config.adaptive
     n = np.asarray(batch.pool_n_B)
     k = np.asarray(batch.pool_pos_B)
-    for p, n_t, k_t in zip(problems, n, k):
-        n_tot, n_pos = history.get(str(p.id), (0.0, 0.0))
+    for i, n_t, k_t in zip(ids, n, k):
+        n_tot, n_pos = history.get(str(i), (0.0, 0.0))
         n_tot, n_pos, _ = objectives.est_update(n_tot, n_pos, float(n_t), float(k_t),
                                                 a.est_decay, a.est_alpha, a.est_beta)
-        history[str(p.id)] = (float(n_tot), float(n_pos))
+        history[str(i)] = (float(n_tot), float(n_pos))
 
 
 def default_budgets(ctx, n_prompts: int) -> np.ndarray:
@@ -91,26 +93,39 @@ def default_budgets(ctx, n_prompts: int) -> np.ndarray:
 
 def run_engine(ctx, params, problems, key, budgets=None, hint_texts=None):
     """One engine call on a batch of problems (optionally with hints in the prompts):
-    (engine state, Batch, prompt ids, prompt mask, metrics)."""
+    (engine state, Batch, prompt ids, prompt mask, metrics).
+
+    On several processes `problems` and `budgets` are this process's rows of the batch: the
+    prompts become one global array (`sharding.global_batch`), so the returned prompt ids and
+    mask are global, each process scores only its own slots, and the per-prompt counters and
+    kept-group masks come back replicated, so every process computes the same metrics."""
     c = ctx.config
     toks, mask = evaluate.encode_prompts(ctx.tokenizer, problems, c.task.template,
                                          c.sampling.max_prompt_len, hint_texts)
     if budgets is None:
         budgets = default_budgets(ctx, len(problems))
+    on_mesh = functools.partial(sharding.global_batch, ctx.mesh, c.sharding_rules)
+    toks, mask, budgets = on_mesh(toks), on_mesh(mask), on_mesh(np.asarray(budgets, np.int32))
     budgets = jnp.asarray(budgets, jnp.int32)
     if ctx.math_pool is None:
         st = adaptive.run(params, jnp.asarray(toks), jnp.asarray(mask), budgets,
-                          reward_data(c, ctx.tokenizer, problems), key,
+                          jax.tree.map(on_mesh, reward_data(c, ctx.tokenizer, problems)), key,
                           cfg=ctx.engine, gen_fn=ctx.generator, reward_fn=ctx.reward_fn,
                           group=c.rl.n)
     else:  # math files: the host scores finished samples between decode chunks
+        answers = [a for part in sharding.allgather_json([p.answer for p in problems])
+                   for a in part]  # any process's slot may hold any prompt's sample
         st = adaptive.run_host(params, jnp.asarray(toks), jnp.asarray(mask), budgets, key,
                                cfg=ctx.engine, gen_fn=ctx.generator,
-                               score=_host_score(ctx, problems), group=c.rl.n)
+                               score=_host_score(ctx, answers), group=c.rl.n)
+    st = st.replace(**{f: sharding.readable(getattr(st, f))
+                       for f in ("n_samples", "n_pos", "first_pos", "launched")})
     drop = None
     if c.adaptive.policy == "seq" and c.adaptive.at_budget == "drop":
         drop = ~adaptive._rule_met(ctx.engine, st.n_samples, st.n_pos)
     batch = adaptive.select(st, ctx.group, drop_unresolved=drop)
+    batch = batch.replace(**{f: sharding.readable(getattr(batch, f))
+                             for f in ("len_BG", "reward_BG", "mask_BG", "version_BG")})
     return st, batch, toks, mask, adaptive.metrics(ctx.engine, st, batch, c.rl.n)
 
 
@@ -123,7 +138,8 @@ def make_stream(ctx, params):
     ahead = B if c.adaptive.stream_ahead < 0 else c.adaptive.stream_ahead
     return stream.Stream(ctx.engine, ctx.generator, prompts=B, ahead=ahead,
                          prompt_len=c.sampling.max_prompt_len, group=ctx.group,
-                         on_policy=c.adaptive.stream_on_policy).init(params)
+                         on_policy=c.adaptive.stream_on_policy).init(
+                             params, NamedSharding(ctx.mesh, PartitionSpec()))
 
 
 _NO_PROBLEM = Problem(id=0, question="", answer="")  # reward data of a free stream row
@@ -145,17 +161,17 @@ def _stream_collect(ctx, params, iterator, key, st: dict):
         s.run(params, key, reward_fn=ctx.reward_fn,
               reward_data=reward_data(c, ctx.tokenizer, rows))
     else:
-        s.run(params, key, score=_host_score(ctx, rows))
+        s.run(params, key, score=_host_score(ctx, [p.answer for p in rows]))
     got = s.claim(drop_unresolved=c.adaptive.policy == "seq" and c.adaptive.at_budget == "drop")
     return got.items, got.batch, got.prompt_BP, got.mask_BP, got.metrics
 
 
-def _host_score(ctx, problems):
+def _host_score(ctx, answers):
     """score(prompt_S, seq_S, tokens_SN, len_S) for the engine's host loop: the math verifier
-    on the decoded completions against problems[prompt]'s answer."""
+    on the decoded completions against answers[prompt]."""
     def score(prompt_S, seq_S, tokens_SN, len_S):
         texts = [ctx.tokenizer.decode(t[:n].tolist()) for t, n in zip(tokens_SN, len_S)]
-        return ctx.math_pool.score(texts, [problems[i].answer for i in prompt_S])
+        return ctx.math_pool.score(texts, [answers[i] for i in prompt_S])
     return score
 
 
@@ -169,9 +185,13 @@ def collect(ctx, params, iterator, key, state):
         return _stream_collect(ctx, params, iterator, key, state)
     problems = next(iterator)
     if c.adaptive.policy == "est":
-        budgets = _est_budgets(c, problems, state["est"])
-        _, batch, toks, mask, met = run_engine(ctx, params, problems, key, budgets)
-        _update_est_history(c, problems, batch, state["est"])
+        # Solved over the whole batch (every process's ids, so every process alike); the
+        # history is the same on every process too.
+        ids = [i for part in sharding.allgather_json([p.id for p in problems]) for i in part]
+        budgets = _est_budgets(c, ids, state["est"])
+        mine = budgets[jax.process_index() * len(problems):][:len(problems)]
+        _, batch, toks, mask, met = run_engine(ctx, params, problems, key, mine)
+        _update_est_history(c, ids, batch, state["est"])
         met["est_budget_max"] = int(budgets.max())
         return problems, batch, toks, mask, met
     if c.rl.hints != "none":

@@ -150,12 +150,12 @@ class Stream:
         self.st = None  # built by init(params)
 
     # ------------------------------------------------------------------ state
-    def init(self, params, key=None):
-        """Build the (empty) engine state; shapes only depend on the config."""
-        key = jax.random.key(0) if key is None else key
+    def init(self, params, sharding=None):
+        """Build the (empty) engine state, placed with `sharding` (e.g. replicated on the
+        mesh, so it checkpoints beside the params); shapes only depend on the config."""
         init = functools.partial(self._init, gen_fn=self.gen_fn, cfg=self.cfg, Q=self.Q)
-        self.st = jax.jit(init)(params, jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP),
-                                key)
+        self.st = jax.jit(init, out_shardings=sharding)(
+            params, jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP), jax.random.key(0))
         return self
 
     @staticmethod

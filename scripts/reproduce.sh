@@ -31,6 +31,8 @@ declare -A METHODS=(
   [ada_pos]="algo=ada_pos|--config.adaptive.k_pos=2"
   [ada_balance_rounds]="algo=ada_balance|--config.adaptive.mode=rounds"
   [ada_balance_refill]="algo=ada_balance|--config.adaptive.mode=refill"
+  [ada_balance_stream]="algo=ada_balance|--config.adaptive.mode=stream"
+  [ada_balance_stream_onpolicy]="algo=ada_balance|--config.adaptive.mode=stream --config.adaptive.stream_on_policy=True"
   [ada_est]="algo=ada_est|"
   [dapo]="algo=dapo|--config.adaptive.dapo_max_gen_batches=32"
   [grpo_sage]="algo=grpo|--config.rl.hints=sage --config.sampling.max_prompt_len=112"
