@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from ada_jax import sampling
+from ada_jax import sampling, sharding
 
 NEG, POS = 0, 1
 _MAX_NEW_PER_PROMPT = 64  # refill: launches one prompt can get per refill
@@ -526,13 +526,17 @@ def run_host(params, prompt_BP, mask_BP, budget_B, key, *, cfg: EngineConfig, ge
 
 
 def host_rewards(st: EngineState, score) -> jax.Array:
-    """r_S for the slots that hold finished samples, scored on the host (0 elsewhere)."""
-    fin = np.asarray((st.slot_prompt >= 0) & st.slot_done)
-    r = np.zeros(fin.shape, np.float32)
-    if fin.any():
-        r[fin] = score(np.asarray(st.slot_prompt)[fin], np.asarray(st.slot_seq)[fin],
-                       np.asarray(st.slot_tokens)[fin], np.asarray(st.slot_len)[fin])
-    return jnp.asarray(r)
+    """r_S for the slots that hold finished samples, scored on the host (0 elsewhere). On
+    several processes each scores only the slots on its own devices; the rewards meet on
+    device, where `_absorb` combines the per-prompt counters (`sharding.host_rows`)."""
+    def rows(prompt_S, seq_S, tokens_SN, len_S, done_S):
+        fin = (prompt_S >= 0) & done_S
+        r = np.zeros(fin.shape, np.float32)
+        if fin.any():
+            r[fin] = score(prompt_S[fin], seq_S[fin], tokens_SN[fin], len_S[fin])
+        return r
+    return sharding.host_rows(rows, st.slot_prompt, st.slot_seq, st.slot_tokens, st.slot_len,
+                              st.slot_done)
 
 
 # ----------------------------------------------------------------------------- selection

@@ -130,8 +130,9 @@ class Checkpointer:
                 + ". Move the directory aside to start over.")
         for step, _ in bad:
             path = os.path.join(self.directory, str(step))
-            log.warning("moving %s aside", path)
-            os.replace(path, f"{path}.corrupt-{int(time.time())}")
+            if jax.process_index() == 0:  # one mover on a directory every host shares
+                log.warning("moving %s aside", path)
+                os.replace(path, f"{path}.corrupt-{int(time.time())}")
         self.manager.reload()
         return found
 

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ada_jax import sampling
+from ada_jax import sampling, sharding
 from ada_jax.rewards.embedded import score_text
 from ada_jax.tasks import Problem, is_embedded
 from ada_jax.tasks.embedded import is_careful
@@ -65,7 +65,7 @@ def sample_completions(graphdef, params, tokenizer, problems, config, key, k: in
             m = np.concatenate([m, np.repeat(m[-1:], batch_rows - n_real, 0)])
         res = sampling.sample(graphdef, params, jnp.asarray(t), jnp.asarray(m),
                               jax.random.fold_in(key, start), cfg=scfg)
-        gen, lens = np.asarray(res.tokens_BN), np.asarray(res.lengths_B)
+        gen, lens = sharding.to_host(res.tokens_BN), sharding.to_host(res.lengths_B)
         lengths[start:start + n_real] = lens[:n_real]
         for j in range(n_real):
             texts[start + j] = tokenizer.decode(gen[j, :lens[j]].tolist())
@@ -73,16 +73,23 @@ def sample_completions(graphdef, params, tokenizer, problems, config, key, k: in
 
 
 def score_completions(config, problems, texts) -> np.ndarray:
-    """Rewards [len(problems), k] of problem-major texts, by the task's verifier."""
+    """Rewards [len(problems), k] of problem-major texts, by the task's verifier. On several
+    processes each scores a contiguous share of the texts and the scores are gathered."""
     answers = [p.answer for p in problems for _ in range(len(texts) // max(len(problems), 1))]
-    if config.task.name in ("files", "tfds_files"):
+    share = -(-len(texts) // jax.process_count())
+    mine = slice(jax.process_index() * share, (jax.process_index() + 1) * share)
+    texts, answers = texts[mine], answers[mine]
+    if not texts:
+        out = []
+    elif config.task.name in ("files", "tfds_files"):
         from ada_jax.rewards.math_verifier import MathVerifierPool
         with MathVerifierPool(num_workers=config.task.verifier_workers,
                               timeout_s=config.task.verifier_timeout) as pool:
-            out = np.asarray(pool.score(texts, answers), np.float32)
+            out = pool.score(texts, answers).tolist()
     else:
-        out = np.asarray([score_text(t, a) for t, a in zip(texts, answers)], np.float32)
-    return out.reshape(len(problems), -1)
+        out = [score_text(t, a) for t, a in zip(texts, answers)]
+    out = [r for part in sharding.allgather_json(out) for r in part]
+    return np.asarray(out, np.float32).reshape(len(problems), -1)
 
 
 def summarize(problems: Sequence[Problem], rewards_PK: np.ndarray, texts=None,

@@ -5,14 +5,25 @@ the config's `sharding_rules` map each name to mesh axes ("data", "fsdp", "tenso
 that a mesh axis does not divide, or a mesh axis already used by another dimension of the same
 array, falls back to replication, so one rule set serves the tiny model on 8 fake CPUs and a 7B
 model on a pod.
+
+Multi-host (one process per host or per GPU, `jax.distributed`): each process reads only its
+rows of a step's prompt batch (`process_rows`) and contributes them to the global array
+(`global_batch`); host-side work over [S, …] slot arrays runs per process on the rows its own
+devices hold (`host_rows`); small results every process needs are replicated on device
+(`readable`) or gathered (`allgather_json`).
 """
 import contextlib
+import json
 import logging
-from typing import Any, Sequence
+import os
+import sys
+from typing import Any, Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 log = logging.getLogger(__name__)
@@ -23,8 +34,10 @@ _ACTIVE: list[tuple[Mesh, Rules]] = []
 
 
 def maybe_initialize_distributed(dist_config) -> None:
-    """Multi-host entry: call jax.distributed.initialize when the config asks for it."""
-    if not dist_config.enabled:
+    """Multi-host entry: call jax.distributed.initialize when the config asks for it (once per
+    process: a second call, e.g. a second run in one process, does nothing). Without a
+    coordinator address JAX detects the cluster itself (SLURM, TPU pods, Open MPI, k8s)."""
+    if not dist_config.enabled or jax.distributed.is_initialized():
         return
     kwargs = {}
     if dist_config.coordinator_address:
@@ -32,9 +45,21 @@ def maybe_initialize_distributed(dist_config) -> None:
                       num_processes=dist_config.num_processes,
                       process_id=dist_config.process_id)
     jax.distributed.initialize(**kwargs)  # no args: auto-detect on TPU pods / SLURM
+    if jax.process_count() > 1:
+        sys.excepthook = _exit_at_once
     log.info("jax.distributed: process %d of %d, %d local / %d global devices",
                  jax.process_index(), jax.process_count(), jax.local_device_count(),
                  jax.device_count())
+
+
+def _exit_at_once(*exc_info) -> None:
+    """Uncaught exception on one of several processes: print it and exit now. A normal exit
+    would wait (minutes) at JAX's shutdown barrier for peers that wait on this process; exiting
+    lets the launcher (srun, launch_local.sh) stop the others."""
+    sys.__excepthook__(*exc_info)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def make_mesh(mesh_config, devices=None) -> Mesh:
@@ -135,3 +160,94 @@ def place_on_mesh(tree, mesh: Mesh):
             return x
         return jax.device_put(x, NamedSharding(mesh, PartitionSpec()))
     return jax.tree.map(one, tree)
+
+
+# ----------------------------------------------------------------------------- multi-host
+def process_rows(mesh: Mesh, rules: Rules, batch_size: int) -> tuple[int, int]:
+    """[start, stop): the rows of a global [batch_size, …] batch that this process's devices
+    hold under the 'batch' rule, i.e. the rows per-host data reads: process p holds block p
+    of batch_size / process_count rows. Else (a batch the mesh cannot split over the
+    processes is replicated instead) ValueError."""
+    n, shape = jax.process_count(), (batch_size,)
+    held: dict[int, set] = {}
+    for device, index in batch_sharding(mesh, rules, shape).devices_indices_map(shape).items():
+        held.setdefault(device.process_index, set()).update(range(*index[0].indices(batch_size)))
+    size = batch_size // n
+    if batch_size % n or any(held.get(p) != set(range(p * size, (p + 1) * size))
+                             for p in range(n)):
+        axes = dict(rules).get("batch") or ()
+        axes = (axes,) if isinstance(axes, str) else axes
+        devices = int(np.prod([mesh.shape[a] for a in axes]))
+        raise ValueError(
+            f"a batch of {batch_size} rows does not split into one block per process along "
+            f"the mesh's batch axes {tuple(axes)} ({devices} devices of mesh "
+            f"{dict(mesh.shape)}, {n} processes): use a multiple of {max(devices, n)}")
+    p = jax.process_index()
+    return p * size, (p + 1) * size
+
+
+def global_batch(mesh: Mesh, rules: Rules, local) -> jax.Array:
+    """The global [process_count · b, …] batch from this process's b rows (`process_rows`),
+    laid out by the 'batch' rule (jax.make_array_from_process_local_data); on one process
+    `local` itself, unchanged."""
+    if jax.process_count() == 1:
+        return local
+    local = np.asarray(local)
+    shape = (local.shape[0] * jax.process_count(),) + local.shape[1:]
+    return jax.make_array_from_process_local_data(batch_sharding(mesh, rules, shape), local,
+                                                  shape)
+
+
+def readable(x):
+    """x as an array every process can read with np.asarray: x itself unless it spans
+    devices of other processes without being replicated, then a replicated copy (an all-gather
+    on device: meant for small arrays such as per-prompt counters)."""
+    if not isinstance(x, jax.Array) or x.is_fully_addressable or x.is_fully_replicated:
+        return x
+    return jax.device_put(x, NamedSharding(x.sharding.mesh, PartitionSpec()))
+
+
+def to_host(x) -> np.ndarray:
+    """A global array as numpy on every process (process_allgather where it spans hosts)."""
+    if isinstance(x, jax.Array) and not (x.is_fully_addressable or x.is_fully_replicated):
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+def allgather_json(obj) -> list:
+    """[obj of process 0, obj of process 1, …] for a JSON-serialisable obj ([obj] on one
+    process): two small all-gathers, a length and the padded UTF-8 bytes."""
+    if jax.process_count() == 1:
+        return [obj]
+    data = np.frombuffer(json.dumps(obj).encode(), np.uint8)
+    sizes = np.asarray(multihost_utils.process_allgather(np.int32(data.size))).reshape(-1)
+    buf = np.zeros(int(sizes.max()), np.uint8)
+    buf[:data.size] = data
+    everyone = np.asarray(multihost_utils.process_allgather(buf)).reshape(len(sizes), -1)
+    return [json.loads(bytes(row[:k]).decode()) for row, k in zip(everyone, sizes)]
+
+
+def host_rows(fn: Callable[..., np.ndarray], *arrays: jax.Array) -> jax.Array:
+    """fn(*rows) -> float32 [n], run on the host over the rows of [S, …] arrays, returned as
+    one [S] device array. On several processes each process runs fn only on the rows its own
+    devices hold (the arrays are first split by rows over every device of their mesh, so S
+    must be a multiple of the device count) and the results are assembled on device: no
+    process reads, or computes on, another's rows."""
+    if jax.process_count() == 1:
+        return jnp.asarray(fn(*[np.asarray(a) for a in arrays]))
+    mesh = arrays[0].sharding.mesh
+    S = arrays[0].shape[0]
+    if S % mesh.size:
+        raise ValueError(f"host_rows: {S} rows do not split over the {mesh.size} devices")
+    split = lambda a: NamedSharding(mesh, PartitionSpec(mesh.axis_names,  # noqa: E731
+                                                         *[None] * (a.ndim - 1)))
+    rows, values = None, []
+    for a in arrays:
+        shards = sorted(jax.device_put(a, split(a)).addressable_shards,
+                        key=lambda s: s.index[0].start)
+        rows = np.concatenate([np.arange(S)[s.index[0]] for s in shards])
+        values.append(np.concatenate([np.asarray(s.data) for s in shards]))
+    out = np.zeros(S, np.float32)
+    out[rows] = fn(*values)
+    by_rows = NamedSharding(mesh, PartitionSpec(mesh.axis_names))
+    return jax.make_array_from_callback((S,), by_rows, lambda index: out[index])

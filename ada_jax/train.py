@@ -86,10 +86,15 @@ class MetricsWriter:
     resumed one (none on a fresh start, not even step 0's eval: it is redone), rewritten
     atomically, so a resumed run's file equals a continuous one's. Every step up to the resumed
     one must have a readable record: a missing or garbled one would silently lose that step's
-    metrics and restart the cumulative counts, so it is an error."""
+    metrics and restart the cumulative counts, so it is an error.
+    On several processes only process 0 reads and writes (the metrics it is given are the
+    whole batch's, the same on every process); the others' writer does nothing."""
 
     def __init__(self, workdir: str, resume_step: int):
         self.path = os.path.join(workdir, "metrics.jsonl")
+        self.tb, self.last, self.active = None, {}, jax.process_index() == 0
+        if not self.active:
+            return
         kept, bad = {}, []  # step -> line; unreadable line numbers
         if resume_step and os.path.exists(self.path):
             with open(self.path) as f:
@@ -112,7 +117,6 @@ class MetricsWriter:
                             self.path, bad, resume_step)
         self.last = json.loads(kept[resume_step]) if resume_step else {}
         _write_atomic(self.path, "".join(kept[k] for k in sorted(kept)))
-        self.tb = None
         try:
             from tensorboardX import SummaryWriter
             self.tb = SummaryWriter(os.path.join(workdir, "tb"))
@@ -120,6 +124,8 @@ class MetricsWriter:
             log.warning("tensorboardX missing: TensorBoard logging off")
 
     def write(self, step: int, metrics: dict):
+        if not self.active:
+            return
         rec = {"step": step, **metrics}
         with open(self.path, "a") as f:
             f.write(json.dumps(rec, sort_keys=True) + "\n")
@@ -132,7 +138,10 @@ class MetricsWriter:
 
 def _write_atomic(path: str, text: str) -> None:
     """Write via a temporary file and os.replace: a crash leaves the old file or the new one,
-    never a cut or empty one."""
+    never a cut or empty one. Process 0 only: a run's logs (config.json, metrics.jsonl) are
+    one set, not one per host."""
+    if jax.process_index() != 0:
+        return
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
         f.write(text)
@@ -184,6 +193,32 @@ def check_resume(config, workdir: str) -> None:
             "for fields that change array shapes, e.g. the model size or rl.n).")
 
 
+def check_multihost(config, mesh) -> None:
+    """On several processes: per-host data needs the step's prompts to split into one block
+    per process along the mesh's batch axes, per-host scoring the slots to split over every
+    device, and the collection policy to be one whose batch is assembled from per-process
+    rows (uniform, seq, est; refill or rounds)."""
+    n = jax.process_count()
+    if n == 1:
+        return
+    a = config.adaptive
+    if a.policy not in ("uniform", "seq", "est") or a.mode == "stream" or config.rl.hints != "none":
+        raise ValueError(
+            f"config.adaptive.policy={a.policy!r}, adaptive.mode={a.mode!r}, rl.hints="
+            f"{config.rl.hints!r}: on {n} processes only policies uniform / seq / est in refill "
+            f"or rounds mode without hints are supported (per-host data); run the others on "
+            f"one process")
+    try:
+        sharding.process_rows(mesh, config.sharding_rules, config.rl.prompts_per_step)
+    except ValueError as e:
+        raise ValueError(f"config.rl.prompts_per_step={config.rl.prompts_per_step}: {e} "
+                         f"(per-host data)") from None
+    if a.slots % mesh.size:
+        raise ValueError(f"config.adaptive.slots={a.slots} must be a multiple of the "
+                         f"{mesh.size} devices on {n} processes (per-host scoring: each "
+                         f"process scores the slots on its own devices)")
+
+
 def setup(config, workdir: str):
     """Mesh, tokenizer, data, model (from the base checkpoint), engine: (ctx, params). Every
     check runs before the base policy is loaded or trained."""
@@ -192,6 +227,7 @@ def setup(config, workdir: str):
     check_batches(config, rows_per_prompt)
     sharding.maybe_initialize_distributed(config.distributed)
     mesh = sharding.make_mesh(config.mesh)
+    check_multihost(config, mesh)
     tokenizer = load_tokenizer(config)
     model_cfg = model_lib.ModelConfig.from_config(config.model)
     scfg = evaluate.sampling_config(config, tokenizer, config.sampling.temperature)
@@ -265,7 +301,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
     c = config
     rows_per_step = c.rl.prompts_per_step * ctx.rows_per_prompt
     optimizer, trainable, opt_state = init_train_state(ctx, params)
-    iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=c.seed)
+    iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=c.seed,
+                              rows=sharding.process_rows(ctx.mesh, c.sharding_rules,
+                                                         c.rl.prompts_per_step))
     # What persists across steps besides params: Ada-Est history, hint levels, the stream.
     state: dict = {"est": {}, "hint": {}, "stream": collect.make_stream(ctx, trainable["model"]),
                    "pending": []}
@@ -304,7 +342,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
             extra = {"stream": state["stream"].meta(dataclasses.asdict),
                      "pending": [dataclasses.asdict(p) for p in state["pending"]]}
         ckpt.save(step, arrays,
-                  {"iterator": iterator.state(), "est_history": state["est"],
+                  {"iterator": sharding.allgather_json(iterator.state()),
+                   "est_history": state["est"],
                    "hint_levels": state["hint"], "step": step, **extra})
 
     bar = _progress(c, start)
@@ -360,7 +399,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 def careful_share(tokenizer, batch: adaptive.Batch) -> float:
     """Share of the kept samples written in the embedded task's careful line-by-line style."""
-    toks, lens = np.asarray(batch.tokens_BGN), np.asarray(batch.len_BG)
+    toks, lens = sharding.to_host(batch.tokens_BGN), np.asarray(batch.len_BG)
     keep = np.asarray(batch.mask_BG)
     flags = [is_careful(tokenizer.decode(t[:n].tolist()))
              for t, n in zip(toks[keep], lens[keep])]

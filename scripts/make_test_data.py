@@ -1,5 +1,7 @@
 """Write the small math test files in tests/data/: one per layout (GSM8K, MATH, OpenR1), each as
-JSONL and Parquet. The problems are written for this project.
+JSONL and Parquet, and tests/data/arith/: one-line sums whose solution is the boxed answer
+alone (the tiny model learns the format in a few SFT steps, so multi-process training tests
+get mixed rewards from the real verifier). The problems are written for this project.
 
   python scripts/make_test_data.py [--out=tests/data]
 """
@@ -132,12 +134,20 @@ OPENR1 = [
 ]
 
 
+# (a, b) of "What is a + b?": 24 sums, two digits each side.
+ARITH = [(12, 7), (23, 14), (31, 45), (8, 56), (47, 22), (15, 15), (64, 3), (29, 38),
+         (50, 41), (17, 26), (72, 9), (33, 33), (41, 18), (26, 52), (9, 80), (55, 34),
+         (18, 61), (44, 27), (36, 19), (60, 25), (21, 68), (13, 49), (70, 14), (39, 40)]
+
+
 def rows():
-    """{file stem: list of row dicts} for the three layouts."""
+    """{file stem: list of row dicts} for the three layouts and the sums (arith/)."""
     return {
         "gsm8k_sample": [dict(question=q, answer=a) for q, a in GSM8K],
         "math_sample": [dict(problem=p, solution=s, level=l, type=t) for p, s, l, t in MATH],
         "openr1_sample": [dict(problem=p, answer=a, solution=s) for p, a, s in OPENR1],
+        "arith/arith_sample": [dict(problem=f"What is {a} + {b}?",
+                                    solution=f"\\boxed{{{a + b}}}") for a, b in ARITH],
     }
 
 
@@ -146,8 +156,8 @@ def main():
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests",
                                                       "data"))
     args = parser.parse_args()
-    os.makedirs(args.out, exist_ok=True)
     for stem, data in rows().items():
+        os.makedirs(os.path.dirname(os.path.join(args.out, stem)), exist_ok=True)
         with open(os.path.join(args.out, stem + ".jsonl"), "w", encoding="utf-8") as f:
             f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in data)
         pq.write_table(pa.Table.from_pylist(data), os.path.join(args.out, stem + ".parquet"))

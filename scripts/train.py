@@ -31,6 +31,9 @@ def main(argv):
     config = _CONFIG.value
     validate(config)  # again: command-line overrides come after get_config's check
     train.train_and_evaluate(config, _WORKDIR.value)
+    import jax
+    if jax.process_index() != 0:  # multi-host: process 0 writes the summary and plots
+        return
     from ada_jax import plots
     print(plots.run_summary(_WORKDIR.value))
     if _PLOTS.value:

@@ -300,10 +300,52 @@ def test_iterator_resume_equals_continuous():
     for _ in range(7):
         next(it)
     state = it.state()
-    assert state == {"epoch": 1, "position": 12} and all(type(v) is int for v in state.values())
+    assert state == {"epoch": 1, "position": 12, "rows": [0, 5]}
+    assert type(state["epoch"]) is int and type(state["position"]) is int
     expected = [next(it) for _ in range(10)]
     fresh = PromptIterator(source, 5, seed=3)
     fresh.restore(json.loads(json.dumps(state)))  # survives a round trip through a checkpoint
     assert [next(fresh) for _ in range(10)] == expected
     with pytest.raises(ValueError):
         fresh.restore({"epoch": 0, "position": 23})
+    old = PromptIterator(source, 5, seed=3)
+    old.restore({"epoch": 1, "position": 12})  # checkpoints from before per-process states
+    assert next(old) == expected[0]
+
+
+class _Counting(list):
+    """A source that records which indices were read."""
+
+    def __init__(self, items):
+        super().__init__(items)
+        self.read = []
+
+    def __getitem__(self, i):
+        self.read.append(i)
+        return super().__getitem__(i)
+
+
+def test_iterator_rows_split_each_batch_and_read_only_their_share():
+    """Per-host data: with rows (start, stop) each process reads only its block of every
+    global batch (across epoch boundaries too); the blocks together are the one-process
+    batches, and their states hold one global position."""
+    problems = list(EmbeddedSource("train", 23, seed=0))
+    whole = PromptIterator(problems, 8, seed=3)
+    sources = [_Counting(problems) for _ in range(4)]
+    parts = [PromptIterator(src, 8, seed=3, rows=(2 * p, 2 * p + 2))
+             for p, src in enumerate(sources)]
+    for _ in range(6):  # 48 problems: two epoch boundaries
+        batch = next(whole)
+        got = [next(it) for it in parts]
+        assert [q for block in got for q in block] == batch
+    assert all(len(src.read) == 12 for src in sources)  # 2 per step, nothing else touched
+    states = [it.state() for it in parts]
+    assert {(s["epoch"], s["position"]) for s in states} == {(whole.epoch, whole.position)}
+    assert [s["rows"] for s in states] == [[0, 2], [2, 4], [4, 6], [6, 8]]
+    resumed = PromptIterator(problems, 8, seed=3, rows=(4, 6))
+    resumed.restore(json.loads(json.dumps(states)))  # a checkpoint's list of every process's
+    assert next(resumed) == next(whole)[4:6]
+    with pytest.raises(ValueError, match="different positions"):
+        resumed.restore([states[0], dict(states[1], position=3)])
+    with pytest.raises(ValueError, match="not a slice"):
+        PromptIterator(problems, 8, rows=(6, 10))

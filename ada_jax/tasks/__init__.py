@@ -48,18 +48,37 @@ def prompt_check(config, tokenizer, split: str) -> Callable[[Problem], str | Non
 
 def _checked(source: Sequence[Problem], check, on_bad_row: str, name: str):
     """source without the problems `check` rejects (on_bad_row="skip", logged), else
-    ValueError naming the first one by record number and id (a prepared dataset has no lines)."""
-    bad = []
-    for i in range(len(source)):
-        if reason := check(source[i]):
-            if on_bad_row == "error":
-                raise ValueError(f"{name}: record {i + 1} (problem id {source[i].id}): {reason}")
-            bad.append(i)
+    ValueError naming the first one by record number and id (a prepared dataset has no lines).
+    On several processes each checks every process_count-th record and the verdicts are
+    gathered, so no process reads the whole dataset."""
+    import jax
+
+    from ada_jax import sharding
+    p, n = jax.process_index(), jax.process_count()
+    mine = [[i, source[i].id, r] for i in range(p, len(source), n) if (r := check(source[i]))]
+    found = sorted(x for part in sharding.allgather_json(mine) for x in part)
+    if found and on_bad_row == "error":
+        i, pid, reason = found[0]
+        raise ValueError(f"{name}: record {i + 1} (problem id {pid}): {reason}")
+    bad = [i for i, _, _ in found]
     if not bad:
         return source
     log.warning("%s: skipped %d problems whose prompt is too long", name, len(bad))
     drop = set(bad)
-    return [source[i] for i in range(len(source)) if i not in drop]
+    return _Subset(source, [i for i in range(len(source)) if i not in drop])
+
+
+class _Subset(Sequence):
+    """source[keep[i]]: a view, so a prepared dataset is still read one record at a time."""
+
+    def __init__(self, source: Sequence[Problem], keep: list[int]):
+        self.source, self.keep = source, keep
+
+    def __len__(self) -> int:
+        return len(self.keep)
+
+    def __getitem__(self, i: int) -> Problem:
+        return self.source[self.keep[i]]
 
 
 def is_embedded(config) -> bool:

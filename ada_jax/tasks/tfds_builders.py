@@ -112,12 +112,28 @@ def math_files_builder(data_dir: str | None, files: str, eval_files: str = "",
     return MathFiles(config=config, data_dir=data_dir, file_format="array_record")
 
 
+def _prepare(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilder:
+    """The builder of the prepared dataset. Process 0 prepares it first; on several processes
+    the others then read what it wrote when they share its data_dir, else prepare their own."""
+    import jax
+    from jax.experimental import multihost_utils
+    if jax.process_index() == 0:
+        builder.download_and_prepare()
+    if jax.process_count() == 1:
+        return builder
+    multihost_utils.sync_global_devices(f"tfds prepared {builder.data_dir}")
+    if jax.process_index() != 0:
+        if os.path.exists(os.path.join(builder.data_dir, "dataset_info.json")):
+            return tfds.builder_from_directory(builder.data_dir)
+        builder.download_and_prepare()
+    return builder
+
+
 class TfdsSource:
     """A prepared split (`builder.as_data_source(split)`) as a sequence of Problems."""
 
     def __init__(self, builder: tfds.core.DatasetBuilder, split: str):
-        builder.download_and_prepare()
-        self._records = builder.as_data_source(split=split)
+        self._records = _prepare(builder).as_data_source(split=split)
 
     def __len__(self) -> int:
         return len(self._records)
