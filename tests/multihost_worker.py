@@ -100,7 +100,22 @@ def per_host(mesh) -> dict:
     out = sharding.host_rows(fn, slots, values)
     return dict(rows=np.int32([start, stop]), batch=sharding.to_host(batch),
                 host_rows_seen=np.int32(seen), host_rows_out=sharding.to_host(out),
-                gathered=np.int32(sharding.allgather_json(jax.process_index())))
+                gathered=np.int32(sharding.allgather_json(jax.process_index())),
+                errors=np.asarray([_refused(mesh, prompts_per_step=6),
+                                   _refused(mesh, slots=12)]))
+
+
+def _refused(mesh, **changes) -> str:
+    """train.check_multihost's error for a config with `changes` ("" if none)."""
+    c = train_config("jsonl", 1, "", "")
+    for k, v in changes.items():
+        section = c.rl if k == "prompts_per_step" else c.adaptive
+        section[k] = v
+    try:
+        train.check_multihost(c, mesh)
+    except ValueError as e:
+        return str(e)
+    return ""
 
 
 def _flat_params(tree) -> np.ndarray:
