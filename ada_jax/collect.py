@@ -135,10 +135,11 @@ def make_stream(ctx, params):
     if c.adaptive.mode != "stream":
         return None
     B = c.rl.prompts_per_step
-    ahead = B if c.adaptive.stream_ahead < 0 else c.adaptive.stream_ahead
+    lag = c.adaptive.stream_max_lag
+    ahead = lag * B if c.adaptive.stream_ahead < 0 else c.adaptive.stream_ahead
     return stream.Stream(ctx.engine, ctx.generator, prompts=B, ahead=ahead,
                          prompt_len=c.sampling.max_prompt_len, group=ctx.group,
-                         on_policy=c.adaptive.stream_on_policy).init(
+                         on_policy=c.adaptive.stream_on_policy, max_lag=lag).init(
                              params, NamedSharding(ctx.mesh, PartitionSpec()))
 
 

@@ -133,12 +133,16 @@ def validate(config) -> None:
             raise ValueError(f"config.adaptive.mode='stream' works with adaptive.policy 'uniform' "
                              f"or 'seq' and no hints, not policy={a.policy!r}, "
                              f"hints={config.rl.hints!r}")
+        lag = a.stream_max_lag
+        if isinstance(lag, bool) or not isinstance(lag, int) or lag < 1:
+            raise ValueError(f"config.adaptive.stream_max_lag={lag!r}: must be an integer >= 1 "
+                             f"(updates a trained sample may be behind the policy)")
+        most = lag * config.rl.prompts_per_step
         if isinstance(a.stream_ahead, bool) or not isinstance(a.stream_ahead, int) or not \
-                -1 <= a.stream_ahead <= config.rl.prompts_per_step:
+                -1 <= a.stream_ahead <= most:
             raise ValueError(f"config.adaptive.stream_ahead={a.stream_ahead!r}: must be -1 (= "
-                             f"rl.prompts_per_step) or in [0, rl.prompts_per_step="
-                             f"{config.rl.prompts_per_step}] (further ahead, samples would be "
-                             f"more than one update old)")
+                             f"stream_max_lag x rl.prompts_per_step) or in [0, {most}] (further "
+                             f"ahead, samples would be more than stream_max_lag updates old)")
     for axis in ("data", "fsdp", "tensor"):
         v = config.mesh[axis]
         if not isinstance(v, int) or (v < 1 and v != -1):

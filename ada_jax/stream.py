@@ -3,27 +3,28 @@
 The engine (`adaptive`) keeps its slots busy within a step, but a step's batch ends with its
 slowest prompt, and with many slots per prompt the last prompts cannot use them all. Here the
 engine state persists across steps over a table of Q = B + A resident prompts (B per step, A
-admitted ahead). Each call:
+admitted ahead, A <= max_lag x B). Each call:
 1. admits queued prompts into the free rows (`admit`); their prompt caches, and those of every
    resident prompt, are prefilled under the current params;
-2. decodes (refill schedule, launch-order pools) until B resident prompts have stopped and no
-   prompt admitted in an earlier call is still sampling: free slots go to whichever resident
-   prompt needs a sample, the current step's first (`_assign_refill`'s priority), then the
-   next step's, so slots do not idle behind a straggler;
-3. `claim` takes the step's B groups: every prompt admitted in an earlier call, then the first
-   to stop among this call's, and frees their rows.
-Samples still running at the update continue under the new params (their behaviour log-probs
-are the ones recorded when each token was drawn, so the PPO ratio corrects them), and a prompt
-is trained at most one step after its admission: every trained sample was launched under the
-current policy or the one before (docs/theory.md, "Streaming"). `on_policy=True` instead
+2. decodes (refill schedule, launch-order pools) until B resident prompts have stopped, every
+   prompt due by the lag has stopped, and at least `pace` x the mean call length has passed
+   (so a call that finds its groups already complete still starts the prompts it admitted).
+   Free slots go to whichever resident prompt most needs a sample, older prompts first among
+   equals (`_assign_refill`'s priority), so slots do not idle behind a straggler;
+3. `claim` takes the step's B groups, oldest admission first, then earliest stop, and frees
+   their rows.
+Samples still running at the update continue under the new params; their behaviour log-probs
+are the ones recorded when each token was drawn, so the PPO ratio corrects them. A prompt is
+trained at most `max_lag` calls after its admission, so every trained sample was launched under
+one of the last max_lag + 1 policies (docs/theory.md, "Streaming"). `on_policy=True` instead
 restarts every carried-over prompt from an empty pool at each call (running samples cut,
-finished ones dropped), so only samples of the current policy are trained, at the cost of the
-carried work. A prompt's pool still follows launch order, so its stopping law is the
-one-at-a-time law whatever the policy versions.
+finished ones dropped): only samples of the current policy are trained, at the cost of the
+carried work. A prompt's pool follows launch order, so its stopping law is the one-at-a-time
+law whatever the policy versions.
 
-Row bookkeeping (which prompt, admitted when, completion order) is on the host; the engine state
-(counters, kept buffers, running slots with their caches) is one pytree that goes into
-checkpoints, so a resumed run continues mid-stream exactly.
+Row bookkeeping (which prompt, admitted when) is on the host; the engine state (counters, kept
+buffers, running slots with their caches) is one pytree that goes into checkpoints, so a
+resumed run continues mid-stream exactly.
 """
 import dataclasses
 import functools
@@ -61,11 +62,15 @@ def _reset_rows(st: adaptive.EngineState, rows_Q, budget_Q) -> adaptive.EngineSt
         cut_tokens=st.cut_tokens + jnp.sum(jnp.where(cut, st.slot_len, 0)))
 
 
-def _more(st, need: int, must_Q, resident_Q):
-    """Keep decoding: fewer than `need` resident prompts have stopped, or a `must_Q` one has
-    not."""
-    stopped = jnp.sum(resident_Q & ~st.active)
-    return jnp.any(st.active) & ((stopped < need) | jnp.any(must_Q & st.active))
+def _more(st, need: int, must_Q, resident_Q, until_step, next_Q, need_next):
+    """Keep decoding while a prompt is sampling and: fewer than `need` resident prompts have
+    stopped, a `must_Q` one has not, fewer than `need_next` of the `next_Q` ones have (those
+    due by the next call: the rest must fit its batch), or the call is shorter than its pace
+    (`until_step`)."""
+    stopped = resident_Q & ~st.active
+    return jnp.any(st.active) & ((jnp.sum(stopped) < need) | jnp.any(must_Q & st.active)
+                                 | (jnp.sum(stopped & next_Q) < need_next)
+                                 | (st.decode_steps < until_step))
 
 
 def _limit(cfg, st, budget_Q, resident_Q):
@@ -74,18 +79,19 @@ def _limit(cfg, st, budget_Q, resident_Q):
 
 @functools.partial(jax.jit, static_argnames=("cfg", "gen_fn", "reward_fn", "group", "need"),
                    donate_argnames=("st",))
-def _run(params, prompt_QP, mask_QP, budget_Q, prio_Q, must_Q, resident_Q, reward_data, st, *,
-         cfg, gen_fn, reward_fn, group: int, need: int):
+def _run(params, prompt_QP, mask_QP, budget_Q, prio_Q, more_args, reward_data, st, *, cfg,
+         gen_fn, reward_fn, group: int, need: int):
     """Decode until the step's groups are complete, in one while_loop (jittable reward)."""
     prompt_state = gen_fn.prefill(params, prompt_QP, mask_QP)
-    limit = _limit(cfg, st, budget_Q, resident_Q)
+    limit = _limit(cfg, st, budget_Q, more_args[1])
 
     def body(st):
         st = adaptive._launch_and_decode(cfg, gen_fn, params, prompt_state, budget_Q, st, prio_Q)
         r = reward_fn(reward_data, st.slot_prompt, st.slot_seq, st.slot_tokens, st.slot_len)
         return adaptive._absorb(cfg, budget_Q, group, st, r)
 
-    return jax.lax.while_loop(lambda s: _more(s, need, must_Q, resident_Q) & (s.chunks < limit),
+    return jax.lax.while_loop(
+        lambda s: _more(s, need, *more_args) & (s.chunks < limit),
                               body, st)
 
 
@@ -100,9 +106,9 @@ def _host_decode(params, prompt_state, budget_Q, old_Q, st, *, cfg, gen_fn):
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "group", "need"), donate_argnames=("st",))
-def _host_absorb(budget_Q, old_Q, resident_Q, st, r_S, *, cfg, group: int, need: int):
+def _host_absorb(budget_Q, more_args, st, r_S, *, cfg, group: int, need: int):
     st = adaptive._absorb(cfg, budget_Q, group, st, r_S)
-    return st, _more(st, need, old_Q, resident_Q)
+    return st, _more(st, need, *more_args)
 
 
 @functools.partial(jax.jit, donate_argnames=("st",))
@@ -128,16 +134,19 @@ class Stream:
     key, …)`, `claim()`; repeat. `arrays()` / `meta()` checkpoint it, `restore` resumes."""
 
     def __init__(self, cfg: adaptive.EngineConfig, gen_fn, *, prompts: int, ahead: int,
-                 prompt_len: int, group: int, on_policy: bool = False):
+                 prompt_len: int, group: int, on_policy: bool = False, pace: float = 0.5,
+                 max_lag: int = 1):
         if cfg.mode != "refill" or cfg.pool_order != "launch":
             raise ValueError("streaming needs the refill schedule with launch-order pools "
                              f"(mode='refill', pool_order='launch'), got mode={cfg.mode!r}, "
                              f"pool_order={cfg.pool_order!r}")
-        if not 0 <= ahead <= prompts:
+        if max_lag < 1 or not 0 <= ahead <= max_lag * prompts:
             raise ValueError(f"streaming: prompts admitted ahead ({ahead}) must be in [0, "
-                             f"prompts per step = {prompts}]: a prompt admitted further ahead "
-                             "could be trained more than one step after its samples were drawn")
+                             f"max_lag ({max_lag}) x prompts per step ({prompts})]: a prompt "
+                             f"admitted further ahead could be trained more than {max_lag} "
+                             f"update(s) after its samples were drawn")
         self.cfg, self.gen_fn, self.group, self.on_policy = cfg, gen_fn, group, on_policy
+        self.pace, self.max_lag = pace, max_lag
         self.B, self.Q, self.P = prompts, prompts + ahead, prompt_len
         Q = self.Q
         self.items: list = [None] * Q
@@ -215,6 +224,7 @@ class Stream:
         # Carried over from earlier calls: sampled first; must stop in this call unless
         # on_policy, which restarts them from an empty pool instead.
         old = resident & (self.admit_call < self.calls)
+        due = resident & (self.admit_call <= self.calls - self.max_lag)  # must stop now
         reset = fresh | (old if self.on_policy else np.zeros_like(old))
         self.restarted = int(np.sum(reset & ~fresh))
         self.fresh = np.zeros(self.Q, bool)
@@ -222,23 +232,32 @@ class Stream:
         self._before = self._counters()
         self.st = _begin_call(self.st, jnp.asarray(reset), budget, jnp.int32(self.calls), key)
         need = min(self.B, int(resident.sum()))
-        prio, must, res_j = (jnp.asarray(old), jnp.asarray(old & ~reset),
-                             jnp.asarray(resident))
+        # Pace: decode at least `pace` x the mean decode steps of a call so far, so a call that
+        # finds its groups already complete still starts the prompts it admits (otherwise
+        # they would all be due in the next call, which then waits for their stragglers).
+        until = jnp.int32(self._before["steps"]
+                          + int(self.pace * self._before["steps"] / max(self.calls, 1)))
+        age = np.where(old & ~reset, self.calls - self.admit_call, 0)  # oldest sampled first
+        nxt = resident & ~reset & (self.admit_call <= self.calls + 1 - self.max_lag)
+        need_next = max(int(nxt.sum()) - self.B, 0) if not self.on_policy else 0
+        prio = jnp.asarray(age, jnp.float32)
+        more_args = (jnp.asarray(due & ~reset), jnp.asarray(resident), until, jnp.asarray(nxt),
+                     jnp.int32(need_next))
         prompt, mask = jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP)
         cfg, gen_fn = self.cfg, self.gen_fn
         if score is None:
-            self.st = _run(params, prompt, mask, budget, prio, must, res_j, reward_data, self.st,
+            self.st = _run(params, prompt, mask, budget, prio, more_args, reward_data, self.st,
                            cfg=cfg, gen_fn=gen_fn, reward_fn=reward_fn, group=self.group,
                            need=need)
         else:
             prompt_state = _prefill(params, prompt, mask, gen_fn=gen_fn)
-            limit = int(_limit(cfg, self.st, budget, res_j))
-            more = bool(_more(self.st, need, must, res_j))
+            limit = int(_limit(cfg, self.st, budget, more_args[1]))
+            more = bool(_more(self.st, need, *more_args))
             while more and int(self.st.chunks) < limit:
                 self.st = _host_decode(params, prompt_state, budget, prio, self.st, cfg=cfg,
                                        gen_fn=gen_fn)
                 r = adaptive.host_rewards(self.st, score)
-                self.st, more = _host_absorb(budget, must, res_j, self.st, r, cfg=cfg,
+                self.st, more = _host_absorb(budget, more_args, self.st, r, cfg=cfg,
                                              group=self.group, need=need)
                 more = bool(more)
         self.calls += 1
@@ -256,8 +275,9 @@ class Stream:
             raise RuntimeError(f"streaming: only {len(rows)} of {self.B} groups complete; "
                                "the engine hit its chunk limit")
         left = (self.admit_call != EMPTY) & ~np.isin(np.arange(self.Q), rows)
-        if not self.on_policy and (self.admit_call[left] < self.calls - 1).any():
-            raise RuntimeError("streaming: a prompt would be trained two steps after admission")
+        if not self.on_policy and (self.admit_call[left] < self.calls - self.max_lag).any():
+            raise RuntimeError(f"streaming: a prompt would be trained more than "
+                               f"{self.max_lag} update(s) after its admission")
         r = jnp.asarray(rows)
         sub = st.replace(**{f: getattr(st, f)[r] for f in (
             "kept_tokens", "kept_logp", "kept_len", "kept_prio", "kept_version", "n_samples",
@@ -275,6 +295,7 @@ class Stream:
             samples_launched=int(np.asarray(sub.launched).sum()),
             slot_utilisation=d["tokens"] / max(self.cfg.slots * d["steps"], 1),
             off_policy_share=float(np.mean(version < self.calls - 1)) if version.size else 0.0,
+            off_policy_lag_max=int(self.calls - 1 - version.min()) if version.size else 0,
             stream_restarted=self.restarted,
             stream_carried=int(np.sum((self.admit_call != EMPTY)) - len(rows)))
         claimed = Claimed(rows=rows, items=[self.items[i] for i in rows],

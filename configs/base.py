@@ -131,9 +131,10 @@ def get_config(arg: str = ""):
     # holds >= min_pool samples; 0 = rl.n, the group size (balance 2/2 needs 4 anyway; the
     # reference's rounds hold >= samples_per_round = 8, set 8 for that).
     # mode="stream" (policy seq / uniform): the refill engine's prompts outlive a step
-    # (ada_jax/stream.py): stream_ahead prompts (-1 = prompts_per_step, at most that) are
-    # admitted ahead of each step so slots never wait for a straggler; their samples may be one
-    # update old (PPO-corrected) unless stream_on_policy, which restarts carried-over prompts.
+    # (ada_jax/stream.py): stream_ahead prompts (-1 = stream_max_lag x prompts_per_step, the
+    # most allowed) are admitted ahead of each step so slots need not wait for a straggler;
+    # trained samples may be up to stream_max_lag updates old (PPO-corrected), unless
+    # stream_on_policy, which restarts carried-over prompts.
     c.adaptive = ml_collections.ConfigDict(dict(
         policy=algo["policy"], exit_rule=algo.get("exit_rule", "none"), mode="refill",
         k_pos=2, k_neg=2, samples_per_round=8, max_rounds=4, at_budget="keep",
@@ -141,7 +142,7 @@ def get_config(arg: str = ""):
         est_decay=0.9, est_alpha=1.0, est_beta=16.0, est_weight="inv_sqrt",
         est_budget_per_prompt=8, gvm_pilot=8, gvm_budget_per_prompt=8, gvm_alpha=1e-3,
         gvm_beta=2.0, overcommit=0.75,
-        dapo_max_gen_batches=4, stream_ahead=-1, stream_on_policy=False))
+        dapo_max_gen_batches=4, stream_ahead=-1, stream_max_lag=1, stream_on_policy=False))
 
     c.rl = ml_collections.ConfigDict(dict(
         steps=40, prompts_per_step=16, n=algo["n"], advantage=algo["advantage"],

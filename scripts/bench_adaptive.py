@@ -53,6 +53,7 @@ from ada_jax import generators  # noqa: E402
 from ada_jax import model as model_lib  # noqa: E402
 from ada_jax import objectives  # noqa: E402
 from ada_jax import sampling  # noqa: E402
+from ada_jax import stream  # noqa: E402
 from ada_jax.rewards import synthetic  # noqa: E402
 from configs.base import MODELS  # noqa: E402
 
@@ -188,6 +189,50 @@ def compare(rows):
     return by
 
 
+def stream_steps(env, a, slots, oracle_B, steps: int, warmup: int = 2):
+    """Ada-Seq-balance streaming (ada_jax/stream.py, B + lag x B resident prompts), consecutive
+    steps at S slots; the queue cycles through the B bench prompts (prompt serial % B). After
+    `warmup` steps (compilation, filling the table), sums over `steps` timed ones: tokens,
+    decode steps, wall, samples launched for the claimed prompts vs their oracle E[N], and the
+    share of trained samples launched under the previous policy version."""
+    B = a.prompts
+    cfg = A.EngineConfig(slots=slots, max_new_tokens=a.new_tokens, keep=GROUP,
+                         exit_rule="balance", k_pos=K_POS, k_neg=K_NEG, mode="refill",
+                         min_pool=GROUP)
+    s = stream.Stream(cfg, env["gen"], prompts=B, ahead=a.stream_lag * B,
+                      prompt_len=a.prompt_len, group=GROUP, max_lag=a.stream_lag).init(
+                          env["params"])
+    prompts, mask = np.asarray(env["prompts"]), np.asarray(env["mask"])
+    thr = np.asarray(env["data"]["threshold"])
+    serial, tot = 0, dict(tokens=0, steps=0, wall=0.0, launched=0, oracle=0.0, off=0.0)
+    for step in range(warmup + steps):
+        n = s.free()
+        idx = np.arange(serial, serial + n) % B
+        serial += n
+        s.admit(list(idx), prompts[idx], mask[idx], np.full(n, M * R))
+        rows = np.asarray([0 if i is None else i for i in s.items])
+        t = time.perf_counter()
+        s.run(env["params"], jax.random.key(a.seed + step), reward_fn=reward_fn,
+              reward_data=dict(threshold=jnp.asarray(thr[rows])))
+        got = s.claim()
+        jax.block_until_ready(got.batch)
+        wall = time.perf_counter() - t
+        if step < warmup:
+            continue
+        m = got.metrics
+        tot["tokens"] += m["generated_tokens"]
+        tot["steps"] += m["decode_steps"]
+        tot["wall"] += wall
+        tot["launched"] += m["samples_launched"]
+        tot["oracle"] += float(oracle_B[np.asarray(got.items)].sum())
+        tot["off"] += m["off_policy_share"] / steps
+    return dict(method="ada_stream", slots=slots, step_s=tot["wall"] / steps,
+                tokens=tot["tokens"] / steps, us_per_token=1e6 * tot["wall"] / tot["tokens"],
+                steps_per_token=tot["steps"] / tot["tokens"],
+                slot_utilisation=tot["tokens"] / (slots * max(tot["steps"], 1)),
+                samples_vs_oracle=tot["launched"] / tot["oracle"], off_policy_share=tot["off"])
+
+
 def memory(env, a, slots, quick):
     """Compiled sizes of the whole jitted engine step at each N_max (default 32 and 256)."""
     B = env["prompts"].shape[0]
@@ -256,6 +301,12 @@ def main():
     ap.add_argument("--overcommits", default="0,0.25,0.5,0.75,1",
                     help="overcommit values of the frontier")
     ap.add_argument("--memory_nmax", default="32,256", help="N_max values of the memory table")
+    ap.add_argument("--stream_ratios", default="1,2,4,8",
+                    help="S/B ratios of the streaming table ('' = none)")
+    ap.add_argument("--stream_lag", type=int, default=1,
+                    help="streaming: max updates a trained sample may lag (ahead = lag x B)")
+    ap.add_argument("--stream_steps", type=int, default=None,
+                    help="timed streaming steps per ratio (default 8, quick 4)")
     a = ap.parse_args()
     a.prompts = a.prompts or (16 if a.quick else 32)
     a.reps = a.reps or (2 if a.quick else 5)
@@ -336,6 +387,41 @@ def main():
                                                      f"({r['steps_per_token_vs_grpo4']:.2f})"),
         ]))
 
+    stream_rows = []
+    for spp in [int(x) for x in a.stream_ratios.split(",") if x]:
+        S = a.prompts * spp
+        cfgs = {k: v for k, v in method_cfgs(a, S, full=not a.quick).items()
+                if k in ("grpo4_rounds", "grpo4_refill", "ada_refill")}
+        res = measure(env, cfgs, max(a.reps - 1, 1), a.seed)
+        rows = {k: summarise(k, res[k], cfgs[k][0], oracle) for k in cfgs}
+        g = min((rows[k] for k in ("grpo4_rounds", "grpo4_refill") if k in rows),
+                key=lambda r: r["us_per_token"])
+        st = stream_steps(env, a, S, oracle_B, a.stream_steps or (4 if a.quick else 8))
+        for r in (st, rows["ada_refill"]):
+            r.update(slots_per_prompt=spp, baseline=g["method"],
+                     time_per_token_vs_grpo4=r["us_per_token"] / g["us_per_token"],
+                     steps_per_token_vs_grpo4=r["steps_per_token"] / g["steps_per_token"])
+            stream_rows.append(r)
+        print(f"  stream S/B={spp}: util {st['slot_utilisation']:.3f} (refill "
+              f"{rows['ada_refill']['slot_utilisation']:.3f}), launched/oracle "
+              f"{st['samples_vs_oracle']:.3f} (refill {rows['ada_refill']['samples_vs_oracle']:.3f}),"
+              f" time/token vs {g['method']} {st['time_per_token_vs_grpo4']:.2f} (refill "
+              f"{rows['ada_refill']['time_per_token_vs_grpo4']:.2f}), off-policy share "
+              f"{st['off_policy_share']:.2f}", flush=True)
+    if stream_rows:
+        print("\nStreaming vs per-step refill (Ada-Seq-balance, same prompts):")
+        print(fmt_table(stream_rows, [
+            ("S/B", lambda r: str(r["slots_per_prompt"])), ("method", lambda r: r["method"]),
+            ("step s", lambda r: f"{r['step_s']:.3f}"),
+            ("slot util", lambda r: f"{r['slot_utilisation']:.3f}"),
+            ("launched / oracle", lambda r: f"{r['samples_vs_oracle']:.3f}"),
+            ("time/token × grpo4 (steps)", lambda r: f"{r['time_per_token_vs_grpo4']:.2f} "
+                                                     f"({r['steps_per_token_vs_grpo4']:.2f})"),
+            ("off-policy share", lambda r: f"{r['off_policy_share']:.2f}"
+             if "off_policy_share" in r else "0"),
+        ]))
+    streams = [r for r in stream_rows if r["method"] == "ada_stream"]
+
     mem = memory(env, a, a.prompts * ratios[0], a.quick)
     print(f"\nCompiled memory of the jitted engine, S={a.prompts * ratios[0]} (MiB):")
     print(fmt_table(mem, [("mode", lambda r: r["mode"]), ("N_max", lambda r: str(r["n_max"])),
@@ -370,6 +456,19 @@ def main():
                                          "samples_vs_oracle", "tokens_vs_oracle",
                                          "slot_steps_vs_oracle", "time_per_token_vs_grpo4")}
                   for f in frontier])
+    if streams:
+        out.update(
+            stream_slot_utilisation_min=r4(min(r["slot_utilisation"] for r in streams)),
+            stream_samples_vs_oracle_max=r4(max(r["samples_vs_oracle"] for r in streams)),
+            stream_vs_grpo4_time_per_token_max=r4(max(r["time_per_token_vs_grpo4"]
+                                                      for r in streams)),
+            stream_off_policy_share_max=r4(max(r["off_policy_share"] for r in streams)),
+            stream_max_lag=a.stream_lag,
+            stream_by_slots_per_prompt={
+                str(r["slots_per_prompt"]): {k: r4(r[k]) for k in (
+                    "slot_utilisation", "samples_vs_oracle", "time_per_token_vs_grpo4",
+                    "steps_per_token_vs_grpo4", "off_policy_share", "step_s")}
+                for r in streams})
     print(json.dumps(out))
 
 
