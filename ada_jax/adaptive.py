@@ -466,7 +466,7 @@ def init_state(cfg: EngineConfig, gen_fn, prompt_state, B: int, budget_B, key) -
         ring_len=jnp.zeros((B, W), jnp.int32),
         kept_tokens=jnp.zeros((B, 2, C, N), jnp.int32),
         kept_logp=jnp.zeros((B, 2, C, N), jnp.float32),
-        kept_len=jnp.zeros((B, 2, C), jnp.int32), kept_prio=jnp.full((B, 2, C), jnp.inf),
+        kept_len=jnp.zeros((B, 2, C), jnp.int32), kept_prio=jnp.full((B, 2, C), jnp.inf, jnp.float32),
         kept_version=jnp.zeros((B, 2, C), jnp.int32),
         slot_prompt=jnp.full((S,), -1, jnp.int32), slot_seq=jnp.zeros((S,), jnp.int32),
         slot_tokens=jnp.zeros((S, N), jnp.int32), slot_logp=jnp.zeros((S, N), jnp.float32),

@@ -77,8 +77,6 @@ def _limit(cfg, st, budget_Q, resident_Q):
     return st.chunks + adaptive._max_chunks(cfg, jnp.where(resident_Q, budget_Q, 0))
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "gen_fn", "reward_fn", "group", "need"),
-                   donate_argnames=("st",))
 def _run(params, prompt_QP, mask_QP, budget_Q, prio_Q, more_args, reward_data, st, *, cfg,
          gen_fn, reward_fn, group: int, need: int):
     """Decode until the step's groups are complete, in one while_loop (jittable reward)."""
@@ -100,18 +98,15 @@ def _prefill(params, prompt_QP, mask_QP, *, gen_fn):
     return gen_fn.prefill(params, prompt_QP, mask_QP)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "gen_fn"), donate_argnames=("st",))
 def _host_decode(params, prompt_state, budget_Q, old_Q, st, *, cfg, gen_fn):
     return adaptive._launch_and_decode(cfg, gen_fn, params, prompt_state, budget_Q, st, old_Q)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "group", "need"), donate_argnames=("st",))
 def _host_absorb(budget_Q, more_args, st, r_S, *, cfg, group: int, need: int):
     st = adaptive._absorb(cfg, budget_Q, group, st, r_S)
     return st, _more(st, need, *more_args)
 
 
-@functools.partial(jax.jit, donate_argnames=("st",))
 def _begin_call(st, reset_Q, budget_Q, version, key):
     return _reset_rows(st, reset_Q, budget_Q).replace(version=version, key=key)
 
@@ -165,6 +160,15 @@ class Stream:
         init = functools.partial(self._init, gen_fn=self.gen_fn, cfg=self.cfg, Q=self.Q)
         self.st = jax.jit(init, out_shardings=sharding)(
             params, jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP), jax.random.key(0))
+        # Every step function returns the state with the layout it got, so each compiles once.
+        same = jax.tree.map(lambda x: x.sharding, self.st)
+        self._run = jax.jit(_run, static_argnames=("cfg", "gen_fn", "reward_fn", "group", "need"),
+                            donate_argnames=("st",), out_shardings=same)
+        self._begin = jax.jit(_begin_call, donate_argnames=("st",), out_shardings=same)
+        self._decode = jax.jit(_host_decode, static_argnames=("cfg", "gen_fn"),
+                               donate_argnames=("st",), out_shardings=same)
+        self._absorb = jax.jit(_host_absorb, static_argnames=("cfg", "group", "need"),
+                               donate_argnames=("st",), out_shardings=(same, None))
         return self
 
     @staticmethod
@@ -230,7 +234,7 @@ class Stream:
         self.fresh = np.zeros(self.Q, bool)
         budget = jnp.asarray(np.where(resident, self.budget_Q, 0), jnp.int32)
         self._before = self._counters()
-        self.st = _begin_call(self.st, jnp.asarray(reset), budget, jnp.int32(self.calls), key)
+        self.st = self._begin(self.st, jnp.asarray(reset), budget, jnp.int32(self.calls), key)
         need = min(self.B, int(resident.sum()))
         # Pace: decode at least `pace` x the mean decode steps of a call so far, so a call that
         # finds its groups already complete still starts the prompts it admits (otherwise
@@ -246,7 +250,7 @@ class Stream:
         prompt, mask = jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP)
         cfg, gen_fn = self.cfg, self.gen_fn
         if score is None:
-            self.st = _run(params, prompt, mask, budget, prio, more_args, reward_data, self.st,
+            self.st = self._run(params, prompt, mask, budget, prio, more_args, reward_data, self.st,
                            cfg=cfg, gen_fn=gen_fn, reward_fn=reward_fn, group=self.group,
                            need=need)
         else:
@@ -254,10 +258,10 @@ class Stream:
             limit = int(_limit(cfg, self.st, budget, more_args[1]))
             more = bool(_more(self.st, need, *more_args))
             while more and int(self.st.chunks) < limit:
-                self.st = _host_decode(params, prompt_state, budget, prio, self.st, cfg=cfg,
+                self.st = self._decode(params, prompt_state, budget, prio, self.st, cfg=cfg,
                                        gen_fn=gen_fn)
                 r = adaptive.host_rewards(self.st, score)
-                self.st, more = _host_absorb(budget, more_args, self.st, r, cfg=cfg,
+                self.st, more = self._absorb(budget, more_args, self.st, r, cfg=cfg,
                                              group=self.group, need=need)
                 more = bool(more)
         self.calls += 1
