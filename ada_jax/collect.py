@@ -91,6 +91,10 @@ def default_budgets(ctx, n_prompts: int) -> np.ndarray:
     return np.full(n_prompts, per)
 
 
+# One program (the gathers of the kept samples of every prompt), not a dozen eager ones.
+_select = jax.jit(adaptive.select, static_argnames=("group", "balanced"))
+
+
 def run_engine(ctx, params, problems, key, budgets=None, hint_texts=None):
     """One engine call on a batch of problems (optionally with hints in the prompts):
     (engine state, Batch, prompt ids, prompt mask, metrics).
@@ -118,14 +122,14 @@ def run_engine(ctx, params, problems, key, budgets=None, hint_texts=None):
         st = adaptive.run_host(params, jnp.asarray(toks), jnp.asarray(mask), budgets, key,
                                cfg=ctx.engine, gen_fn=ctx.generator,
                                score=_host_score(ctx, answers), group=c.rl.n)
-    st = st.replace(**{f: sharding.readable(getattr(st, f))
-                       for f in ("n_samples", "n_pos", "first_pos", "launched")})
+    st = st.replace(**sharding.readable({f: getattr(st, f) for f in (
+        "n_samples", "n_pos", "first_pos", "launched")}))
     drop = None
     if c.adaptive.policy == "seq" and c.adaptive.at_budget == "drop":
         drop = ~adaptive._rule_met(ctx.engine, st.n_samples, st.n_pos)
-    batch = adaptive.select(st, ctx.group, drop_unresolved=drop)
-    batch = batch.replace(**{f: sharding.readable(getattr(batch, f))
-                             for f in ("len_BG", "reward_BG", "mask_BG", "version_BG")})
+    batch = _select(st, ctx.group, drop_unresolved=drop)
+    batch = batch.replace(**sharding.readable({f: getattr(batch, f) for f in (
+        "len_BG", "reward_BG", "mask_BG", "version_BG")}))
     return st, batch, toks, mask, adaptive.metrics(ctx.engine, st, batch, c.rl.n)
 
 

@@ -13,6 +13,7 @@ devices hold (`host_rows`); small results every process needs are replicated on 
 (`readable`) or gathered (`allgather_json`).
 """
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -198,13 +199,34 @@ def global_batch(mesh: Mesh, rules: Rules, local) -> jax.Array:
                                                   shape)
 
 
-def readable(x):
-    """x as an array every process can read with np.asarray: x itself unless it spans
-    devices of other processes without being replicated, then a replicated copy (an all-gather
-    on device: meant for small arrays such as per-prompt counters)."""
-    if not isinstance(x, jax.Array) or x.is_fully_addressable or x.is_fully_replicated:
-        return x
-    return jax.device_put(x, NamedSharding(x.sharding.mesh, PartitionSpec()))
+@functools.lru_cache(maxsize=None)
+def _relayout(shardings):
+    """A jitted identity whose outputs have these shardings: one program moves many arrays."""
+    return jax.jit(lambda xs: xs, out_shardings=shardings)
+
+
+def _relaid(arrays: list, shardings: list) -> list:
+    """The arrays in the given shardings, moved by one program and waited for. On CPU, gloo
+    collectives of several programs in flight at once have been seen to hang; one program,
+    finished before the next is dispatched, keeps them in order."""
+    return list(jax.block_until_ready(_relayout(tuple(shardings))(tuple(arrays))))
+
+
+def readable(tree):
+    """tree (a pytree of arrays) with every array that every process can read with
+    np.asarray left as is, and each other one (spanning devices of other processes without
+    being replicated) replaced by a replicated copy: an all-gather on device, meant for small
+    arrays such as per-prompt counters."""
+    leaves, treedef = jax.tree.flatten(tree)
+    spread = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array)
+              and not (x.is_fully_addressable or x.is_fully_replicated)]
+    if spread:
+        copies = _relaid([leaves[i] for i in spread],
+                         [NamedSharding(leaves[i].sharding.mesh, PartitionSpec())
+                          for i in spread])
+        for i, copy in zip(spread, copies):
+            leaves[i] = copy
+    return jax.tree.unflatten(treedef, leaves)
 
 
 def to_host(x) -> np.ndarray:
@@ -239,12 +261,11 @@ def host_rows(fn: Callable[..., np.ndarray], *arrays: jax.Array) -> jax.Array:
     S = arrays[0].shape[0]
     if S % mesh.size:
         raise ValueError(f"host_rows: {S} rows do not split over the {mesh.size} devices")
-    split = lambda a: NamedSharding(mesh, PartitionSpec(mesh.axis_names,  # noqa: E731
-                                                         *[None] * (a.ndim - 1)))
+    split = [NamedSharding(mesh, PartitionSpec(mesh.axis_names, *[None] * (a.ndim - 1)))
+             for a in arrays]
     rows, values = None, []
-    for a in arrays:
-        shards = sorted(jax.device_put(a, split(a)).addressable_shards,
-                        key=lambda s: s.index[0].start)
+    for a in _relaid(arrays, split):
+        shards = sorted(a.addressable_shards, key=lambda s: s.index[0].start)
         rows = np.concatenate([np.arange(S)[s.index[0]] for s in shards])
         values.append(np.concatenate([np.asarray(s.data) for s in shards]))
     out = np.zeros(S, np.float32)

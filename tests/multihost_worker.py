@@ -122,18 +122,20 @@ def _flat_params(tree) -> np.ndarray:
     return np.concatenate([sharding.to_host(x).ravel() for x in jax.tree.leaves(tree)])
 
 
-def train_config(source: str, steps: int, base_dir: str, data_dir: str):
-    """Ada-Seq-balance on the 16 training sums: 8 prompts per step (one block per process),
-    up to 4 samples each, 16 slots, a short SFT into the shared base_dir (made once)."""
-    c = base.get_config("algo=ada_balance,task=" + ("tfds_files" if source == "tfds"
-                                                     else "files"))
+def train_config(source: str, steps: int, base_dir: str, data_dir: str,
+                 algo: str = "ada_balance"):
+    """Ada-Seq-balance (or `algo`) on the 16 training sums: 8 prompts per step (one block per
+    process), up to 4 samples each, 16 slots, a short SFT into the shared base_dir (made
+    once)."""
+    c = base.get_config(f"algo={algo},task=" + ("tfds_files" if source == "tfds" else "files"))
     with c.unlocked():
         c.task.files = ARITH + (".parquet" if source == "parquet" else ".jsonl")
         c.task.data_dir = data_dir
         c.task.verifier_workers = 1
         c.sampling.update(max_prompt_len=24, max_new_tokens=8)
         c.rl.update(steps=steps, prompts_per_step=8, n=2, minibatches=2)
-        c.adaptive.update(k_pos=1, k_neg=1, samples_per_round=4, max_rounds=1, slots=16)
+        c.adaptive.update(k_pos=1, k_neg=1, samples_per_round=4, max_rounds=1, slots=16,
+                          est_budget_per_prompt=4)
         c.sft.update(steps=15, batch_size=16, base_dir=base_dir)
         c.eval.update(every=2, prompts=4, k=2)
         c.checkpoint.update(every=1, keep=5)
@@ -179,7 +181,7 @@ def run_train(args) -> None:
 
     collect.math_pool, collect._host_score = math_pool, recording_score
     collect.collect, learn.learn = recording_collect, recording_learn
-    config = train_config(args.source, args.steps, args.base, args.data_dir)
+    config = train_config(args.source, args.steps, args.base, args.data_dir, args.algo)
     train.train_and_evaluate(config, args.workdir)
     rec["pool_scored"] = pools[0].n_scored
     rec["process"], rec["processes"] = jax.process_index(), jax.process_count()
@@ -198,6 +200,7 @@ def main():
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--base", default="")
     parser.add_argument("--data_dir", default="")
+    parser.add_argument("--algo", default="ada_balance")
     args = parser.parse_args()
     jax.config.update("jax_default_matmul_precision", "highest")
     sharding.maybe_initialize_distributed(ml_collections.ConfigDict(dict(  # as train.setup

@@ -9,7 +9,7 @@ devices must give what one process of 8 gives.
   reading a TFDS array_record dataset (the same problems): each process reads its own block of
   every batch, each verifier pool scores only its process's slots, and kept samples, metrics
   (written once, by process 0) and params equal the one-process run's; a checkpoint of the
-  4-process run resumes on 4 processes exactly.
+  4-process run resumes on 4 processes exactly; Ada-Est on 2 processes equals 1.
 """
 import json
 import os
@@ -84,10 +84,10 @@ def test_two_processes_match_one(tmp_path):
 
 
 # ----------------------------------------------------------------------------- training
-def _train(n, run_dir, workdir, shared, steps, source):
+def _train(n, run_dir, workdir, shared, steps, source, algo="ada_balance"):
     return launch(n, run_dir, "train", f"--workdir={workdir}", f"--steps={steps}",
                   f"--source={source}", f"--base={shared / 'base'}",
-                  f"--data_dir={shared / 'tfds'}")
+                  f"--data_dir={shared / 'tfds'}", f"--algo={algo}")
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +171,13 @@ def test_four_processes_train_like_one_and_resume(reference, tmp_path):
     print("4 processes: prompts read per step", [[len(x) for x in r["read"]] for r in recs],
           "completions scored per pool", [r["pool_scored"] for r in recs],
           "resumed step 3", [r["pool_scored"] for r in again])
+
+
+@pytest.mark.slow
+def test_two_processes_ada_est_like_one(reference, tmp_path):
+    """Ada-Est: budgets solved over the whole batch from every process's ids, the same
+    pass-rate history on every process."""
+    shared = reference[0]
+    one = _train(1, tmp_path / "one", tmp_path / "one" / "work", shared, 2, "jsonl", "ada_est")
+    out = _train(2, tmp_path / "two", tmp_path / "two" / "work", shared, 2, "jsonl", "ada_est")
+    _check_run((shared, one, tmp_path / "one" / "work"), out, tmp_path / "two" / "work", 2, 2)
