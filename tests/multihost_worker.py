@@ -101,16 +101,17 @@ def per_host(mesh) -> dict:
     return dict(rows=np.int32([start, stop]), batch=sharding.to_host(batch),
                 host_rows_seen=np.int32(seen), host_rows_out=sharding.to_host(out),
                 gathered=np.int32(sharding.allgather_json(jax.process_index())),
-                errors=np.asarray([_refused(mesh, prompts_per_step=6),
-                                   _refused(mesh, slots=12)]))
+                errors=np.asarray([_refused(mesh, {"rl.prompts_per_step": 6}),
+                                   _refused(mesh, {"adaptive.slots": 12}),
+                                   _refused(mesh, {"adaptive.policy": "dapo"})]))
 
 
-def _refused(mesh, **changes) -> str:
+def _refused(mesh, changes: dict) -> str:
     """train.check_multihost's error for a config with `changes` ("" if none)."""
     c = train_config("jsonl", 1, "", "")
-    for k, v in changes.items():
-        section = c.rl if k == "prompts_per_step" else c.adaptive
-        section[k] = v
+    for dotted, value in changes.items():
+        section, field = dotted.split(".")
+        c[section][field] = value
     try:
         train.check_multihost(c, mesh)
     except ValueError as e:

@@ -69,13 +69,14 @@ def test_two_processes_match_one(tmp_path):
         np.testing.assert_array_equal(got["host_rows_out"], want["host_rows_out"])
         np.testing.assert_array_equal(got["gathered"], [0, 1])
         # A batch or slot count that does not split over the processes is refused by name.
-        batch_error, slots_error = got["errors"]
+        batch_error, slots_error, policy_error = got["errors"]
         assert batch_error.startswith("config.rl.prompts_per_step=6: a batch of 6 rows does "
                                       "not split into one block per process") and (
             "use a multiple of 4" in batch_error)
         assert slots_error.startswith("config.adaptive.slots=12 must be a multiple of the 8 "
                                       "devices on 2 processes")
-    assert list(want["errors"]) == ["", ""]  # one process: nothing to split
+        assert policy_error.startswith("config.adaptive.policy='dapo'")
+    assert list(want["errors"]) == ["", "", ""]  # one process: nothing to split
     np.testing.assert_array_equal(want["rows"], [0, 8])
     np.testing.assert_array_equal(want["batch"], np.arange(8)[:, None] * np.ones((1, 3)))
     np.testing.assert_array_equal(want["host_rows_seen"], np.arange(16))
