@@ -121,7 +121,8 @@ def _prepare(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilder:
         builder.download_and_prepare()
     if jax.process_count() == 1:
         return builder
-    multihost_utils.sync_global_devices(f"tfds prepared {builder.data_dir}")
+    multihost_utils.sync_global_devices(  # a name alike on every host, whatever its data_dir
+        f"tfds prepared {builder.name}/{builder.builder_config.name}")
     if jax.process_index() != 0:
         if os.path.exists(os.path.join(builder.data_dir, "dataset_info.json")):
             return tfds.builder_from_directory(builder.data_dir)
