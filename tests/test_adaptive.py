@@ -461,10 +461,13 @@ def test_bench_adaptive_full_path_prints_json():
     out = subprocess.run(
         [sys.executable, os.path.join(root, "scripts", "bench_adaptive.py"), "--prompts", "4",
          "--ratios", "1", "--reps", "1", "--new_tokens", "4", "--frontier", "1",
-         "--overcommits", "0.75", "--memory_nmax", "32"],
+         "--overcommits", "0.75", "--memory_nmax", "32", "--stream_ratios", "2",
+         "--stream_steps", "1"],
         capture_output=True, text=True, cwd=root, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert [f["overcommit"] for f in res["frontier"]] == [0.75]
     assert "ada_refill_completion_step_s" in res["by_slots_per_prompt"]["1"]
     assert set(res["memory_temp_mb"]) == {"refill_32", "rounds_32"}
+    assert 0 < res["stream_slot_utilisation_min"] <= 1 and res["stream_samples_vs_oracle_max"] > 0
+    assert set(res["stream_by_slots_per_prompt"]) == {"2"}

@@ -37,15 +37,22 @@ def _drive(s, p_of, steps, budget=32, host=False):
         p = np.array([0.0 if x is None else p_of(x) for x in s.items], np.float32)
         data = dict(key=KEY, p=jnp.asarray(p), id=jnp.asarray(ids))
         if host:
-            def score(rows, seq, toks, lens):
-                return np.asarray(generators.bernoulli_reward(
-                    data, jnp.asarray(rows), jnp.asarray(seq), None, None))
+            def score(rows, seq, toks, lens):  # padded to the slots: one compile
+                pad = s.cfg.slots - len(rows)
+                r = _host_draw(data, jnp.asarray(np.pad(rows, (0, pad))),
+                               jnp.asarray(np.pad(seq, (0, pad))))
+                return np.asarray(r)[:len(rows)]
             s.run(None, jax.random.key(step), score=score)
         else:
             s.run(None, jax.random.key(step), reward_fn=generators.bernoulli_reward,
                   reward_data=data)
         out.append(s.claim())
     return out, serial
+
+
+@jax.jit
+def _host_draw(data, rows, seq):
+    return generators.bernoulli_reward(data, rows, seq, None, None)
 
 
 def _sequential(i, p, budget=32, K=2, min_pool=4):
