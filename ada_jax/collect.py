@@ -13,7 +13,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ada_jax import adaptive, evaluate, hints, objectives, sharding, stream
+from ada_jax import adaptive, evaluate, hints, objectives, selection, sharding, stream
 from ada_jax import model as model_lib
 from ada_jax.learn import global_norm, training_rows
 from ada_jax.rewards import synthetic
@@ -92,7 +92,7 @@ def default_budgets(ctx, n_prompts: int) -> np.ndarray:
 
 
 # One program (the gathers of the kept samples of every prompt), not a dozen eager ones.
-_select = jax.jit(adaptive.select, static_argnames=("group", "balanced"))
+_select = jax.jit(selection.select, static_argnames=("group", "balanced"))
 
 
 def run_engine(ctx, params, problems, key, budgets=None, hint_texts=None):
@@ -130,7 +130,7 @@ def run_engine(ctx, params, problems, key, budgets=None, hint_texts=None):
     batch = _select(st, ctx.group, drop_unresolved=drop)
     batch = batch.replace(**sharding.readable({f: getattr(batch, f) for f in (
         "len_BG", "reward_BG", "mask_BG", "version_BG")}))
-    return st, batch, toks, mask, adaptive.metrics(ctx.engine, st, batch, c.rl.n)
+    return st, batch, toks, mask, selection.metrics(ctx.engine, st, batch, c.rl.n)
 
 
 def make_stream(ctx, params):
@@ -227,12 +227,12 @@ def _collect_with_hints(ctx, params, problems, key, levels_state):
         hints.light_update(problems, batch, levels, levels_state)
         return batch, toks, mask, met
     batch, toks, mask, met = rerun(problems, key, None, None)
-    before = {f"{k}_before_hints": v for k, v in adaptive.kept_metrics(batch).items()}
+    before = {f"{k}_before_hints": v for k, v in selection.kept_metrics(batch).items()}
     batch, toks, mask, hmet = hints.sage(rerun, problems, batch, toks, mask, key,
                                          default_budgets(ctx, len(problems)))
     for k in ("samples_total", "generated_tokens"):
         met[k] += hmet.pop(k)
-    met.update(hmet, **before, **adaptive.kept_metrics(batch))  # what is trained on: post-hint
+    met.update(hmet, **before, **selection.kept_metrics(batch))  # what is trained on: post-hint
     return batch, toks, mask, met
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ada_jax import adaptive, advantages, losses
+from ada_jax import advantages, losses, selection
 from ada_jax import model as model_lib
 
 
@@ -42,7 +42,7 @@ def make_optimizer(config):
                                              labels))
 
 
-def compute_advantages(config, batch: adaptive.Batch):
+def compute_advantages(config, batch: selection.Batch):
     """Per-sample advantages [B, G] for the configured estimator."""
     rl = config.rl
     if rl.advantage == "pool":
@@ -54,7 +54,7 @@ def compute_advantages(config, batch: adaptive.Batch):
     return advantages.compute(rl.advantage, batch.reward_BG, batch.mask_BG)
 
 
-def training_rows(batch: adaptive.Batch, toks_BP, mask_BP, rows: int):
+def training_rows(batch: selection.Batch, toks_BP, mask_BP, rows: int):
     """Pack the valid samples of all groups into `rows` training rows (the rest masked):
     prompt+completion tokens [R, P+N], input and loss masks, old log-probs, and the packing
     (`flat` index into [B·G], `real` flag) that `pack` uses to place per-sample values."""

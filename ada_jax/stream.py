@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ada_jax import adaptive
+from ada_jax import adaptive, selection
 
 EMPTY = -1  # admit_call of a free row
 
@@ -118,7 +118,7 @@ class Claimed:
     items: list  # the prompts (whatever `admit` was given)
     prompt_BP: np.ndarray
     mask_BP: np.ndarray
-    batch: adaptive.Batch
+    batch: selection.Batch
     metrics: dict
 
 
@@ -288,8 +288,8 @@ class Stream:
             "n_pos", "first_pos", "launched")})
         drop = ~adaptive._rule_met(self.cfg, sub.n_samples, sub.n_pos) if drop_unresolved \
             else None
-        batch = adaptive.select(sub, self.group, drop_unresolved=drop)
-        met = adaptive.metrics(self.cfg, sub, batch, self.group)
+        batch = selection.select(sub, self.group, drop_unresolved=drop)
+        met = selection.metrics(self.cfg, sub, batch, self.group)
         after = self._counters()
         d = {k: after[k] - self._before[k] for k in after}
         version = np.asarray(batch.version_BG)[np.asarray(batch.mask_BG)]

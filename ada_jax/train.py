@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ada_jax import adaptive, collect, evaluate, generators, learn, sharding, sft
+from ada_jax import adaptive, collect, evaluate, generators, learn, selection, sharding, sft
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
 from ada_jax.config_check import config_changes, validate
@@ -397,7 +397,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     return met
 
 
-def careful_share(tokenizer, batch: adaptive.Batch) -> float:
+def careful_share(tokenizer, batch: selection.Batch) -> float:
     """Share of the kept samples written in the embedded task's careful line-by-line style."""
     toks, lens = sharding.to_host(batch.tokens_BGN), np.asarray(batch.len_BG)
     keep = np.asarray(batch.mask_BG)

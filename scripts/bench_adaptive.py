@@ -52,7 +52,7 @@ from ada_jax import adaptive as A  # noqa: E402
 from ada_jax import generators  # noqa: E402
 from ada_jax import model as model_lib  # noqa: E402
 from ada_jax import objectives  # noqa: E402
-from ada_jax import sampling  # noqa: E402
+from ada_jax import sampling, selection  # noqa: E402
 from ada_jax import stream  # noqa: E402
 from ada_jax.rewards import synthetic  # noqa: E402
 from configs.base import MODELS  # noqa: E402
@@ -134,8 +134,8 @@ def run_once(env, cfg, budget, key):
                env["data"], key, cfg=cfg, gen_fn=env["gen"], reward_fn=reward_fn, group=GROUP)
     jax.block_until_ready(st)
     wall = time.perf_counter() - t
-    batch = A.select(st, GROUP)
-    met = A.metrics(cfg, st, batch, GROUP)
+    batch = selection.select(st, GROUP)
+    met = selection.metrics(cfg, st, batch, GROUP)
     met["launched"] = int(np.asarray(st.launched).sum())
     met["wall_s"] = wall
     m = np.asarray(batch.mask_BG)

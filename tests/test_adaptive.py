@@ -16,7 +16,7 @@ from scipy import stats
 from ada_jax import adaptive as A
 from ada_jax import generators
 from ada_jax import model as model_lib
-from ada_jax import sampling
+from ada_jax import sampling, selection
 from ada_jax import train
 from configs import base
 from tests.helpers import tiny_model
@@ -152,7 +152,7 @@ def test_budgets_respected_and_groups_satisfy_rule(mode, rule):
     assert np.all(np.asarray(st.in_flight) >= 0)
     if mode == "rounds":
         assert np.all(n <= 8 * 4)
-    batch = A.select(st, group)
+    batch = selection.select(st, group)
     r, m = np.asarray(batch.reward_BG), np.asarray(batch.mask_BG)
     pos = np.asarray(st.n_pos)
     assert np.all(pos[:5] == 0) and np.all(pos[5:10] == n[5:10])
@@ -207,7 +207,7 @@ def test_model_engine_produces_valid_batches(mode, order):
     budget = jnp.full((4,), 12, jnp.int32)
     st = A.run(params, jnp.asarray(prompts), jnp.asarray(pmask), budget, {},
                jax.random.key(0), cfg=cfg, gen_fn=gen, reward_fn=_parity_reward, group=4)
-    batch = A.select(st, 4)
+    batch = selection.select(st, 4)
     toks, lens, m = np.asarray(batch.tokens_BGN), np.asarray(batch.len_BG), np.asarray(batch.mask_BG)
     assert np.all(m.sum(1) == 4)
     for b in range(4):
@@ -227,7 +227,7 @@ def test_model_engine_produces_valid_batches(mode, order):
     valid = np.arange(6)[None] < lens.reshape(16, 1)
     np.testing.assert_allclose(np.asarray(logp)[valid],
                                np.asarray(batch.logp_BGN).reshape(16, 6)[valid], atol=3e-5)
-    met = A.metrics(cfg, st, batch, 4)
+    met = selection.metrics(cfg, st, batch, 4)
     assert 0 < met["slot_utilisation"] <= 1.0
     assert met["samples_total"] == int(np.asarray(st.n_samples).sum())
 
@@ -353,7 +353,7 @@ def test_completion_order_pools_favour_short_samples():
     for order in ("launch", "completion"):
         _, st, _ = _run_oracle(p, 32, gen=LONG, slots=256, mode="refill", exit_rule="balance",
                                k_pos=2, k_neg=2, chunk_len=1, overcommit=1.0, pool_order=order)
-        kept = np.asarray(A.select(st, 4).len_BG)
+        kept = np.asarray(selection.select(st, 4).len_BG)
         out[order] = kept[kept > 0].mean()
     # Lengths are uniform on 2..9 (mean 5.5) independently of the outcome.
     assert abs(out["launch"] - 5.5) < 0.4
@@ -405,13 +405,13 @@ def test_trainer_pos_rule_keeps_full_groups():
     B = 64
     _, st, _ = _run_oracle([0.95] * B, budget, group=group, **{
         f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})
-    kept = np.asarray(A.select(st, group).mask_BG).sum(1)
+    kept = np.asarray(selection.select(st, group).mask_BG).sum(1)
     np.testing.assert_array_equal(kept, group)
     assert np.all(np.asarray(st.n_samples) >= group)
     # Without the floor (the bug): most kept groups are a single positive.
     _, st, _ = _run_oracle([0.95] * B, budget, group=group, **{
         f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)} | dict(min_pool=1))
-    assert np.mean(np.asarray(A.select(st, group).mask_BG).sum(1) == 1) > 0.8
+    assert np.mean(np.asarray(selection.select(st, group).mask_BG).sum(1) == 1) > 0.8
 
 
 def test_trainer_refill_defaults_match_the_benchmark():
@@ -449,7 +449,7 @@ def test_kept_metrics_shares_sum_to_one_with_dropped_groups():
     p = np.array([0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.3, 0.7])
     cfg, st, _ = _run_oracle(p, 8, exit_rule="balance", k_pos=2, k_neg=2, mode="refill")
     drop = ~A._rule_met(cfg, st.n_samples, st.n_pos)
-    met = A.kept_metrics(A.select(st, 4, drop_unresolved=drop))
+    met = selection.kept_metrics(selection.select(st, 4, drop_unresolved=drop))
     shares = ("all_correct_after", "all_wrong_after", "effective_prompt_ratio", "dropped_after")
     assert abs(sum(met[k] for k in shares) - 1.0) < 1e-9
     assert met["dropped_after"] == float(np.mean(np.asarray(drop))) >= 3 / 8

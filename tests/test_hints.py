@@ -2,7 +2,7 @@
 import jax
 import numpy as np
 
-from ada_jax import adaptive, hints
+from ada_jax import hints, selection
 from ada_jax.tasks.problem import Problem
 
 G, N = 4, 3
@@ -13,7 +13,7 @@ def _batch(pos_B, n=G):
     pos_B = np.asarray(pos_B)
     B = len(pos_B)
     reward = (np.arange(G)[None, :] < pos_B[:, None]).astype(np.float32)
-    return adaptive.Batch(
+    return selection.Batch(
         tokens_BGN=np.zeros((B, G, N), np.int32), logp_BGN=np.zeros((B, G, N), np.float32),
         len_BG=np.ones((B, G), np.int32), reward_BG=reward, mask_BG=np.ones((B, G), bool),
         pool_n_B=np.full(B, n), pool_pos_B=pos_B, version_BG=np.zeros((B, G), np.int32))
@@ -51,7 +51,7 @@ def test_sage_escalates_only_collapsed_prompts_and_counts_rescues():
     assert m["hint_rescued_share"] == 1 / 3 and m["hint_all_correct_share"] == 1 / 3
     assert m["hint_level_mean"] == (1 + 2 + 3) / 3
     assert m["samples_total"] == 12 + 8 + 4 and m["generated_tokens"] == 10 + 20 + 30
-    after = adaptive.kept_metrics(batch)
+    after = selection.kept_metrics(batch)
     assert after["effective_prompt_ratio"] == 0.5 and after["all_wrong_after"] == 0.25
 
 
