@@ -91,10 +91,6 @@ def default_budgets(ctx, n_prompts: int) -> np.ndarray:
     return np.full(n_prompts, per)
 
 
-# One program (the gathers of the kept samples of every prompt), not a dozen eager ones.
-_select = jax.jit(selection.select, static_argnames=("group", "balanced"))
-
-
 def run_engine(ctx, params, problems, key, budgets=None, hint_texts=None):
     """One engine call on a batch of problems (optionally with hints in the prompts):
     (engine state, Batch, prompt ids, prompt mask, metrics).
@@ -127,7 +123,7 @@ def run_engine(ctx, params, problems, key, budgets=None, hint_texts=None):
     drop = None
     if c.adaptive.policy == "seq" and c.adaptive.at_budget == "drop":
         drop = ~adaptive._rule_met(ctx.engine, st.n_samples, st.n_pos)
-    batch = _select(st, ctx.group, drop_unresolved=drop)
+    batch = selection.select(st, ctx.group, drop_unresolved=drop)
     batch = batch.replace(**sharding.readable({f: getattr(batch, f) for f in (
         "len_BG", "reward_BG", "mask_BG", "version_BG")}))
     return st, batch, toks, mask, selection.metrics(ctx.engine, st, batch, c.rl.n)

@@ -3,6 +3,8 @@ step's sampling metrics (SPEC §6).
 
 Shapes: B prompts, G training group size, N max new tokens, C kept samples per class.
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,6 +26,7 @@ class Batch:
     version_BG: jax.Array  # policy version each sample was launched under
 
 
+@functools.partial(jax.jit, static_argnames=("group", "balanced"))  # one program
 def select(st: EngineState, group: int, *, balanced: bool = True, drop_unresolved=None):
     """Downsample each pool to `group`: ⌈G/2⌉ positives and the rest negatives where available,
     shortfall filled from the other class; kept buffers are already in the chosen order.

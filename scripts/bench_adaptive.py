@@ -174,6 +174,12 @@ def summarise(name, res, cfg, oracle):
         kept_len=float(np.mean([r["kept_len_B"] for r in runs])))
 
 
+def per_token_vs(r, g) -> dict:
+    """Wall time and decode steps per generated token of row r against baseline row g."""
+    return dict(time_per_token_vs_grpo4=r["us_per_token"] / g["us_per_token"],
+                steps_per_token_vs_grpo4=r["steps_per_token"] / g["steps_per_token"])
+
+
 def compare(rows):
     """Ratios against the faster GRPO-n4 variant and the ada_rounds kept length."""
     by = {r["method"]: r for r in rows}
@@ -181,8 +187,7 @@ def compare(rows):
             key=lambda r: r["us_per_token"])
     for r in rows:
         r["baseline"] = g["method"]
-        r["time_per_token_vs_grpo4"] = r["us_per_token"] / g["us_per_token"]
-        r["steps_per_token_vs_grpo4"] = r["steps_per_token"] / g["steps_per_token"]
+        r.update(per_token_vs(r, g))
         r["step_time_vs_grpo4"] = r["step_s"] / g["step_s"]
         r["samples_vs_grpo4"] = r["launched"] / g["launched"]
         r["kept_len_vs_rounds"] = r["kept_len"] / by["ada_rounds"]["kept_len"]
@@ -363,9 +368,7 @@ def main():
         rows = [summarise(k, res[k], cfgs[k][0], oracle) for k in cfgs]
         g = min(rows[-2:], key=lambda r: r["us_per_token"])
         for r, oc in zip(rows[:-2], overcommits):
-            r.update(slots_per_prompt=spp, overcommit=oc,
-                     time_per_token_vs_grpo4=r["us_per_token"] / g["us_per_token"],
-                     steps_per_token_vs_grpo4=r["steps_per_token"] / g["steps_per_token"])
+            r.update(slots_per_prompt=spp, overcommit=oc, **per_token_vs(r, g))
             frontier.append(r)
             print(f"  frontier S/B={spp} overcommit={oc}: util {r['slot_utilisation']:.3f}, "
                   f"launched/oracle {r['samples_vs_oracle']:.3f}, tokens/oracle "
@@ -398,9 +401,7 @@ def main():
                 key=lambda r: r["us_per_token"])
         st = stream_steps(env, a, S, oracle_B, a.stream_steps or (4 if a.quick else 8))
         for r in (st, rows["ada_refill"]):
-            r.update(slots_per_prompt=spp, baseline=g["method"],
-                     time_per_token_vs_grpo4=r["us_per_token"] / g["us_per_token"],
-                     steps_per_token_vs_grpo4=r["steps_per_token"] / g["steps_per_token"])
+            r.update(slots_per_prompt=spp, baseline=g["method"], **per_token_vs(r, g))
             stream_rows.append(r)
         print(f"  stream S/B={spp}: util {st['slot_utilisation']:.3f} (refill "
               f"{rows['ada_refill']['slot_utilisation']:.3f}), launched/oracle "
