@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from ada_jax.tasks import TASKS
+from ada_jax.tasks.embedded import MAX_LEVEL
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +38,34 @@ _POSITIVE_INTS = (
     "sampling.max_new_tokens", "rl.steps", "rl.prompts_per_step", "rl.n", "rl.ppo_epochs",
     "rl.minibatches", "rl.microbatches", "adaptive.samples_per_round", "adaptive.max_rounds",
     "adaptive.slots", "adaptive.chunk_len", "eval.k", "eval.prompts", "checkpoint.keep",
-    "checkpoint.every",
+    "checkpoint.every", "model.rope_original_max_len", "sft.batch_size", "task.train_size",
+    "task.eval_size", "task.verifier_workers", "adaptive.est_budget_per_prompt",
+    "adaptive.gvm_pilot", "adaptive.gvm_budget_per_prompt", "adaptive.dapo_max_gen_batches",
+)
+_NON_NEGATIVE_INTS = (  # step counts and cadences (0 = none / off), counts
+    "optim.warmup_steps", "sft.steps", "sft.warmup_steps", "eval.every", "eval.train_prompts",
+    "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg", "rl.daro_buckets",
 )
 _NON_NEGATIVE = (
-    "sampling.temperature", "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg",
-    "loss.clip_low", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",
-    "optim.warmup_steps", "optim.grad_clip", "eval.every", "sft.steps",
-    "adaptive.overcommit", "sampling.prefill_chunk", "eval.train_prompts", "optim.eps",
-    "optim.daro_lr", "sampling.eval_temperature", "optim.weight_decay", "loss.dual_clip",
+    "sampling.temperature", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",
+    "adaptive.overcommit", "sampling.prefill_chunk", "optim.daro_lr",
+    "sampling.eval_temperature", "optim.weight_decay", "loss.dual_clip", "adaptive.gvm_alpha",
+    "adaptive.gvm_beta",
 )
+# Finite and > 0. optim.grad_clip = 0 is not "off": every update is clipped to 0 (NaN at a zero
+# gradient); optim.eps = 0 divides 0 by 0 where a gradient is 0.
+_POSITIVE = (
+    "optim.eps", "optim.grad_clip", "sft.lr", "model.rope_base", "model.norm_eps",
+    "model.rope_scaling_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
+    "task.verifier_timeout", "adaptive.est_alpha", "adaptive.est_beta", "rl.objective_alpha",
+)
+# name: (low, high, whether high itself is allowed); low is allowed.
+_IN_RANGE = {
+    "optim.b1": (0, 1, False),  # Adam's moment decay rates
+    "optim.b2": (0, 1, False),
+    "loss.clip_low": (0, 1, False),  # the ratio's lower clip 1 - clip_low stays > 0
+    "adaptive.est_decay": (0, 1, True),  # Ada-Est history factor λ
+}
 _STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_token")
 _BOOLS = ("checkpoint.allow_config_change", "checkpoint.start_over_if_unreadable")
 
@@ -57,6 +77,11 @@ def _get(config, dotted: str) -> Any:
     return node
 
 
+def _finite(v) -> bool:
+    """A real int or float, not NaN or ±inf (True / False are not numbers here)."""
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
 def validate(config) -> None:
     """Raise ValueError naming the first offending field. Call after command-line overrides."""
     for name, choices in _CHOICES.items():
@@ -66,10 +91,23 @@ def validate(config) -> None:
         v = _get(config, name)
         if not isinstance(v, int) or v <= 0:
             raise ValueError(f"config.{name}={v!r}: must be a positive integer")
+    for name in _NON_NEGATIVE_INTS:
+        v = _get(config, name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"config.{name}={v!r}: must be an integer >= 0")
     for name in _NON_NEGATIVE:  # NaN passes a plain `< 0` test
         v = _get(config, name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        if not _finite(v) or v < 0:
             raise ValueError(f"config.{name}={v!r}: must be a finite number >= 0")
+    for name in _POSITIVE:
+        v = _get(config, name)
+        if not _finite(v) or v <= 0:
+            raise ValueError(f"config.{name}={v!r}: must be a finite number > 0")
+    for name, (low, high, closed) in _IN_RANGE.items():
+        v = _get(config, name)
+        if not _finite(v) or not (low <= v <= high if closed else low <= v < high):
+            raise ValueError(f"config.{name}={v!r}: must be in "
+                             f"[{low}, {high}{']' if closed else ')'}")
     if not isinstance(config.sampling.prefill_chunk, int):
         raise ValueError(f"config.sampling.prefill_chunk={config.sampling.prefill_chunk!r}: "
                          f"must be an integer (rows per prefill call, 0 = all)")
@@ -94,6 +132,19 @@ def validate(config) -> None:
                          f"config.model.n_kv_heads={m.n_kv_heads}")
     if m.head_dim % 2:
         raise ValueError(f"config.model.head_dim={m.head_dim} must be even (RoPE)")
+    if m.rope_scaling == "llama3" and m.rope_high_freq_factor <= m.rope_low_freq_factor:
+        raise ValueError(f"config.model.rope_high_freq_factor={m.rope_high_freq_factor!r} must "
+                         f"exceed config.model.rope_low_freq_factor={m.rope_low_freq_factor!r}")
+    t = config.task
+    if t.name in ("embedded", "tfds_embedded") and not (
+            isinstance(t.min_level, int) and isinstance(t.max_level, int)
+            and 1 <= t.min_level <= t.max_level <= MAX_LEVEL):
+        raise ValueError(f"config.task.min_level={t.min_level!r}, config.task.max_level="
+                         f"{t.max_level!r}: need integers 1 <= min_level <= max_level <= "
+                         f"{MAX_LEVEL}")
+    if 0 < config.loss.dual_clip <= 1:
+        raise ValueError(f"config.loss.dual_clip={config.loss.dual_clip!r}: must be 0 (off) or "
+                         f"> 1 (the cap on -A·ratio for A < 0 must lie above the clipped loss)")
     s = config.sampling
     if not 0.0 < s.top_p <= 1.0:
         raise ValueError(f"config.sampling.top_p={s.top_p!r}: must be in (0, 1]")

@@ -1,5 +1,6 @@
 """Config: variants, command-line overrides, and errors that name the field."""
 import os
+import re
 import subprocess
 import sys
 
@@ -58,6 +59,71 @@ def test_invalid_values_name_the_field(field, value, match):
     section, name = field.split(".")
     c[section][name] = value
     with pytest.raises(ValueError, match=match.replace(".", r"\.")):
+        validate(c)
+
+
+INF = float("inf")
+
+
+@pytest.mark.parametrize("field,bad,good,allowed", [
+    # Adam's betas: [0, 1); b = 1 never forgets (b2 = 1: the second moment never decays)
+    ("optim.b1", 1.0, 0.9, "must be in [0, 1)"),
+    ("optim.b1", -0.1, 0.0, "must be in [0, 1)"),
+    ("optim.b2", 1.0, 0.999, "must be in [0, 1)"),
+    ("optim.b2", float("nan"), 0.95, "must be in [0, 1)"),
+    ("sft.lr", 0.0, 1e-4, "must be a finite number > 0"),
+    ("sft.lr", INF, 3e-3, "must be a finite number > 0"),
+    ("sft.lr", -3e-3, 3e-3, "must be a finite number > 0"),
+    ("sft.warmup_steps", -1, 0, "must be an integer >= 0"),
+    ("sft.batch_size", 0, 1, "must be a positive integer"),
+    ("optim.warmup_steps", -1, 0, "must be an integer >= 0"),
+    ("optim.eps", 0.0, 1e-12, "must be a finite number > 0"),  # 0/0 at a zero gradient
+    ("optim.grad_clip", 0.0, 0.5, "must be a finite number > 0"),  # 0 zeroes every update
+    ("optim.weight_decay", -0.1, 0.0, "must be a finite number >= 0"),
+    ("optim.daro_lr", INF, 0.0, "must be a finite number >= 0"),
+    ("loss.clip_low", 1.0, 0.99, "must be in [0, 1)"),
+    ("loss.clip_high", -0.1, 0.0, "must be a finite number >= 0"),
+    ("loss.dual_clip", 1.0, 3.0, "must be 0 (off) or > 1"),
+    ("loss.dual_clip", 0.5, 0.0, "must be 0 (off) or > 1"),
+    ("adaptive.est_decay", 1.5, 1.0, "must be in [0, 1]"),
+    ("adaptive.est_alpha", 0.0, 0.5, "must be a finite number > 0"),
+    ("adaptive.est_beta", -1.0, 1.0, "must be a finite number > 0"),
+    ("adaptive.est_budget_per_prompt", 0, 1, "must be a positive integer"),
+    ("adaptive.gvm_pilot", 0, 1, "must be a positive integer"),
+    ("adaptive.gvm_budget_per_prompt", 0, 1, "must be a positive integer"),
+    ("adaptive.gvm_alpha", -1e-3, 0.0, "must be a finite number >= 0"),
+    ("adaptive.gvm_beta", float("nan"), 1.0, "must be a finite number >= 0"),
+    ("adaptive.dapo_max_gen_batches", 0, 1, "must be a positive integer"),
+    ("rl.objective_alpha", 0.0, 0.25, "must be a finite number > 0"),
+    ("rl.daro_buckets", -1, 0, "must be an integer >= 0"),
+    ("model.norm_eps", 0.0, 1e-5, "must be a finite number > 0"),
+    ("model.rope_base", -1.0, 1.0, "must be a finite number > 0"),
+    ("task.verifier_workers", 0, 1, "must be a positive integer"),
+    ("task.verifier_timeout", 0.0, 0.5, "must be a finite number > 0"),
+    ("task.train_size", 0, 1, "must be a positive integer"),
+    ("task.min_level", 0, 1, "need integers 1 <= min_level <= max_level <= 8"),
+    ("task.max_level", 9, 8, "need integers 1 <= min_level <= max_level <= 8"),
+])
+def test_numeric_bounds(field, bad, good, allowed):
+    """Each bound both ways: the bad value is refused with the field, the value and the allowed
+    range in the message; the good one (at or next to the bound) passes."""
+    c = base.get_config("")
+    c.unlock()
+    section, name = field.split(".")
+    c[section][name] = bad
+    with pytest.raises(ValueError, match=re.escape(f"config.{field}={bad!r}") + ".*"
+                       + re.escape(allowed)):
+        validate(c)
+    c[section][name] = good
+    validate(c)
+
+
+def test_llama3_rope_frequency_factors_are_ordered():
+    c = base.get_config("model=llama3_2_1b")
+    c.unlock()
+    c.model.rope_high_freq_factor = c.model.rope_low_freq_factor
+    with pytest.raises(ValueError, match=r"config\.model\.rope_high_freq_factor=1\.0 must exceed "
+                                         r"config\.model\.rope_low_freq_factor=1\.0"):
         validate(c)
 
 

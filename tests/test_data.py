@@ -217,6 +217,45 @@ def test_prompt_length_check_counts_the_strongest_hint_on_train_only(tmp_path):
     assert load_split(c, "eval", tok) == [p]  # eval never uses hints
 
 
+def test_generated_task_prompts_must_fit_with_their_strongest_hint(tmp_path):
+    """A hint is a solution prefix: level-8 prompts with a strength-3 hint pass the default
+    max_prompt_len=48, and a hinted run on the embedded task used to stop at the first step that
+    hinted one (ValueError from encode_prompts, after SFT). Now refused at load time, naming
+    the length needed and the fields that change it; never skipped (on_bad_row)."""
+    from ada_jax import train
+    from ada_jax.tokenizer import prompt_ids, render_prompt
+    c = get_config("smoke=True")  # 256 train problems, levels 1-8
+    c.unlock()
+    tok = load_tokenizer(c)
+    src = EmbeddedSource("train", c.task.train_size, c.task.seed)
+    need = max(len(prompt_ids(tok, render_prompt(p.question, "embedded", hint(p, 3))))
+               for p in src)
+    assert need > c.sampling.max_prompt_len == 48
+    assert len(load_split(c, "train", tok)) == 256  # bare prompts fit
+    c.rl.hints, c.task.on_bad_row = "sage", "skip"
+    with pytest.raises(ValueError, match=(
+            rf"embedded train split: the longest train prompt with its strongest hint has "
+            rf"{need} tokens \(problem id \d+, level 8\) > config.sampling.max_prompt_len=48 .*"
+            rf"config.sampling.max_prompt_len >= {need} .*config.task.max_level.*"
+            rf"config.rl.hints='none'")):
+        load_split(c, "train", tok)
+    assert len(load_split(c, "eval", tok)) == c.task.eval_size  # eval never uses hints
+    with pytest.raises(ValueError, match="max_prompt_len=48"):  # at startup, before SFT
+        train.setup(c, str(tmp_path))
+    assert "base" not in os.listdir(tmp_path)  # no SFT ran
+    c.sampling.max_prompt_len = need - 1
+    with pytest.raises(ValueError, match=f"has {need} tokens"):
+        load_split(c, "train", tok)
+    c.sampling.max_prompt_len = need  # the exact bound: what passes, the sampler encodes
+    problems = list(load_split(c, "train", tok))
+    evaluate.encode_prompts(tok, problems, "embedded", need, [hint(p, 3) for p in problems])
+    c.sampling.max_prompt_len, c.task.max_level = 48, 6  # or fewer levels
+    assert len(load_split(c, "train", tok)) == 256
+    c.rl.hints, c.sampling.max_prompt_len = "none", 12  # unhinted prompts are checked too
+    with pytest.raises(ValueError, match=r"embedded eval split: the longest eval prompt has "):
+        load_split(c, "eval", tok)
+
+
 def test_load_files_globs_and_missing_files():
     problems, _ = load_files(_path("*.jsonl"))
     assert len(problems) == 39

@@ -8,7 +8,8 @@
   tfds_embedded  the embedded task prepared as a TFDS array_record dataset
   tfds_files     the files prepared as a TFDS array_record dataset
 With a tokenizer, file-backed problems whose prompt does not fit the run are bad rows, found
-at load time (`prompt_check`); generated tasks are bounded by their level ladder instead.
+at load time (`prompt_check`); for the generated tasks a prompt that does not fit (say, with a
+hint) is a config error, also refused at load time (`_fits`).
 """
 import logging
 from typing import Callable, Sequence
@@ -21,29 +22,74 @@ log = logging.getLogger(__name__)
 
 TASKS = ("embedded", "files", "tfds_embedded", "tfds_files")
 __all__ = ["Problem", "PromptIterator", "EmbeddedSource", "hint", "problem_id", "split_of",
-           "load_split", "prompt_check", "is_embedded", "TASKS"]
+           "load_split", "prompt_check", "prompt_length", "is_embedded", "TASKS"]
+
+
+def _hinted(config, split: str) -> bool:
+    """Whether the run builds this split's prompts with hints (train prompts of rl.hints runs)."""
+    return split == "train" and config.get("rl", {}).get("hints", "none") != "none"
+
+
+def prompt_length(config, tokenizer, split: str) -> Callable[[Problem], int]:
+    """length(problem) -> tokens of the longest prompt the run builds for it: rendered with
+    config.task.template and encoded as the sampler encodes it (`prompt_ids`), with its
+    strongest hint for train prompts of a hinted run (config.rl.hints)."""
+    from ada_jax.tokenizer import prompt_ids, render_prompt
+    template, hinted = config.task.template, _hinted(config, split)
+    return lambda p: len(prompt_ids(tokenizer, render_prompt(p.question, template,
+                                                             hint(p, 3) if hinted else "")))
 
 
 def prompt_check(config, tokenizer, split: str) -> Callable[[Problem], str | None]:
     """check(problem) -> why the run cannot sample its prompt, or None.
 
-    The prompt, rendered with config.task.template and encoded as the sampler encodes it
-    (`prompt_ids`), must fit config.sampling.max_prompt_len; train prompts of a hinted run
-    (config.rl.hints) are checked with their strongest hint, the longest the run builds.
-    Checked at load time because a too-long row would otherwise stop the run at the step that
-    reaches it, naming neither file nor line, and again on every resume."""
-    from ada_jax.tokenizer import prompt_ids, render_prompt
+    The prompt (`prompt_length`: with its strongest hint for train prompts of a hinted run, the
+    longest the run builds) must fit config.sampling.max_prompt_len. Checked at load time
+    because a too-long row would otherwise stop the run at the step that reaches it, naming
+    neither file nor line, and again on every resume."""
     template, limit = config.task.template, config.sampling.max_prompt_len
-    hinted = split == "train" and config.get("rl", {}).get("hints", "none") != "none"
+    hinted, length = _hinted(config, split), prompt_length(config, tokenizer, split)
 
     def check(p: Problem) -> str | None:
-        n = len(prompt_ids(tokenizer, render_prompt(p.question, template,
-                                                    hint(p, 3) if hinted else "")))
+        n = length(p)
         if n <= limit:
             return None
         return (f"prompt has {n} tokens{' with its strongest hint' if hinted else ''} > "
                 f"config.sampling.max_prompt_len={limit} (template {template!r})")
     return check
+
+
+def _fits(source: Sequence[Problem], config, tokenizer, split: str, name: str):
+    """source, after checking that its longest prompt fits config.sampling.max_prompt_len.
+
+    For the generated tasks (embedded, tfds_embedded), whose prompt lengths are set by the
+    config (levels, template, hints), not by bad rows. A hint is a prefix of the solution: with
+    the embedded tokenizer a strength-3 hint takes level-8 prompts from <= 38 tokens to 100, past
+    the default max_prompt_len=48, and unchecked such a prompt stops the run at the first step
+    that hints it, after the base policy is trained. A config error, so refused at load time
+    whatever config.task.on_bad_row says: skipping the prompts that do not fit would quietly
+    drop the hardest levels, and truncating their hints would quietly weaken the hint levels
+    the run reports; both change the experiment. The error names the length needed and the
+    fields that change it. Each process measures every process_count-th problem."""
+    import jax
+
+    from ada_jax import sharding
+    limit, length = config.sampling.max_prompt_len, prompt_length(config, tokenizer, split)
+    p, n = jax.process_index(), jax.process_count()
+    mine = max(([length(q), q.id, q.level] for q in map(source.__getitem__,
+                                                         range(p, len(source), n))),
+               default=[0, 0, 0])
+    longest, pid, level = max(sharding.allgather_json(mine))
+    if longest <= limit:
+        return source
+    hinted, s = _hinted(config, split), config.sampling
+    raise ValueError(
+        f"{name}: the longest {split} prompt{' with its strongest hint' if hinted else ''} has "
+        f"{longest} tokens (problem id {pid}, level {level}) > config.sampling.max_prompt_len="
+        f"{limit} (template {config.task.template!r}): set config.sampling.max_prompt_len >= "
+        f"{longest} (with config.model.max_len >= it + config.sampling.max_new_tokens = "
+        f"{longest + s.max_new_tokens}), or lower config.task.max_level"
+        + (f", or set config.rl.hints='none' (now {config.rl.hints!r})" if hinted else ""))
 
 
 def _checked(source: Sequence[Problem], check, on_bad_row: str, name: str):
@@ -90,21 +136,25 @@ def is_embedded(config) -> bool:
 def load_split(config, split: str, tokenizer=None) -> Sequence[Problem]:
     """The problems of one split ("train" or "eval") of the task named by config.task.name.
     With the run's tokenizer, file-backed problems must also pass `prompt_check`: rows that
-    fail are bad rows (config.task.on_bad_row)."""
+    fail are bad rows (config.task.on_bad_row); the generated tasks' longest prompt must fit
+    (`_fits`: a ValueError naming the fields to change)."""
     t = config.task
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
     check = prompt_check(config, tokenizer, split) if tokenizer is not None else None
     field_map = {k: t.field_map[k] for k in ("question", "answer", "solution")}
     eval_files, data_dir = t.get("eval_files", ""), t.get("data_dir", "") or None
-    if t.name == "embedded":
-        size = t.train_size if split == "train" else t.eval_size
-        return EmbeddedSource(split, size, t.seed, t.min_level, t.max_level)
-    if t.name == "tfds_embedded":
-        from ada_jax.tasks.tfds_builders import TfdsSource, embedded_builder
-        builder = embedded_builder(data_dir, t.seed, t.min_level, t.max_level,
-                                   t.train_size, t.eval_size)
-        return TfdsSource(builder, split)
+    if t.name in ("embedded", "tfds_embedded"):
+        if t.name == "embedded":
+            size = t.train_size if split == "train" else t.eval_size
+            source = EmbeddedSource(split, size, t.seed, t.min_level, t.max_level)
+        else:
+            from ada_jax.tasks.tfds_builders import TfdsSource, embedded_builder
+            source = TfdsSource(embedded_builder(data_dir, t.seed, t.min_level, t.max_level,
+                                                 t.train_size, t.eval_size), split)
+        if tokenizer is None:
+            return source
+        return _fits(source, config, tokenizer, split, f"{t.name} {split} split")
     if t.name in ("files", "tfds_files") and not t.files:
         raise ValueError(f"config.task.name={t.name!r} needs config.task.files")
     if t.name == "files":
