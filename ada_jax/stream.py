@@ -7,8 +7,10 @@ admitted ahead, A <= max_lag x B). Each call:
 1. admits queued prompts into the free rows (`admit`); their prompt caches, and those of every
    resident prompt, are prefilled under the current params;
 2. decodes (refill schedule, launch-order pools) until B resident prompts have stopped, every
-   prompt due by the lag has stopped, and at least `pace` x the mean call length has passed
-   (so a call that finds its groups already complete still starts the prompts it admitted).
+   prompt due by the lag has stopped and, for each h <= max_lag, those due within h calls
+   that remain fit the next h batches (`due_needs`), and at least `pace` x the mean call
+   length has passed (so a call that finds its groups already complete still starts the
+   prompts it admitted).
    Free slots go to whichever resident prompt most needs a sample, older prompts first among
    equals (`_assign_refill`'s priority), so slots do not idle behind a straggler;
 3. `claim` takes the step's B groups, oldest admission first, then earliest stop, and frees
@@ -62,14 +64,15 @@ def _reset_rows(st: adaptive.EngineState, rows_Q, budget_Q) -> adaptive.EngineSt
         cut_tokens=st.cut_tokens + jnp.sum(jnp.where(cut, st.slot_len, 0)))
 
 
-def _more(st, need: int, must_Q, resident_Q, until_step, next_Q, need_next):
+def _more(st, need: int, horizon_Q, need_H, resident_Q, until_step):
     """Keep decoding while a prompt is sampling and: fewer than `need` resident prompts have
-    stopped, a `must_Q` one has not, fewer than `need_next` of the `next_Q` ones have (those
-    due by the next call: the rest must fit its batch), or the call is shorter than its pace
-    (`until_step`)."""
+    stopped, fewer than need_H[h] of those due within h calls have (horizon_Q <= h: the rest
+    must fit the next h batches, oldest claimed first; h = 0: all due now), or the call is
+    shorter than its pace (`until_step`)."""
     stopped = resident_Q & ~st.active
-    return jnp.any(st.active) & ((jnp.sum(stopped) < need) | jnp.any(must_Q & st.active)
-                                 | (jnp.sum(stopped & next_Q) < need_next)
+    h = jnp.arange(need_H.shape[0])[:, None]
+    stopped_H = jnp.sum(stopped[None, :] & (horizon_Q[None, :] <= h), axis=1)
+    return jnp.any(st.active) & ((jnp.sum(stopped) < need) | jnp.any(stopped_H < need_H)
                                  | (st.decode_steps < until_step))
 
 
@@ -77,11 +80,21 @@ def _limit(cfg, st, budget_Q, resident_Q):
     return st.chunks + adaptive._max_chunks(cfg, jnp.where(resident_Q, budget_Q, 0))
 
 
+def due_needs(admit_Q, resident_Q, calls: int, max_lag: int, prompts: int):
+    """Calls left before each resident prompt is due (admitted at call a: claimed by call
+    a + max_lag), and need_H[h] = how many of those due within h calls must stop in this call
+    so that the rest fit the next h batches of `prompts` (h = 0..max_lag)."""
+    horizon = np.where(resident_Q, admit_Q + max_lag - calls, max_lag + 1)
+    need = [max(int(np.sum(resident_Q & (horizon <= h))) - h * prompts, 0)
+            for h in range(max_lag + 1)]
+    return horizon.astype(np.int32), np.asarray(need, np.int32)
+
+
 def _run(params, prompt_QP, mask_QP, budget_Q, prio_Q, more_args, reward_data, st, *, cfg,
          gen_fn, reward_fn, group: int, need: int):
     """Decode until the step's groups are complete, in one while_loop (jittable reward)."""
     prompt_state = gen_fn.prefill(params, prompt_QP, mask_QP)
-    limit = _limit(cfg, st, budget_Q, more_args[1])
+    limit = _limit(cfg, st, budget_Q, more_args[2])
 
     def body(st):
         st = adaptive._launch_and_decode(cfg, gen_fn, params, prompt_state, budget_Q, st, prio_Q)
@@ -225,10 +238,9 @@ class Stream:
         jittable reward over the Q rows; `score(rows_S, seq_S, tokens_SN, len_S)` a host one."""
         resident = self.admit_call != EMPTY
         fresh = self.fresh & resident
-        # Carried over from earlier calls: sampled first; must stop in this call unless
-        # on_policy, which restarts them from an empty pool instead.
+        # Carried over from earlier calls: sampled first. on_policy restarts them from an empty
+        # pool instead, as if admitted now.
         old = resident & (self.admit_call < self.calls)
-        due = resident & (self.admit_call <= self.calls - self.max_lag)  # must stop now
         reset = fresh | (old if self.on_policy else np.zeros_like(old))
         self.restarted = int(np.sum(reset & ~fresh))
         self.fresh = np.zeros(self.Q, bool)
@@ -242,11 +254,10 @@ class Stream:
         until = jnp.int32(self._before["steps"]
                           + int(self.pace * self._before["steps"] / max(self.calls, 1)))
         age = np.where(old & ~reset, self.calls - self.admit_call, 0)  # oldest sampled first
-        nxt = resident & ~reset & (self.admit_call <= self.calls + 1 - self.max_lag)
-        need_next = max(int(nxt.sum()) - self.B, 0) if not self.on_policy else 0
         prio = jnp.asarray(age, jnp.float32)
-        more_args = (jnp.asarray(due & ~reset), jnp.asarray(resident), until, jnp.asarray(nxt),
-                     jnp.int32(need_next))
+        horizon, need_H = due_needs(np.where(reset, self.calls, self.admit_call), resident,
+                                    self.calls, self.max_lag, self.B)
+        more_args = (jnp.asarray(horizon), jnp.asarray(need_H), jnp.asarray(resident), until)
         prompt, mask = jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP)
         cfg, gen_fn = self.cfg, self.gen_fn
         if score is None:
@@ -255,7 +266,7 @@ class Stream:
                            need=need)
         else:
             prompt_state = _prefill(params, prompt, mask, gen_fn=gen_fn)
-            limit = int(_limit(cfg, self.st, budget, more_args[1]))
+            limit = int(_limit(cfg, self.st, budget, more_args[2]))
             more = bool(_more(self.st, need, *more_args))
             while more and int(self.st.chunks) < limit:
                 self.st = self._decode(params, prompt_state, budget, prio, self.st, cfg=cfg,

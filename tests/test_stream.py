@@ -17,11 +17,11 @@ LONG = generators.BernoulliGenerator(max_len=9)  # samples of 2..9 steps: out-of
 KEY = jax.random.key(7)
 
 
-def _stream(B=8, ahead=8, slots=32, on_policy=False, **kw):
+def _stream(B=8, ahead=8, slots=32, on_policy=False, max_lag=1, **kw):
     cfg = A.EngineConfig(**{"slots": slots, "max_new_tokens": 9, "keep": 4,
                             "exit_rule": "balance", "k_pos": 2, "k_neg": 2, "min_pool": 4, **kw})
     return stream.Stream(cfg, LONG, prompts=B, ahead=ahead, prompt_len=1, group=4,
-                         on_policy=on_policy).init(None)
+                         on_policy=on_policy, max_lag=max_lag).init(None)
 
 
 def _drive(s, p_of, steps, budget=32, host=False):
@@ -88,22 +88,31 @@ def test_stream_stopping_time_matches_exact_distribution():
     assert _chi2_pvalue(n, pmf, range(4, 40)) > 1e-3
 
 
-@pytest.mark.parametrize("on_policy", [False, True])
-def test_every_prompt_trained_once_and_at_most_one_update_old(on_policy):
-    s = _stream(B=6, ahead=6, slots=48, on_policy=on_policy)
-    claims, admitted = _drive(s, _p_of, 8)
+@pytest.mark.parametrize("on_policy,lag", [(False, 1), (True, 1), (False, 3)])
+def test_every_prompt_trained_once_and_at_most_lag_updates_old(on_policy, lag):
+    """B per step, none twice, none lost, none more than `lag` updates old. Lag 3 starts with
+    4B prompts admitted at once: every later call must also finish enough of them for the
+    batches after it (the call-0 prompts fill the next three batches exactly); half of the
+    prompts are slow (p = 0.03: budget-bound), half quick."""
+    B = 6
+    s = _stream(B=B, ahead=lag * B, slots=48, on_policy=on_policy, max_lag=lag)
+    p_of = _p_of if lag == 1 else (lambda i: 0.5 if i % 2 else 0.03)
+    claims, admitted = _drive(s, p_of, 8)
     trained = [i for c in claims for i in c.items]
-    assert len(trained) == len(set(trained)) == 6 * 8  # B per step, none twice
+    assert len(trained) == len(set(trained)) == B * 8  # B per step, none twice
     resident = {x for x in s.items if x is not None}
     assert set(trained) | resident == set(range(admitted))  # none lost
     assert not set(trained) & resident
+    lags = []
     for step, c in enumerate(claims):
         v = np.asarray(c.batch.version_BG)[np.asarray(c.batch.mask_BG)]
-        assert v.max() <= step and v.min() >= (step if on_policy else step - 1)
+        assert v.max() <= step and v.min() >= (step if on_policy else step - lag)
+        lags.append(step - v.min())
         share = c.metrics["off_policy_share"]
         assert share == pytest.approx(float(np.mean(v < step)))
     if not on_policy:  # the carried-over prompts really were carried (the test has teeth)
         assert np.mean([c.metrics["off_policy_share"] for c in claims[1:]]) > 0.2
+        assert max(lags) == lag
     else:
         assert sum(c.metrics["stream_restarted"] for c in claims) > 0
 
