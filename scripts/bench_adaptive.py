@@ -24,8 +24,13 @@ response length under GRPO-n4); slot-steps vs oracle = S * decode steps / oracle
 step costs, idle slots included); kept length vs ada_rounds (a length bias of the kept groups).
 "vs grpo4" ratios divide by the faster GRPO-n4 variant at the same S; "steps" ratios are the
 same ratios from decode-step counts alone (noise-free; the two differ by per-refill overhead).
-Then (full run) a frontier of refill over overcommit x S/B, and the compiled memory of the
-jitted engine at N_max = 32 and 256. The last stdout line is one JSON object.
+Then streaming (ada_jax/stream.py) over consecutive steps at S/B = 1, 2, 4, 8 beside per-step
+refill: slot utilisation, samples launched vs the oracle and vs the pools (a launch-order pool
+is the one-at-a-time process's own draw on the same outcomes: launched / pool is the waste
+without the noise of N), time per token vs GRPO-n4, the share of trained samples one step
+off-policy. Then (full run) a frontier of refill over overcommit x S/B and of streaming over
+max lag x overcommit at S/B = 4, 8, and the compiled memory of the jitted engine at N_max = 32
+and 256. The last stdout line is one JSON object.
 
   python scripts/bench_adaptive.py           # B=32, S/B = 4 and 1, 5 reps, frontier (2-4 min)
   python scripts/bench_adaptive.py --quick   # B=16, S/B = 4 and 1, 2 reps, one GRPO-n4 variant,
@@ -169,6 +174,7 @@ def summarise(name, res, cfg, oracle):
         steps_per_token=steps / tokens,
         slot_utilisation=tokens / (cfg.slots * max(steps, 1)),
         samples_vs_oracle=launched / oracle["n"], pool_vs_oracle=samples / oracle["n"],
+        launched_vs_pool=launched / samples,
         tokens_vs_oracle=tokens / oracle["tokens"],
         slot_steps_vs_oracle=cfg.slots * steps / oracle["tokens"],
         kept_len=float(np.mean([r["kept_len_B"] for r in runs])))
@@ -194,22 +200,25 @@ def compare(rows):
     return by
 
 
-def stream_steps(env, a, slots, oracle_B, steps: int, warmup: int = 2):
+def stream_steps(env, a, slots, oracle_B, steps: int, warmup: int = 2, lag=None,
+                 overcommit: float = A.EngineConfig.overcommit):
     """Ada-Seq-balance streaming (ada_jax/stream.py, B + lag x B resident prompts), consecutive
     steps at S slots; the queue cycles through the B bench prompts (prompt serial % B). After
     `warmup` steps (compilation, filling the table), sums over `steps` timed ones: tokens,
-    decode steps, wall, samples launched for the claimed prompts vs their oracle E[N], and the
-    share of trained samples launched under the previous policy version."""
-    B = a.prompts
+    decode steps, wall, samples launched for the claimed prompts vs their oracle E[N] and vs
+    their pools (launch order: a pool is exactly the one-at-a-time process's draw on the same
+    outcomes, so launched / pool is the same ratio without the sampling noise of N), and the
+    share of trained samples launched under an earlier policy version."""
+    B, lag = a.prompts, a.stream_lag if lag is None else lag
     cfg = A.EngineConfig(slots=slots, max_new_tokens=a.new_tokens, keep=GROUP,
                          exit_rule="balance", k_pos=K_POS, k_neg=K_NEG, mode="refill",
-                         min_pool=GROUP)
-    s = stream.Stream(cfg, env["gen"], prompts=B, ahead=a.stream_lag * B,
-                      prompt_len=a.prompt_len, group=GROUP, max_lag=a.stream_lag).init(
-                          env["params"])
+                         min_pool=GROUP, overcommit=overcommit)
+    s = stream.Stream(cfg, env["gen"], prompts=B, ahead=lag * B, prompt_len=a.prompt_len,
+                      group=GROUP, max_lag=lag).init(env["params"])
     prompts, mask = np.asarray(env["prompts"]), np.asarray(env["mask"])
     thr = np.asarray(env["data"]["threshold"])
-    serial, tot = 0, dict(tokens=0, steps=0, wall=0.0, launched=0, oracle=0.0, off=0.0)
+    serial = 0
+    tot = dict(tokens=0, steps=0, wall=0.0, launched=0, pool=0, oracle=0.0, off=0.0)
     for step in range(warmup + steps):
         n = s.free()
         idx = np.arange(serial, serial + n) % B
@@ -229,13 +238,16 @@ def stream_steps(env, a, slots, oracle_B, steps: int, warmup: int = 2):
         tot["steps"] += m["decode_steps"]
         tot["wall"] += wall
         tot["launched"] += m["samples_launched"]
+        tot["pool"] += m["samples_total"]
         tot["oracle"] += float(oracle_B[np.asarray(got.items)].sum())
         tot["off"] += m["off_policy_share"] / steps
-    return dict(method="ada_stream", slots=slots, step_s=tot["wall"] / steps,
-                tokens=tot["tokens"] / steps, us_per_token=1e6 * tot["wall"] / tot["tokens"],
+    return dict(method="ada_stream", slots=slots, lag=lag, overcommit=overcommit,
+                step_s=tot["wall"] / steps, tokens=tot["tokens"] / steps,
+                us_per_token=1e6 * tot["wall"] / tot["tokens"],
                 steps_per_token=tot["steps"] / tot["tokens"],
                 slot_utilisation=tot["tokens"] / (slots * max(tot["steps"], 1)),
-                samples_vs_oracle=tot["launched"] / tot["oracle"], off_policy_share=tot["off"])
+                samples_vs_oracle=tot["launched"] / tot["oracle"],
+                launched_vs_pool=tot["launched"] / tot["pool"], off_policy_share=tot["off"])
 
 
 def memory(env, a, slots, quick):
@@ -312,6 +324,12 @@ def main():
                     help="streaming: max updates a trained sample may lag (ahead = lag x B)")
     ap.add_argument("--stream_steps", type=int, default=None,
                     help="timed streaming steps per ratio (default 8, quick 4)")
+    ap.add_argument("--stream_frontier", default=None,
+                    help="S/B ratios of the streaming lag x overcommit frontier (default 4,8; "
+                         "quick: none)")
+    ap.add_argument("--stream_lags", default="1,2,3", help="max lags of the streaming frontier")
+    ap.add_argument("--stream_overcommits", default="0.5,0.75",
+                    help="overcommit values of the streaming frontier")
     a = ap.parse_args()
     a.prompts = a.prompts or (16 if a.quick else 32)
     a.reps = a.reps or (2 if a.quick else 5)
@@ -319,6 +337,10 @@ def main():
     overcommits = [float(x) for x in a.overcommits.split(",")]
     frontier_ratios = [int(x) for x in (a.frontier if a.frontier is not None
                                         else ("" if a.quick else "4,2,1")).split(",") if x]
+    stream_frontier_ratios = [int(x) for x in (
+        a.stream_frontier if a.stream_frontier is not None
+        else ("" if a.quick else "4,8")).split(",") if x]
+    stream_lags = [int(x) for x in a.stream_lags.split(",") if x]
     # A fresh persistent compilation cache: first calls still compile, but the memory analysis
     # below finds the refill executable already built.
     jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="bench_adaptive_"))
@@ -416,12 +438,27 @@ def main():
             ("step s", lambda r: f"{r['step_s']:.3f}"),
             ("slot util", lambda r: f"{r['slot_utilisation']:.3f}"),
             ("launched / oracle", lambda r: f"{r['samples_vs_oracle']:.3f}"),
+            ("launched / pool", lambda r: f"{r['launched_vs_pool']:.3f}"),
             ("time/token × grpo4 (steps)", lambda r: f"{r['time_per_token_vs_grpo4']:.2f} "
                                                      f"({r['steps_per_token_vs_grpo4']:.2f})"),
             ("off-policy share", lambda r: f"{r['off_policy_share']:.2f}"
              if "off_policy_share" in r else "0"),
         ]))
     streams = [r for r in stream_rows if r["method"] == "ada_stream"]
+    stream_frontier = [
+        stream_steps(env, a, a.prompts * spp, oracle_B, a.stream_steps or 8, lag=lag,
+                     overcommit=oc)
+        for spp in stream_frontier_ratios for lag in stream_lags
+        for oc in [float(x) for x in a.stream_overcommits.split(",")]]
+    if stream_frontier:
+        print("\nStreaming frontier: max lag x overcommit (resident prompts = (lag + 1) x B):")
+        print(fmt_table(stream_frontier, [
+            ("S/B", lambda r: str(r["slots"] // a.prompts)), ("lag", lambda r: str(r["lag"])),
+            ("overcommit", lambda r: f"{r['overcommit']:.2f}"),
+            ("slot util", lambda r: f"{r['slot_utilisation']:.3f}"),
+            ("launched / oracle", lambda r: f"{r['samples_vs_oracle']:.3f}"),
+            ("launched / pool", lambda r: f"{r['launched_vs_pool']:.3f}"),
+            ("off-policy share", lambda r: f"{r['off_policy_share']:.2f}")]), flush=True)
 
     mem = memory(env, a, a.prompts * ratios[0], a.quick)
     print(f"\nCompiled memory of the jitted engine, S={a.prompts * ratios[0]} (MiB):")
@@ -463,13 +500,21 @@ def main():
             stream_samples_vs_oracle_max=r4(max(r["samples_vs_oracle"] for r in streams)),
             stream_vs_grpo4_time_per_token_max=r4(max(r["time_per_token_vs_grpo4"]
                                                       for r in streams)),
+            stream_launched_vs_pool_max=r4(max(r["launched_vs_pool"] for r in streams)),
             stream_off_policy_share_max=r4(max(r["off_policy_share"] for r in streams)),
             stream_max_lag=a.stream_lag,
             stream_by_slots_per_prompt={
                 str(r["slots_per_prompt"]): {k: r4(r[k]) for k in (
-                    "slot_utilisation", "samples_vs_oracle", "time_per_token_vs_grpo4",
-                    "steps_per_token_vs_grpo4", "off_policy_share", "step_s")}
+                    "slot_utilisation", "samples_vs_oracle", "launched_vs_pool",
+                    "time_per_token_vs_grpo4", "steps_per_token_vs_grpo4", "off_policy_share",
+                    "step_s")}
                 for r in streams})
+    if stream_frontier:
+        out["stream_frontier"] = [
+            dict(slots_per_prompt=r["slots"] // a.prompts, lag=r["lag"],
+                 **{k: r4(r[k]) for k in ("overcommit", "slot_utilisation", "samples_vs_oracle",
+                                          "launched_vs_pool", "off_policy_share")})
+            for r in stream_frontier]
     print(json.dumps(out))
 
 
