@@ -332,8 +332,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
     base_key = jax.random.key(c.seed)
     train_key, eval_key = jax.random.fold_in(base_key, 0), jax.random.fold_in(base_key, 1)
     totals = {"generated_tokens": 0, "samples": 0, "wall": 0.0}
-    if start:
-        totals = {k: writer.last.get(f"cum_{k}", 0) for k in totals}
+    if start:  # from the checkpoint (every process has it; older ones: process 0's metrics)
+        saved = meta.get("totals") or {f: writer.last.get(f"cum_{f}", 0) for f in totals}
+        totals = {k: saved[k] for k in totals}
 
     def save(step):
         arrays, extra = {"trainable": trainable, "opt": opt_state}, {}
@@ -344,7 +345,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         ckpt.save(step, arrays,
                   {"iterator": sharding.allgather_json(iterator.state()),
                    "est_history": state["est"],
-                   "hint_levels": state["hint"], "step": step, **extra})
+                   "hint_levels": state["hint"], "step": step, "totals": dict(totals),
+                   **extra})
 
     bar = _progress(c, start)
     met = {k: v for k, v in writer.last.items() if k != "step"}  # returned if nothing is left

@@ -180,6 +180,24 @@ def test_corrupted_and_partial_checkpoints_are_skipped(tmp_path):
     assert _restore(wd)[0] == 3
 
 
+def test_cumulative_totals_resume_from_the_checkpoint(tmp_path):
+    """cum_* counts continue from the checkpoint's own totals, which every process holds
+    (only process 0 has a metrics file); before, the others restarted them at zero."""
+    wd = str(tmp_path)
+    train.train_and_evaluate(_config("grpo", **{"rl.steps": 2, "checkpoint.every": 1}), wd)
+    path = os.path.join(wd, "metrics.jsonl")
+    with open(path) as f:
+        recs = [json.loads(line) for line in f]
+    assert _restore(wd)[2]["totals"] == {k: recs[-1][f"cum_{k}"]
+                                         for k in ("generated_tokens", "samples", "wall")}
+    with open(path, "w") as f:  # what a process other than 0 knows of the metrics: nothing
+        f.writelines(json.dumps({k: v for k, v in r.items() if not k.startswith("cum_")}) + "\n"
+                     for r in recs)
+    met = train.train_and_evaluate(_config("grpo", **{"rl.steps": 3, "checkpoint.every": 1}), wd)
+    for k, step in (("generated_tokens", "generated_tokens"), ("samples", "samples_total")):
+        assert met[f"cum_{k}"] == recs[-1][f"cum_{k}"] + met[step] > met[step]
+
+
 def test_non_finite_step_is_skipped_and_checkpointed(tmp_path):
     """A skipped update leaves the previous (finite) state, which is saved on schedule: before,
     a skipped last step was never saved, so every re-run repeated it."""
