@@ -185,8 +185,10 @@ def get_config(arg: str = ""):
         # 2048 rows in 4 minibatches of 512; 32 micro-batches of 16 rows = 2 sequences per
         # device on 8 devices, the reference learner's ≈6k tokens per GPU (docs/scaling.md §4).
         c.rl.update(steps=400, prompts_per_step=512, minibatches=4, microbatches=32)
-        # >= 4 slots per prompt: per-step refill idles (slot utilisation 0.75 at 4, 0.61 at 8),
-        # streaming keeps >= 0.90 (docs/benchmarks.md, "Streaming"); sequential policies only.
+        # >= 4 slots per prompt: per-step refill idles (slot utilisation 0.75 at 4, 0.61 at 8)
+        # and launches 1.2-1.35x its pools; streaming (lag 1) keeps ~0.9 busy and launches no
+        # more (docs/benchmarks.md, "Streaming"; stream_max_lag=3 cuts the waste further at
+        # the cost of staler samples). Sequential policies only.
         if p["slots"] >= 4 * c.rl.prompts_per_step and c.adaptive.policy in ("seq", "uniform"):
             c.adaptive.mode = "stream"
         c.optim.lr = 1e-6
