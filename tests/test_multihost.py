@@ -9,10 +9,11 @@ devices must give what one process of 8 gives.
   reading a TFDS array_record dataset (the same problems): each process reads its own block of
   every batch, each verifier pool scores only its process's slots, and kept samples, metrics
   (written once, by process 0) and params equal the one-process run's; a checkpoint of the
-  4-process run resumes on 4 processes exactly; Ada-Est on 2 processes equals 1.
+  4-process run resumes on 4 processes, and on 2, exactly; Ada-Est on 2 processes equals 1.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -166,12 +167,17 @@ def test_four_processes_train_like_one_and_resume(reference, tmp_path):
     with open(work / "checkpoints" / "2" / "meta" / "metadata") as f:
         states = json.load(f)["iterator"]  # every process's iterator state
     assert [s["rows"] for s in states] == [[0, 2], [2, 4], [4, 6], [6, 8]]
-    # A preemption after step 2: the same 4-process launch resumes from checkpoint 2.
+    # A preemption after step 2, resumed from checkpoint 2 by the same 4-process launch and
+    # (a copy of the workdir) by 2 processes: a job restarted on fewer hosts.
+    shutil.copytree(work, tmp_path / "work_on_2")
     resumed = _train(4, tmp_path / "resumed", work, shared, 3, "tfds")
     again = _check_run(reference, resumed, work, 4, 1, first=2)
+    on_two = _train(2, tmp_path / "resumed_on_2", tmp_path / "work_on_2", shared, 3, "tfds")
+    fewer = _check_run(reference, on_two, tmp_path / "work_on_2", 2, 1, first=2)
     print("4 processes: prompts read per step", [[len(x) for x in r["read"]] for r in recs],
           "completions scored per pool", [r["pool_scored"] for r in recs],
-          "resumed step 3", [r["pool_scored"] for r in again])
+          "resumed step 3", [r["pool_scored"] for r in again],
+          "resumed on 2 processes", [r["pool_scored"] for r in fewer])
 
 
 @pytest.mark.slow
