@@ -172,7 +172,7 @@ def get_config(arg: str = ""):
     # exist but none is readable it stops unless start_over_if_unreadable.
     c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2, allow_config_change=False,
                                                   start_over_if_unreadable=False))
-    c.log = ml_collections.ConfigDict(dict(every=1, progress=True))
+    c.log = ml_collections.ConfigDict(dict(progress=True))
 
     if c.model.name in PRETRAINED:  # the reference run (docs/scaling.md §4)
         p = PRETRAINED[c.model.name]
