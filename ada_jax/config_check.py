@@ -89,7 +89,7 @@ def validate(config) -> None:
             raise ValueError(f"config.{name}={_get(config, name)!r}: choose from {choices}")
     for name in _POSITIVE_INTS:
         v = _get(config, name)
-        if not isinstance(v, int) or v <= 0:
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:  # True is an int
             raise ValueError(f"config.{name}={v!r}: must be a positive integer")
     for name in _NON_NEGATIVE_INTS:
         v = _get(config, name)

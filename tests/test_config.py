@@ -145,3 +145,13 @@ def test_unknown_command_line_field_is_named(script):
     assert out.returncode != 0
     assert "config.rl.nn" in out.stderr and "minibatches" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_bool_is_not_a_count():
+    """Python's True is the int 1: a count set to True (in code; the command line parses by
+    the field's type) is refused, not run as one step."""
+    c = base.get_config("algo=grpo")
+    c.rl.steps = True
+    with pytest.raises(ValueError, match=re.escape("config.rl.steps=True: must be a positive "
+                                                   "integer")):
+        validate(c)
