@@ -20,8 +20,10 @@ are the ones recorded when each token was drawn, so the PPO ratio corrects them.
 trained at most `max_lag` calls after its admission, so every trained sample was launched under
 one of the last max_lag + 1 policies (docs/theory.md, "Streaming"). `on_policy=True` instead
 restarts every carried-over prompt from an empty pool at each call (running samples cut,
-finished ones dropped): only samples of the current policy are trained, at the cost of the
-carried work. A prompt's pool follows launch order, so its stopping law is the one-at-a-time
+finished ones dropped) and keeps its due date, so it is restarted once at most: only samples of
+the current policy are trained, at the cost of the carried work. With A = max_lag x B = B, every
+step from the third on trains exactly the prompts admitted one call before (one drawn batch);
+only the first two split the first 2B prompts by how quickly they stopped. A prompt's pool follows launch order, so its stopping law is the one-at-a-time
 law whatever the policy versions.
 
 Row bookkeeping (which prompt, admitted when) is on the host; the engine state (counters, kept
@@ -253,10 +255,12 @@ class Stream:
         # they would all be due in the next call, which then waits for their stragglers).
         until = jnp.int32(self._before["steps"]
                           + int(self.pace * self._before["steps"] / max(self.calls, 1)))
-        age = np.where(old & ~reset, self.calls - self.admit_call, 0)  # oldest sampled first
+        age = np.where(old, self.calls - self.admit_call, 0)  # oldest sampled first
         prio = jnp.asarray(age, jnp.float32)
-        horizon, need_H = due_needs(np.where(reset, self.calls, self.admit_call), resident,
-                                    self.calls, self.max_lag, self.B)
+        # A restarted prompt (on_policy) keeps its admission call, so it is due as before: it
+        # is restarted once at most, never carried (and restarted) forever.
+        horizon, need_H = due_needs(self.admit_call, resident, self.calls, self.max_lag,
+                                    self.B)
         more_args = (jnp.asarray(horizon), jnp.asarray(need_H), jnp.asarray(resident), until)
         prompt, mask = jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP)
         cfg, gen_fn = self.cfg, self.gen_fn
@@ -290,7 +294,7 @@ class Stream:
             raise RuntimeError(f"streaming: only {len(rows)} of {self.B} groups complete; "
                                "the engine hit its chunk limit")
         left = (self.admit_call != EMPTY) & ~np.isin(np.arange(self.Q), rows)
-        if not self.on_policy and (self.admit_call[left] < self.calls - self.max_lag).any():
+        if (self.admit_call[left] < self.calls - self.max_lag).any():
             raise RuntimeError(f"streaming: a prompt would be trained more than "
                                f"{self.max_lag} update(s) after its admission")
         r = jnp.asarray(rows)

@@ -110,6 +110,12 @@ def test_every_prompt_trained_once_and_at_most_lag_updates_old(on_policy, lag):
         lags.append(step - v.min())
         share = c.metrics["off_policy_share"]
         assert share == pytest.approx(float(np.mean(v < step)))
+    Q = B + lag * B  # call 0 admits ids 0..Q-1, call k >= 1 the next B
+    admitted = lambda i: 0 if i < Q else 1 + (i - Q) // B  # noqa: E731
+    assert all(step - admitted(i) <= lag for step, c in enumerate(claims) for i in c.items)
+    if lag == 1:  # from step 2 on, a step trains exactly the batch admitted one call before
+        assert [sorted(c.items) for c in claims[2:]] == [
+            list(range(B * k, B * (k + 1))) for k in range(2, 8)]
     if not on_policy:  # the carried-over prompts really were carried (the test has teeth)
         assert np.mean([c.metrics["off_policy_share"] for c in claims[1:]]) > 0.2
         assert max(lags) == lag
