@@ -26,9 +26,9 @@ step from the third on trains exactly the prompts admitted one call before (one 
 only the first two split the first 2B prompts by how quickly they stopped. A prompt's pool follows launch order, so its stopping law is the one-at-a-time
 law whatever the policy versions.
 
-Row bookkeeping (which prompt, admitted when) is on the host; the engine state (counters, kept
-buffers, running slots with their caches) is one pytree that goes into checkpoints, so a
-resumed run continues mid-stream exactly.
+Row bookkeeping (which prompt, admitted when) is on the host and goes into a checkpoint's JSON
+meta; the engine state (counters, kept buffers, running slots with their caches) and the
+resident prompts' tokens go into its arrays, so a resumed run continues mid-stream exactly.
 """
 import dataclasses
 import functools
@@ -173,6 +173,7 @@ class Stream:
         """Build the (empty) engine state, placed with `sharding` (e.g. replicated on the
         mesh, so it checkpoints beside the params); shapes only depend on the config."""
         init = functools.partial(self._init, gen_fn=self.gen_fn, cfg=self.cfg, Q=self.Q)
+        self._sharding = sharding
         self.st = jax.jit(init, out_shardings=sharding)(
             params, jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP), jax.random.key(0))
         # Every step function returns the state with the layout it got, so each compiles once.
@@ -192,26 +193,32 @@ class Stream:
         return adaptive.init_state(cfg, gen_fn, prompt_state, Q, jnp.zeros((Q,), jnp.int32),
                                    key)
 
-    def arrays(self):
-        """The engine state as a checkpointable tree (the PRNG key as raw data)."""
-        return self.st.replace(key=jax.random.key_data(self.st.key))
+    def arrays(self) -> dict:
+        """The engine state (the PRNG key as raw data) and the resident prompts' tokens, as a
+        checkpointable tree of arrays."""
+        place = (jnp.asarray if self._sharding is None
+                 else lambda x: jax.device_put(x, self._sharding))
+        return {"engine": self.st.replace(key=jax.random.key_data(self.st.key)),
+                "prompt": place(self.prompt_QP), "mask": place(self.mask_QP)}
 
     def meta(self, encode_item: Callable = lambda x: x) -> dict:
+        """The host bookkeeping (JSON): calls so far, each row's admission call, budget and
+        prompt (whatever `admit` was given, through `encode_item`)."""
         return dict(calls=self.calls, admit_call=self.admit_call.tolist(),
-                    budget=self.budget_Q.tolist(), prompt=self.prompt_QP.tolist(),
-                    mask=self.mask_QP.astype(int).tolist(),
+                    budget=self.budget_Q.tolist(),
                     items=[None if x is None else encode_item(x) for x in self.items])
 
-    def restore(self, arrays, meta: dict, decode_item: Callable = lambda x: x):
+    def restore(self, arrays: dict, meta: dict, decode_item: Callable = lambda x: x):
         if len(meta["admit_call"]) != self.Q:
             raise ValueError(f"streaming checkpoint holds {len(meta['admit_call'])} prompt rows, "
                              f"this run has {self.Q} (prompts per step + ahead)")
-        self.st = arrays.replace(key=jax.random.wrap_key_data(arrays.key))
+        engine = arrays["engine"]
+        self.st = engine.replace(key=jax.random.wrap_key_data(engine.key))
         self.calls = int(meta["calls"])
         self.admit_call = np.asarray(meta["admit_call"], np.int64)
         self.budget_Q = np.asarray(meta["budget"], np.int32)
-        self.prompt_QP = np.asarray(meta["prompt"], np.int32).reshape(self.Q, self.P)
-        self.mask_QP = np.asarray(meta["mask"], bool).reshape(self.Q, self.P)
+        self.prompt_QP = np.array(arrays["prompt"], np.int32)
+        self.mask_QP = np.array(arrays["mask"], bool)
         self.items = [None if x is None else decode_item(x) for x in meta["items"]]
 
     def _counters(self) -> dict:
