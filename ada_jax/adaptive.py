@@ -211,8 +211,8 @@ def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B, priority_B=None
     since the rule only gets easier with more samples).
     Candidates need probability >= 1 - overcommit and must fit the budget; ties (e.g. the
     certain ones) go round-robin over prompts, except that among equally likely candidates
-    those of `priority_B` prompts go first (streaming: prompts due in the current step). Returns (start_S, prompt_S, seq_S, started_B,
-    whether some candidate got no slot).
+    those of `priority_B` prompts go first (streaming: the older resident prompts). Returns
+    (start_S, prompt_S, seq_S, started_B, whether some candidate got no slot).
     """
     B, S = st.n_samples.shape[0], st.slot_prompt.shape[0]
     J = min(S, _MAX_NEW_PER_PROMPT)
@@ -467,7 +467,8 @@ def init_state(cfg: EngineConfig, gen_fn, prompt_state, B: int, budget_B, key) -
         ring_len=jnp.zeros((B, W), jnp.int32),
         kept_tokens=jnp.zeros((B, 2, C, N), jnp.int32),
         kept_logp=jnp.zeros((B, 2, C, N), jnp.float32),
-        kept_len=jnp.zeros((B, 2, C), jnp.int32), kept_prio=jnp.full((B, 2, C), jnp.inf, jnp.float32),
+        kept_len=jnp.zeros((B, 2, C), jnp.int32),
+        kept_prio=jnp.full((B, 2, C), jnp.inf, jnp.float32),
         kept_version=jnp.zeros((B, 2, C), jnp.int32),
         slot_prompt=jnp.full((S,), -1, jnp.int32), slot_seq=jnp.zeros((S,), jnp.int32),
         slot_tokens=jnp.zeros((S, N), jnp.int32), slot_logp=jnp.zeros((S, N), jnp.float32),

@@ -23,8 +23,9 @@ restarts every carried-over prompt from an empty pool at each call (running samp
 finished ones dropped) and keeps its due date, so it is restarted once at most: only samples of
 the current policy are trained, at the cost of the carried work. With A = max_lag x B = B, every
 step from the third on trains exactly the prompts admitted one call before (one drawn batch);
-only the first two split the first 2B prompts by how quickly they stopped. A prompt's pool follows launch order, so its stopping law is the one-at-a-time
-law whatever the policy versions.
+only the first two split the first 2B prompts by how quickly they stopped. A prompt's pool
+follows launch order, so its stopping law is the one-at-a-time law whatever the policy
+versions.
 
 Row bookkeeping (which prompt, admitted when) is on the host and goes into a checkpoint's JSON
 meta; the engine state (counters, kept buffers, running slots with their caches) and the
@@ -78,8 +79,10 @@ def _more(st, need: int, horizon_Q, need_H, resident_Q, until_step):
                                  | (st.decode_steps < until_step))
 
 
-def _limit(cfg, st, budget_Q, resident_Q):
-    return st.chunks + adaptive._max_chunks(cfg, jnp.where(resident_Q, budget_Q, 0))
+def _limit(cfg, st, budget_Q):
+    """The chunk count past which a call stops whatever: every resident budget spent (budget_Q
+    is 0 on free rows)."""
+    return st.chunks + adaptive._max_chunks(cfg, budget_Q)
 
 
 def due_needs(admit_Q, resident_Q, calls: int, max_lag: int, prompts: int):
@@ -96,7 +99,7 @@ def _run(params, prompt_QP, mask_QP, budget_Q, prio_Q, more_args, reward_data, s
          gen_fn, reward_fn, group: int, need: int):
     """Decode until the step's groups are complete, in one while_loop (jittable reward)."""
     prompt_state = gen_fn.prefill(params, prompt_QP, mask_QP)
-    limit = _limit(cfg, st, budget_Q, more_args[2])
+    limit = _limit(cfg, st, budget_Q)
 
     def body(st):
         st = adaptive._launch_and_decode(cfg, gen_fn, params, prompt_state, budget_Q, st, prio_Q)
@@ -248,7 +251,7 @@ class Stream:
         resident = self.admit_call != EMPTY
         fresh = self.fresh & resident
         # Carried over from earlier calls: sampled first. on_policy restarts them from an empty
-        # pool instead, as if admitted now.
+        # pool instead (keeping their due date, below).
         old = resident & (self.admit_call < self.calls)
         reset = fresh | (old if self.on_policy else np.zeros_like(old))
         self.restarted = int(np.sum(reset & ~fresh))
@@ -277,7 +280,7 @@ class Stream:
                            need=need)
         else:
             prompt_state = _prefill(params, prompt, mask, gen_fn=gen_fn)
-            limit = int(_limit(cfg, self.st, budget, more_args[2]))
+            limit = int(_limit(cfg, self.st, budget))
             more = bool(_more(self.st, need, *more_args))
             while more and int(self.st.chunks) < limit:
                 self.st = self._decode(params, prompt_state, budget, prio, self.st, cfg=cfg,

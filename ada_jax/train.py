@@ -357,8 +357,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         for step in range(start, c.rl.steps):
             t0 = time.perf_counter()
             key = jax.random.fold_in(train_key, step)
-            problems, batch, toks, mask, met = collect.collect(ctx, trainable["model"], iterator, key,
-                                                      state)
+            problems, batch, toks, mask, met = collect.collect(ctx, trainable["model"],
+                                                               iterator, key, state)
             jax.block_until_ready(batch)
             t1 = time.perf_counter()
             rows = learn.prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params)

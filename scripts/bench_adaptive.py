@@ -427,7 +427,8 @@ def main():
             stream_rows.append(r)
         print(f"  stream S/B={spp}: util {st['slot_utilisation']:.3f} (refill "
               f"{rows['ada_refill']['slot_utilisation']:.3f}), launched/oracle "
-              f"{st['samples_vs_oracle']:.3f} (refill {rows['ada_refill']['samples_vs_oracle']:.3f}),"
+              f"{st['samples_vs_oracle']:.3f} (refill "
+              f"{rows['ada_refill']['samples_vs_oracle']:.3f}),"
               f" time/token vs {g['method']} {st['time_per_token_vs_grpo4']:.2f} (refill "
               f"{rows['ada_refill']['time_per_token_vs_grpo4']:.2f}), off-policy share "
               f"{st['off_policy_share']:.2f}", flush=True)
