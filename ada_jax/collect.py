@@ -24,7 +24,12 @@ ANSWER_LEN = 16  # max answer tokens for the jittable verifier
 
 
 def make_reward(config, tokenizer):
-    """Engine reward: the task verifier on token ids, or the synthetic first-token reward."""
+    """Engine reward: the task verifier on token ids, the synthetic first-token reward, or
+    None where the host scores (math files: the math verifier between decode chunks). Only
+    the reward the task uses is built: the token scorer needs `\\boxed{` and `}` as single
+    tokens, which real tokenizers (Qwen2, Llama-3) never give."""
+    if uses_math_verifier(config):
+        return None
     if config.task.reward == "synthetic":
         def reward(data, prompt_S, seq_S, tokens_SN, lengths_S):
             return synthetic.first_token_reward(tokens_SN, lengths_S,
