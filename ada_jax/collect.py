@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec
 
 from ada_jax import adaptive, evaluate, hints, objectives, selection, sharding, stream
 from ada_jax import model as model_lib
@@ -145,7 +144,7 @@ def make_stream(ctx, params):
     return stream.Stream(ctx.engine, ctx.generator, prompts=B, ahead=ahead,
                          prompt_len=c.sampling.max_prompt_len, group=ctx.group,
                          on_policy=c.adaptive.stream_on_policy, max_lag=lag).init(
-                             params, NamedSharding(ctx.mesh, PartitionSpec()))
+                             params, ctx.mesh, c.sharding_rules)
 
 
 _NO_PROBLEM = Problem(id=0, question="", answer="")  # reward data of a free stream row

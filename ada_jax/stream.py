@@ -27,9 +27,19 @@ only the first two split the first 2B prompts by how quickly they stopped. A pro
 follows launch order, so its stopping law is the one-at-a-time law whatever the policy
 versions.
 
-Row bookkeeping (which prompt, admitted when) is on the host and goes into a checkpoint's JSON
-meta; the engine state (counters, kept buffers, running slots with their caches) and the
-resident prompts' tokens go into its arrays, so a resumed run continues mid-stream exactly.
+Between calls the engine keeps no slot caches: a call rebuilds the caches of the samples still
+running from their tokens (`gen_fn.resume`: one prefill of prompt + tokens drawn so far, under
+the current params) and drops them when it ends. So the learner phase holds only the engine's
+token-sized arrays (the slot KV caches, 42 GiB per device at the 7B defaults, are not resident
+while the learner runs: docs/scaling.md §6), a carried sample's later tokens are drawn from
+exactly the current policy (their K/V too, not the K/V an older policy wrote), and a checkpoint
+holds tokens, not caches. Row bookkeeping (which prompt, admitted when) is on the host and goes
+into a checkpoint's JSON meta; the engine state (counters, kept buffers, running samples'
+tokens) and the resident prompts' tokens go into its arrays. A resumed run rebuilds the caches
+exactly as the uninterrupted one does at every call, so it continues bitwise equal.
+
+Shapes: Q resident prompt rows, S slots, P prompt length, N max new tokens. The engine state
+is laid out over the mesh's batch axes by its leading (Q or S) dimension.
 """
 import dataclasses
 import functools
@@ -39,7 +49,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ada_jax import adaptive, selection
+from jax.sharding import NamedSharding, PartitionSpec
+
+from ada_jax import adaptive, selection, sharding
 
 EMPTY = -1  # admit_call of a free row
 
@@ -95,9 +107,18 @@ def due_needs(admit_Q, resident_Q, calls: int, max_lag: int, prompts: int):
     return horizon.astype(np.int32), np.asarray(need, np.int32)
 
 
+def _resume(params, prompt_QP, mask_QP, st, *, gen_fn):
+    """The state without slot caches (between calls) -> with them, rebuilt for the running
+    samples under `params` (`gen_fn.resume`)."""
+    return st.replace(gen=gen_fn.resume(params, prompt_QP, mask_QP, st.slot_prompt,
+                                        st.slot_tokens, st.slot_len))
+
+
 def _run(params, prompt_QP, mask_QP, budget_Q, prio_Q, more_args, reward_data, st, *, cfg,
          gen_fn, reward_fn, group: int, need: int):
-    """Decode until the step's groups are complete, in one while_loop (jittable reward)."""
+    """Decode until the step's groups are complete, in one while_loop (jittable reward); the
+    slot caches exist only inside."""
+    st = _resume(params, prompt_QP, mask_QP, st, gen_fn=gen_fn)
     prompt_state = gen_fn.prefill(params, prompt_QP, mask_QP)
     limit = _limit(cfg, st, budget_Q)
 
@@ -106,9 +127,8 @@ def _run(params, prompt_QP, mask_QP, budget_Q, prio_Q, more_args, reward_data, s
         r = reward_fn(reward_data, st.slot_prompt, st.slot_seq, st.slot_tokens, st.slot_len)
         return adaptive._absorb(cfg, budget_Q, group, st, r)
 
-    return jax.lax.while_loop(
-        lambda s: _more(s, need, *more_args) & (s.chunks < limit),
-                              body, st)
+    st = jax.lax.while_loop(lambda s: _more(s, need, *more_args) & (s.chunks < limit), body, st)
+    return st.replace(gen=None)
 
 
 @functools.partial(jax.jit, static_argnames=("gen_fn",))
@@ -172,22 +192,34 @@ class Stream:
         self.st = None  # built by init(params)
 
     # ------------------------------------------------------------------ state
-    def init(self, params, sharding=None):
-        """Build the (empty) engine state, placed with `sharding` (e.g. replicated on the
-        mesh, so it checkpoints beside the params); shapes only depend on the config."""
+    def init(self, params, mesh=None, rules=None):
+        """Build the (empty) engine state; with a mesh, each array's leading (Q or S) dimension
+        is laid out by the `rules`' batch axes (`sharding.batch_sharding`, replicated where
+        they do not divide it), like the refill engine's rows. Shapes depend only on the
+        config. Between calls the state has no slot caches (gen=None, module doc)."""
         init = functools.partial(self._init, gen_fn=self.gen_fn, cfg=self.cfg, Q=self.Q)
-        self._sharding = sharding
-        self.st = jax.jit(init, out_shardings=sharding)(
-            params, jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP), jax.random.key(0))
+        args = (params, jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP),
+                jax.random.key(0))
+        shapes = jax.eval_shape(init, *args)
+        full = light = self._replicated = None
+        if mesh is not None:
+            self._replicated = NamedSharding(mesh, PartitionSpec())
+            def place(x):
+                return (sharding.batch_sharding(mesh, rules, x.shape) if x.ndim
+                        else self._replicated)
+            full = jax.tree.map(place, shapes)
+            light = full.replace(gen=None)
+        self.st = jax.jit(lambda *a: init(*a).replace(gen=None), out_shardings=light)(*args)
         # Every step function returns the state with the layout it got, so each compiles once.
-        same = jax.tree.map(lambda x: x.sharding, self.st)
         self._run = jax.jit(_run, static_argnames=("cfg", "gen_fn", "reward_fn", "group", "need"),
-                            donate_argnames=("st",), out_shardings=same)
-        self._begin = jax.jit(_begin_call, donate_argnames=("st",), out_shardings=same)
+                            donate_argnames=("st",), out_shardings=light)
+        self._begin = jax.jit(_begin_call, donate_argnames=("st",), out_shardings=light)
+        self._resume = jax.jit(_resume, static_argnames=("gen_fn",), donate_argnames=("st",),
+                               out_shardings=full)
         self._decode = jax.jit(_host_decode, static_argnames=("cfg", "gen_fn"),
-                               donate_argnames=("st",), out_shardings=same)
+                               donate_argnames=("st",), out_shardings=full)
         self._absorb = jax.jit(_host_absorb, static_argnames=("cfg", "group", "need"),
-                               donate_argnames=("st",), out_shardings=(same, None))
+                               donate_argnames=("st",), out_shardings=(full, None))
         return self
 
     @staticmethod
@@ -197,10 +229,10 @@ class Stream:
                                    key)
 
     def arrays(self) -> dict:
-        """The engine state (the PRNG key as raw data) and the resident prompts' tokens, as a
-        checkpointable tree of arrays."""
-        place = (jnp.asarray if self._sharding is None
-                 else lambda x: jax.device_put(x, self._sharding))
+        """The engine state (no slot caches; the PRNG key as raw data) and the resident
+        prompts' tokens, as a checkpointable tree of arrays."""
+        rep = self._replicated
+        place = jnp.asarray if rep is None else lambda x: jax.device_put(x, rep)
         return {"engine": self.st.replace(key=jax.random.key_data(self.st.key)),
                 "prompt": place(self.prompt_QP), "mask": place(self.mask_QP)}
 
@@ -279,16 +311,17 @@ class Stream:
                            cfg=cfg, gen_fn=gen_fn, reward_fn=reward_fn, group=self.group,
                            need=need)
         else:
+            st = self._resume(params, prompt, mask, self.st, gen_fn=gen_fn)
             prompt_state = _prefill(params, prompt, mask, gen_fn=gen_fn)
-            limit = int(_limit(cfg, self.st, budget))
-            more = bool(_more(self.st, need, *more_args))
-            while more and int(self.st.chunks) < limit:
-                self.st = self._decode(params, prompt_state, budget, prio, self.st, cfg=cfg,
-                                       gen_fn=gen_fn)
-                r = adaptive.host_rewards(self.st, score)
-                self.st, more = self._absorb(budget, more_args, self.st, r, cfg=cfg,
-                                             group=self.group, need=need)
+            limit = int(_limit(cfg, st, budget))
+            more = bool(_more(st, need, *more_args))
+            while more and int(st.chunks) < limit:
+                st = self._decode(params, prompt_state, budget, prio, st, cfg=cfg, gen_fn=gen_fn)
+                r = adaptive.host_rewards(st, score)
+                st, more = self._absorb(budget, more_args, st, r, cfg=cfg, group=self.group,
+                                        need=need)
                 more = bool(more)
+            self.st = st.replace(gen=None)  # the slot caches are freed here
         self.calls += 1
         return self
 

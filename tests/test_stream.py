@@ -8,8 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from flax import nnx
+
 from ada_jax import adaptive as A
-from ada_jax import generators, stream, train
+from ada_jax import generators, sampling, stream, train
+from tests.helpers import tiny_model
 from tests.test_adaptive import _balance_pmf, _chi2_pvalue, _floored
 from tests.test_train import _config, _meta_without_timing, _restore
 
@@ -132,13 +135,16 @@ def test_stream_rejects_lookahead_past_one_step():
 
 def test_trainer_stream_resumes_mid_stream_exactly(tmp_path):
     """4 streaming steps in one go vs 2 + resume for 2: params, optimizer, engine state (running
-    slots and their caches included: saved, not regenerated) and metrics are identical."""
+    slots' tokens; their caches are rebuilt at every call, so in both runs alike) and metrics
+    are identical, and the checkpoint holds no KV cache."""
     kw = {"adaptive.mode": "stream", "checkpoint.every": 1, "rl.prompts_per_step": 4}
     ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
     train.train_and_evaluate(_config("ada_balance", **kw, **{"rl.steps": 4}), ref)
     train.train_and_evaluate(_config("ada_balance", **kw, **{"rl.steps": 2}), run)
     _, mid, meta_mid = _restore(run)
     assert any(x is not None for x in meta_mid["stream"]["items"])  # prompts were carried
+    assert np.any(np.asarray(mid["stream"]["engine"]["slot_prompt"]) >= 0)  # slots running
+    assert mid["stream"]["engine"].get("gen") is None  # no slot caches in the checkpoint
     train.train_and_evaluate(_config("ada_balance", **kw, **{"rl.steps": 4}), run)
     step_a, arrays_a, meta_a = _restore(ref)
     step_b, arrays_b, meta_b = _restore(run)
@@ -153,3 +159,41 @@ def test_trainer_stream_resumes_mid_stream_exactly(tmp_path):
                      if not k.startswith("time_") and k != "cum_wall"} for line in f]
     assert recs(ref) == recs(run)
     assert max(r["off_policy_share"] for r in recs(ref)[1:]) > 0
+
+
+@pytest.mark.parametrize("dtype,tol", [("float32", 2e-5), ("bfloat16", 0.1)])
+def test_resumed_slot_caches_equal_decoded_ones(dtype, tol):
+    """`ModelGenerator.resume` (one prefill of prompt + drawn tokens, in chunks) rebuilds what
+    decoding one token at a time wrote: the same valid positions, write positions and next
+    positions exactly, K/V and next-token logits to float rounding (float32: 2e-5; bfloat16
+    compute, whose K/V round to 8 bits: within 0.1 on logits of magnitude ~1)."""
+    model = tiny_model(5, dtype=dtype)
+    graphdef, params = nnx.split(model)
+    scfg = sampling.SamplingConfig(max_new_tokens=7, eos_id=-1, prefill_chunk=2)
+    gen = generators.ModelGenerator(graphdef, model.cfg, scfg)
+    prompt, pmask = map(jnp.asarray, sampling.left_pad([[7, 8, 9], [10, 11], [12, 13, 14, 15]], 5))
+    prompt_S = jnp.asarray([2, 0, -1, 1, 0])  # slot 2 free
+    steps_S = jnp.asarray([4, 7, 0, 1, 0])  # tokens drawn per slot (all of N in slot 1)
+    ps = gen.prefill(params, prompt, pmask)
+    g = gen.restart(ps, gen.init_slots(ps, 5), prompt_S >= 0, prompt_S)
+    toks, logits = jnp.zeros((5, 7), jnp.int32), g["logits"]
+    for t in range(7):  # slot s decodes steps_S[s] tokens, then stops (as it would finish)
+        live = t < steps_S
+        tok, _, g = gen.step(params, ps, g, live, prompt_S, jnp.zeros(5, jnp.int32),
+                             jax.random.key(t))
+        toks = toks.at[:, t].set(jnp.where(live, tok, 0))
+        logits = jnp.where(live[:, None], g["logits"], logits)  # a stopped row's are not used
+    # stopped rows' write positions advance too; a running sample's is P + its length
+    g["cache"]["pos"], g["logits"] = 5 + steps_S, logits
+    r = gen.resume(params, prompt, pmask, prompt_S, toks, steps_S)
+    run = np.asarray(prompt_S >= 0)
+    for f in ("valid", "pos"):
+        np.testing.assert_array_equal(np.asarray(r["cache"][f])[run], np.asarray(g["cache"][f])[run])
+    np.testing.assert_array_equal(np.asarray(r["next_pos"])[run], np.asarray(g["next_pos"])[run])
+    valid = np.asarray(g["cache"]["valid"])[run]
+    for a, b in zip(r["cache"]["k"] + r["cache"]["v"], g["cache"]["k"] + g["cache"]["v"]):
+        a, b = np.asarray(a, np.float32)[run], np.asarray(b, np.float32)[run]
+        np.testing.assert_allclose(a.transpose(0, 2, 1, 3)[valid], b.transpose(0, 2, 1, 3)[valid],
+                                   atol=tol, rtol=0)
+    np.testing.assert_allclose(np.asarray(r["logits"])[run], np.asarray(g["logits"])[run],
+                               atol=tol, rtol=0)
