@@ -39,12 +39,14 @@ def encode_prompts(tokenizer: Tokenizer, problems: Sequence[Problem], template: 
 
 
 def sampling_config(config, tokenizer, temperature: float) -> sampling.SamplingConfig:
-    """The sampler settings of a run (stop tokens from the tokenizer and config)."""
+    """The sampler settings of a run (stop tokens from the tokenizer and config; ids past the
+    tokenizer's vocabulary masked)."""
     s = config.sampling
     return sampling.SamplingConfig(
         max_new_tokens=s.max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
         temperature=temperature, top_k=s.top_k, top_p=s.top_p,
-        extra_eos_ids=extra_eos_ids(tokenizer, config), prefill_chunk=s.prefill_chunk)
+        extra_eos_ids=extra_eos_ids(tokenizer, config), prefill_chunk=s.prefill_chunk,
+        vocab_size=sampling.token_limit(tokenizer.vocab_size, config.model.vocab_size))
 
 
 def sample_completions(graphdef, params, tokenizer, problems, config, key, k: int,

@@ -5,21 +5,27 @@ Shapes: B rows, P prompt length (left-padded), N max new tokens, S = P + N cache
 Prefill computes logits at each row's last prompt position only and can run the rows in
 chunks (`SamplingConfig.prefill_chunk`), so its float32 transients stay small: the attention
 scores of one chunk, never a [B,P,V] logits array. A row stops at `eos_id` or any of
-`extra_eos_ids` (e.g. Qwen's <|endoftext|> next to the chat turn's <|im_end|>).
+`extra_eos_ids` (e.g. Qwen's <|endoftext|> next to the chat turn's <|im_end|>). Ids the
+tokenizer does not have are never drawn: with `vocab_size` (the tokenizer's size) below the
+model's vocabulary (Qwen2.5 pads its embedding to a multiple of 128), the logits of ids >= it are
+masked before the draw, like a top-k truncation.
 
 Log-probs returned are log softmax(logits / temperature) of the sampled token, in float32, before
-top-k / top-p truncation: the quantity the learner recomputes as π_old (verl's convention), so at
+top-k / top-p truncation and the vocabulary mask: the quantity the learner recomputes as π_old (verl's convention), so at
 T = 1 and top-p = 1 they are exactly the policy's log-probs. Params are traced arguments (the
 graphdef and sampling settings are static), so calls with the same shapes never recompile.
 """
 import dataclasses
 import functools
+import logging
 
 import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
 from ada_jax import model as model_lib
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +38,7 @@ class SamplingConfig:
     top_p: float = 1.0  # 1 = off
     extra_eos_ids: tuple[int, ...] = ()  # further stop tokens besides eos_id
     prefill_chunk: int = 0  # rows per prefill call (0 = all rows at once)
+    vocab_size: int = 0  # ids >= it are never sampled (the tokenizer's size; 0 = no mask)
 
     @property
     def eos_ids(self) -> tuple[int, ...]:
@@ -73,15 +80,34 @@ def filter_logits(logits_BV, top_k: int, top_p: float):
     return logits_BV
 
 
+@functools.lru_cache(maxsize=None)
+def token_limit(tokenizer_vocab: int, model_vocab: int) -> int:
+    """`SamplingConfig.vocab_size` for a tokenizer of tokenizer_vocab ids on a model with
+    model_vocab logits: 0 (no mask) when they agree, else tokenizer_vocab, said once in the log."""
+    if tokenizer_vocab >= model_vocab:
+        return 0
+    log.info("the model has %d logits, the tokenizer %d ids: ids %d..%d are never sampled",
+             model_vocab, tokenizer_vocab, tokenizer_vocab, model_vocab - 1)
+    return tokenizer_vocab
+
+
+def mask_vocab(logits_BV, vocab_size: int):
+    """-inf at ids >= vocab_size (0 = no mask)."""
+    if 0 < vocab_size < logits_BV.shape[-1]:
+        logits_BV = jnp.where(jnp.arange(logits_BV.shape[-1]) < vocab_size, logits_BV, -jnp.inf)
+    return logits_BV
+
+
 def sample_token(logits_BV, key, cfg: SamplingConfig):
     """Draw one token per row; return (token [B] int32, its float32 log-prob [B])."""
     logits_BV = logits_BV.astype(jnp.float32)
     if cfg.temperature == 0.0:
-        token = jnp.argmax(logits_BV, axis=-1)
+        token = jnp.argmax(mask_vocab(logits_BV, cfg.vocab_size), axis=-1)
         scaled = logits_BV
     else:
         scaled = logits_BV / cfg.temperature
-        token = jax.random.categorical(key, filter_logits(scaled, cfg.top_k, cfg.top_p))
+        token = jax.random.categorical(key, filter_logits(mask_vocab(scaled, cfg.vocab_size),
+                                                          cfg.top_k, cfg.top_p))
     logp = jnp.take_along_axis(jax.nn.log_softmax(scaled), token[:, None], axis=-1)[:, 0]
     return token.astype(jnp.int32), logp
 

@@ -127,3 +127,26 @@ def test_sampler_traces_once_per_shape():
         p = jax.tree.map(lambda x: x * (1 + 0.01 * i), params)
         sampling.sample(graphdef, p, toks, mask, jax.random.key(i), cfg=cfg)
     assert sampling.sample._cache_size() - before <= 1
+
+
+def test_ids_past_the_tokenizer_are_never_sampled(caplog):
+    """A model with more logits than the tokenizer has ids (Qwen2.5 pads its embedding) never
+    draws the padded ids, greedy or sampled, with top-k / top-p; the log-prob stays the full
+    softmax's (what the learner recomputes); the mask is logged once per size pair."""
+    V, keep = tiny_model().cfg.vocab_size, 7
+    logits_BV = jnp.tile(jnp.arange(V, dtype=jnp.float32)[None] / 4, (64, 1))  # high ids likely
+    for cfg in (dict(temperature=0.0), dict(temperature=1.0), dict(top_k=20, top_p=0.9)):
+        cfg = sampling.SamplingConfig(max_new_tokens=1, eos_id=-1, vocab_size=keep, **cfg)
+        token, logp = sampling.sample_token(logits_BV, jax.random.key(0), cfg)
+        assert int(token.max()) < keep, cfg
+        if cfg.temperature == 1.0:
+            want = jax.nn.log_softmax(logits_BV)[jnp.arange(64), token]
+            np.testing.assert_allclose(logp, want, rtol=1e-6)
+    out = _run(sampling.SamplingConfig(max_new_tokens=12, eos_id=-1, vocab_size=keep))
+    assert int(out.tokens_BN.max()) < keep
+    assert int(_run(sampling.SamplingConfig(max_new_tokens=12, eos_id=-1)).tokens_BN.max()) >= keep
+    sampling.token_limit.cache_clear()
+    with caplog.at_level("INFO", logger="ada_jax.sampling"):
+        assert sampling.token_limit(100, 128) == sampling.token_limit(100, 128) == 100
+        assert sampling.token_limit(128, 128) == 0
+    assert caplog.text.count("never sampled") == 1
