@@ -18,6 +18,18 @@ EMBEDDED_SYMBOLS = (BOXED, CLOSE, "\n", *"0123456789", "+", "-", "*", "=")
 
 SYSTEM_MATH = "Please reason step by step, and put your final answer within \\boxed{}."
 TEMPLATES = ("embedded", "qwen_math", "llama3_chat")
+# "Today Date" of llama3_chat's system preamble: Llama-3.2-Instruct's template falls back to this
+# date when rendered without strftime_now; transformers passes today's unless given date_string.
+LLAMA3_DATE = "26 Jul 2024"
+# Per model family (config.json's model_type): the prompt template, the token that ends an
+# answer (the chat turn's end, which overrides tokenizer_config.json's eos: <|endoftext|> for
+# the Qwen2.5(-Math) base models) and further stop tokens (the base models' end of text).
+CHAT_FAMILIES = {
+    "qwen2": dict(template="qwen_math", eos_token="<|im_end|>",
+                  extra_eos_tokens=("<|endoftext|>",)),
+    "llama": dict(template="llama3_chat", eos_token="<|eot_id|>",
+                  extra_eos_tokens=("<|end_of_text|>",)),
+}
 
 
 class Tokenizer(Protocol):
@@ -140,18 +152,28 @@ def extra_eos_ids(tokenizer: Tokenizer, config) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def render_prompt(question: str, template: str, hint: str = "") -> str:
-    """The prompt text for one question (and an optional hint) in a template of TEMPLATES.
-    No BOS: `prompt_ids` adds it."""
+def render_prompt(question: str, template: str, hint: str = "",
+                  system: str | None = SYSTEM_MATH) -> str:
+    """The prompt text for one question (and an optional hint) in a template of TEMPLATES, as
+    the model's own chat template renders [system, user] with add_generation_prompt (no system
+    message when system is None). No BOS: `prompt_ids` adds it.
+
+    qwen_math: Qwen2.5-Math-Instruct's ChatML template, whose default system message (without
+    one) is SYSTEM_MATH. llama3_chat: Llama-3.2-Instruct's template, whose system turn always
+    opens with the knowledge-cutoff / date preamble and which strips the messages' whitespace;
+    the date is fixed to LLAMA3_DATE (the template's own default when it is rendered without a
+    clock) so that a prompt does not change with the day it is rendered on.
+    """
     if template == "embedded":
         return f"{question}\n" + (f"Hint:\n{hint}\n" if hint else "")
     user = f"{question}\n\nHint: {hint}" if hint else question
     if template == "qwen_math":
-        return (f"<|im_start|>system\n{SYSTEM_MATH}<|im_end|>\n"
+        return (f"<|im_start|>system\n{SYSTEM_MATH if system is None else system}<|im_end|>\n"
                 f"<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n")
     if template == "llama3_chat":
-        return (f"<|start_header_id|>system<|end_header_id|>\n\n{SYSTEM_MATH}<|eot_id|>"
-                f"<|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|>"
+        return (f"<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
+                f"December 2023\nToday Date: {LLAMA3_DATE}\n\n{(system or '').strip()}<|eot_id|>"
+                f"<|start_header_id|>user<|end_header_id|>\n\n{user.strip()}<|eot_id|>"
                 f"<|start_header_id|>assistant<|end_header_id|>\n\n")
     raise ValueError(f"unknown template {template!r}; choose from {TEMPLATES}")
 

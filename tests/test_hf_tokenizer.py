@@ -1,7 +1,8 @@
 """HFTokenizer and the pretrained-model prompt templates, on tiny byte-level BPE tokenizers
 trained here with Qwen2.5 / Llama-3 special tokens (no downloads): special tokens encode as
 single ids, EOS / pad / BOS come from tokenizer_config.json or overrides, and the rendered
-prompts tokenize exactly as transformers' chat templates do."""
+prompts tokenize exactly as the real Qwen2.5-Math-Instruct / Llama-3.2-Instruct Jinja templates
+do (on the stand-in tokenizers of tests/standins.py)."""
 import json
 
 import pytest
@@ -9,6 +10,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from ada_jax import tokenizer as tok_lib
 from configs import base
+from tests import standins
 
 QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 LLAMA_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
@@ -17,14 +19,6 @@ CORPUS = ["What is 2 + 3? Please reason step by step.", "The answer is \\boxed{5
           "system user assistant", "Hint: add the numbers first."] * 4
 QUESTION = "What is 12 + 30?"
 
-# Minimal forms of the official chat templates (ChatML for Qwen2.5-Math; Llama-3 with BOS).
-QWEN_JINJA = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + "
-              "'<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}"
-              "{{ '<|im_start|>assistant\n' }}{% endif %}")
-LLAMA_JINJA = ("{{ bos_token }}{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + "
-               "'<|end_header_id|>\n\n' + m['content'] + '<|eot_id|>' }}{% endfor %}"
-               "{% if add_generation_prompt %}"
-               "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
 
 
 def _save(path, special, **tokenizer_config):
@@ -115,19 +109,38 @@ def test_llama3_template_renders_and_encodes(llama):
     assert t.decode(ids) == "<|begin_of_text|>" + text
 
 
+@pytest.fixture(scope="module")
+def real_templates(tmp_path_factory):
+    """{template: folder} of stand-in tokenizers with the models' real regexes, special tokens
+    and Jinja chat templates (tests/standins.py)."""
+    root = tmp_path_factory.mktemp("chat")
+    return {t: standins.build_tokenizer(str(root / f), f)
+            for t, f in (("qwen_math", "qwen2"), ("llama3_chat", "llama"))}
+
+
 @pytest.mark.parametrize("template", ["qwen_math", "llama3_chat"])
-def test_prompt_ids_equal_transformers_chat_template(template, qwen, llama):
+@pytest.mark.parametrize("system", [tok_lib.SYSTEM_MATH, None, "  Be brief.\n"])
+def test_prompt_ids_equal_the_real_chat_template(template, system, real_templates):
+    """render_prompt + prompt_ids give exactly the ids of transformers' apply_chat_template
+    with Qwen2.5-Math-Instruct's / Llama-3.2-Instruct's own Jinja template (Llama: its date
+    preamble at the fixed LLAMA3_DATE, stripped messages; Qwen: its default system message),
+    with and without a system message, hints and surrounding whitespace included."""
     transformers = pytest.importorskip("transformers")
-    path, jinja = (qwen, QWEN_JINJA) if template == "qwen_math" else (llama, LLAMA_JINJA)
-    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=path + "/tokenizer.json",
-                                              bos_token="<|begin_of_text|>"
-                                              if template == "llama3_chat" else None)
-    messages = [dict(role="system", content=tok_lib.SYSTEM_MATH),
-                dict(role="user", content=QUESTION)]
-    want = hf.apply_chat_template(messages, chat_template=jinja, add_generation_prompt=True,
-                                  tokenize=True, return_dict=False)
-    got = tok_lib.prompt_ids(tok_lib.HFTokenizer(path), tok_lib.render_prompt(QUESTION, template))
-    assert got == list(want)
+    path = real_templates[template]
+    hf = transformers.AutoTokenizer.from_pretrained(path)
+    ours = tok_lib.HFTokenizer(path)
+    for question, hint in ((QUESTION, ""), ("  Simplify $\\sqrt{50}$.\n", "use 25 * 2")):
+        user = f"{question}\n\nHint: {hint}" if hint else question
+        messages = ([] if system is None else [dict(role="system", content=system)]) + [
+            dict(role="user", content=user)]
+        want = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                      return_dict=False, date_string=tok_lib.LLAMA3_DATE)
+        text = tok_lib.render_prompt(question, template, hint, system=system)
+        assert tok_lib.prompt_ids(ours, text) == list(want), (template, system, question)
+        if template == "llama3_chat" and system is None:  # the default date is the fixed one
+            assert hf.apply_chat_template(messages, add_generation_prompt=True,
+                                          tokenize=False).count("Today Date: ") == 1
+            assert "Today Date: 26 Jul 2024\n\n<|eot_id|>" in text
 
 
 def test_load_tokenizer_from_config(qwen):
