@@ -12,7 +12,7 @@ import numpy as np
 
 from ada_jax import sampling, sharding
 from ada_jax.rewards.embedded import score_text
-from ada_jax.tasks import Problem, is_embedded
+from ada_jax.tasks import Problem, families, is_embedded
 from ada_jax.tasks.embedded import is_careful
 from ada_jax.tokenizer import Tokenizer, extra_eos_ids, prompt_ids, render_prompt
 
@@ -111,6 +111,7 @@ def summarize(problems: Sequence[Problem], rewards_PK: np.ndarray, texts=None,
     rates = rewards_PK.mean(1)
     out["share_p_lt_0.1"] = float(np.mean(rates < 0.1))
     out["share_p_gt_0.9"] = float(np.mean(rates > 0.9))
+    out["share_p_in_(0,0.15)"] = float(np.mean((rates > 0) & (rates < 0.15)))
     out["pass_rate_histogram"] = np.histogram(rates, bins=10, range=(0, 1))[0].tolist()
     if lengths_PK is not None:
         out["response_len"] = float(np.mean(lengths_PK))
@@ -128,5 +129,8 @@ def summarize(problems: Sequence[Problem], rewards_PK: np.ndarray, texts=None,
 def evaluate(graphdef, params, tokenizer, problems, config, key, k: int | None = None) -> dict:
     k = config.eval.k if k is None else k
     texts, lengths = sample_completions(graphdef, params, tokenizer, problems, config, key, k)
-    return summarize(problems, score_completions(config, problems, texts),
-                     texts if is_embedded(config) else None, lengths)
+    rewards_PK = score_completions(config, problems, texts)
+    out = summarize(problems, rewards_PK, texts if is_embedded(config) else None, lengths)
+    if config.task.name == "families":
+        out.update(families.metrics(problems, rewards_PK, texts))
+    return out

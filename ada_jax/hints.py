@@ -47,7 +47,7 @@ def sage(run_engine, problems, batch, toks, mask, key, budgets):
     collapsed = _all_wrong(batch)
     todo = collapsed.copy()
     level_used = np.zeros(len(problems), int)
-    extra = {"samples_total": 0, "generated_tokens": 0}
+    extra = {"samples_total": 0, "generated_tokens": 0, "samples_launched": 0}
     for level in LEVELS:
         if not todo.any():
             break

@@ -52,9 +52,19 @@ def plot_runs(workdirs: Sequence[str], out_dir: str, labels: Sequence[str] | Non
     return paths
 
 
+AXIS_LABELS = {  # metric key -> axis label
+    "step": "RL step", "cum_generated_tokens": "generated tokens", "cum_wall": "RL wall time, s",
+    "cost_samples": "cost: samples generated + trained",
+    "cost_flop_tokens": "cost: generated + 3 x trained tokens",
+}
+
+
 def _save(fig, ax, xlabel, ylabel, path) -> str:
-    """Label, grid, legend (if any line), write the PNG; returns its path."""
-    ax.set_xlabel(xlabel)
+    """Label (readable names for metric keys, scientific ticks for large counts), grid, legend
+    (if any line), write the PNG; returns its path."""
+    if xlabel != "step":
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
+    ax.set_xlabel(AXIS_LABELS.get(xlabel, xlabel))
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     if ax.lines:
@@ -89,7 +99,13 @@ def summary_row(workdir: str, target: float | None = None,
     if train_evals:
         row["final_train_eval"] = train_evals[-1][tk]
         row["train_eval_change"] = train_evals[-1][tk] - train_evals[0][tk]
+    for key in sorted(kk for kk in (evals[-1] if evals else {}) if kk.startswith("eval/tier_")
+                      and kk.endswith(k[4:])):
+        row[key[5:].split("/")[0]] = evals[-1][key]  # tier_hard from eval/tier_hard/avg@4
     steps = [r for r in recs if "effective_prompt_ratio" in r]
+    row["steps"] = recs[-1].get("step", 0) if recs else 0
+    row.update(cost_samples=recs[-1].get("cost_samples", 0),
+               cost_flop_tokens=recs[-1].get("cost_flop_tokens", 0))
     row.update(tokens=recs[-1].get("cum_generated_tokens", 0),
                wall_s=recs[-1].get("cum_wall", 0.0),
                eff_ratio=float(np.mean([r["effective_prompt_ratio"] for r in steps] or [np.nan])),
@@ -103,6 +119,48 @@ def summary_row(workdir: str, target: float | None = None,
         if train_evals:
             row["train_eval_at_tokens"] = _at_tokens(train_evals, tk, at_tokens)
     return row
+
+
+COSTS = ("cost_samples", "cost_flop_tokens", "cum_generated_tokens")
+
+
+def cost_to_reach(dirs: Sequence[str], target: float, cost: str) -> float | None:
+    """The cost (a key of COSTS) at which the seed-mean held-out eval curve of `dirs` first
+    reaches `target`, interpolated linearly between evals; None if it never does. Seeds are
+    averaged at equal eval steps (same cadence), costs too."""
+    runs = [load_metrics(d) for d in dirs]
+    k = _eval_key(runs[0])
+    curves = [[(r[cost], r[k]) for r in recs if k in r and cost in r] for recs in runs]
+    n = min(len(c) for c in curves)
+    if not k or n == 0:
+        return None
+    pts = np.asarray([c[:n] for c in curves], float).mean(0)
+    for i, (x, y) in enumerate(pts):
+        if y >= target:
+            if i == 0:
+                return float(x)
+            (x0, y0) = pts[i - 1]
+            return float(x0 + (x - x0) * (target - y0) / (y - y0))
+    return None
+
+
+def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], reference: str) -> list[dict]:
+    """Per group: the cost to reach the reference group's final seed-mean held-out accuracy,
+    as a fraction of the reference's final cost, for each cost of COSTS (the issue's bar:
+    <= 0.5 of GRPO-n16's)."""
+    ref = dict(groups)[reference]
+    runs = [load_metrics(d) for d in ref]
+    k = _eval_key(runs[0])
+    target = float(np.mean([[r for r in recs if k in r][-1][k] for recs in runs]))
+    rows = []
+    for label, dirs in groups:
+        row = {"method": label, "target": target}
+        for c in COSTS:
+            ref_cost = float(np.mean([recs[-1].get(c, np.nan) for recs in runs]))
+            got = cost_to_reach(dirs, target, c)
+            row[f"{c}_vs_{reference}"] = None if got is None else got / ref_cost
+        rows.append(row)
+    return rows
 
 
 def run_summary(workdir: str) -> str:
@@ -133,8 +191,15 @@ def plot_groups(groups: Sequence[tuple[str, Sequence[str]]], out_dir: str):
     os.makedirs(out_dir, exist_ok=True)
     loaded = [(label, [load_metrics(d) for d in dirs]) for label, dirs in groups]
     k = next((_eval_key(r) for _, runs in loaded for r in runs if _eval_key(r)), None)
+    tiers = sorted({key for _, runs in loaded for r in runs for rec in r for key in rec
+                    if k and key.startswith("eval/tier_") and key.endswith(k[4:])})
     figures = [("mean_eval_vs_step", "step", k, "held-out eval accuracy"),
                ("mean_eval_vs_tokens", "cum_generated_tokens", k, "held-out eval accuracy"),
+               ("mean_eval_vs_cost", "cost_samples", k, "held-out eval accuracy"),
+               ("mean_eval_vs_flop_cost", "cost_flop_tokens", k, "held-out eval accuracy"),
+               *[(f"mean_{t[5:].split('/')[0]}_vs_step", "step", t,
+                  f"held-out accuracy, {t[10:].split('/')[0].replace('_', ' ')} families")
+                 for t in tiers],
                ("mean_train_eval_vs_step", "step", k and "train_" + k,
                 "accuracy on training prompts"),
                ("mean_train_eval_vs_tokens", "cum_generated_tokens", k and "train_" + k,

@@ -19,7 +19,7 @@ from flax import nnx
 from ada_jax import evaluate, sharding
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, abstract_like
-from ada_jax.tasks import PromptIterator, is_embedded, load_split
+from ada_jax.tasks import PromptIterator, families, is_embedded, load_split
 from ada_jax.tasks.embedded import hasty_solution
 from ada_jax.tokenizer import prompt_ids, render_prompt
 
@@ -36,17 +36,15 @@ def init_params(config, mesh, seed: int):
                                  config.sharding_rules)
 
 
-def sft_rows(tokenizer, problems, template: str, length: int, bucket: int = 32,
-             careful_B=None):
-    """Tokens [B, L] (prompt then solution then EOS, left-aligned), input mask and the loss mask
-    over the solution tokens; L is the batch's longest row rounded up to `bucket` (capped at
-    `length`), so few shapes compile and short batches cost less. With `careful_B` (the
-    embedded task's style mixture), row b's target is the worked solution where careful_B[b]
-    and the one-shot `\\boxed{answer}` elsewhere."""
+def sft_rows(tokenizer, problems, template: str, length: int, bucket: int = 32, targets=None):
+    """Tokens [B, L] (prompt then target then EOS, left-aligned), input mask and the loss mask
+    over the target tokens; L is the batch's longest row rounded up to `bucket` (capped at
+    `length`), so few shapes compile and short batches cost less. The targets are the
+    problems' solutions unless `targets` (one text per problem) says otherwise."""
     rows = []
     for b, p in enumerate(problems):
         prompt = prompt_ids(tokenizer, render_prompt(p.question, template))
-        target = p.solution if careful_B is None or careful_B[b] else hasty_solution(p)
+        target = p.solution if targets is None else targets[b]
         rows.append((prompt, tokenizer.encode(target) + [tokenizer.eos_id]))
     longest = max(len(a) + len(b) for a, b in rows)
     length = min(length, -(-longest // bucket) * bucket)
@@ -61,12 +59,29 @@ def sft_rows(tokenizer, problems, template: str, length: int, bucket: int = 32,
     return toks, mask, loss
 
 
+def sft_targets(config, problems, rng: np.random.Generator):
+    """The SFT targets of a batch, or None for the problems' solutions: the embedded task mixes
+    the worked solution (share sft.careful_share) with the one-shot `\\boxed{answer}`; the
+    family task writes each family's right reading with its share c_k, else the other."""
+    if is_embedded(config):
+        careful = rng.random(len(problems)) < config.sft.careful_share
+        return [p.solution if c else hasty_solution(p) for p, c in zip(problems, careful)]
+    if config.task.name == "families":
+        return [families.sft_target(p, u) for p, u in zip(problems, rng.random(len(problems)))]
+    return None
+
+
 def sft_task(config):
     """The config whose train split SFT reads: the embedded task's levels up to
     sft.max_level only. Levels above it stay in RL and eval as problems the base was never
     shown: training on their unlearnable targets would drown the one-digit facts the
     careful style needs (docs/results.md)."""
     t = config.task
+    if t.name == "families":  # SFT teaches every family, the transfer controls too
+        cfg = config.copy_and_resolve_references()
+        with cfg.unlocked():
+            cfg.task.family_set = "every"
+        return cfg
     if not is_embedded(config) or not config.sft.max_level:
         return config
     cfg = config.copy_and_resolve_references()
@@ -100,14 +115,13 @@ def train_base(config, out_dir: str, mesh, tokenizer):
         return optax.apply_updates(params, updates), opt_state, loss
 
     it = PromptIterator(load_split(sft_task(config), "train"), s.batch_size, seed=config.seed + 1)
-    mixed = is_embedded(config)  # the careful / hasty style mixture
-    style_rng = np.random.default_rng(config.seed + 2)
+    target_rng = np.random.default_rng(config.seed + 2)
     bar = tqdm(range(s.steps), desc="sft", disable=not config.log.progress, dynamic_ncols=True)
     with sharding.activate(mesh, config.sharding_rules):
         for i in bar:
-            careful = style_rng.random(s.batch_size) < s.careful_share if mixed else None
-            toks, mask, loss_mask = sft_rows(tokenizer, next(it), config.task.template, length,
-                                             careful_B=careful)
+            problems = next(it)
+            toks, mask, loss_mask = sft_rows(tokenizer, problems, config.task.template, length,
+                                             targets=sft_targets(config, problems, target_rng))
             params, opt_state, loss = step(params, opt_state, toks, mask, loss_mask)
             if i % 50 == 0 or i == s.steps - 1:
                 bar.set_postfix(loss=f"{float(loss):.3f}")

@@ -331,10 +331,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
                                  c.rl.prompts_per_step)
     base_key = jax.random.key(c.seed)
     train_key, eval_key = jax.random.fold_in(base_key, 0), jax.random.fold_in(base_key, 1)
-    totals = {"generated_tokens": 0, "samples": 0, "wall": 0.0}
+    totals = {"generated_tokens": 0, "samples": 0, "samples_launched": 0, "samples_trained": 0,
+              "trained_tokens": 0, "wall": 0.0}
     if start:  # from the checkpoint (every process has it; older ones: process 0's metrics)
         saved = meta.get("totals") or {f: writer.last.get(f"cum_{f}", 0) for f in totals}
-        totals = {k: saved[k] for k in totals}
+        totals = {k: saved.get(k, 0) for k in totals}
 
     def save(step):
         arrays, extra = {"trainable": trainable, "opt": opt_state}, {}
@@ -353,7 +354,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     with sharding.activate(ctx.mesh, c.sharding_rules):
         if start == 0 and c.eval.every:
             writer.write(0, run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, 0))
-                         | {"cum_generated_tokens": 0, "cum_samples": 0, "cum_wall": 0.0})
+                         | {f"cum_{k}": v for k, v in totals.items()} | cost(totals))
         for step in range(start, c.rl.steps):
             t0 = time.perf_counter()
             key = jax.random.fold_in(train_key, step)
@@ -373,13 +374,17 @@ def train_and_evaluate(config, workdir: str) -> dict:
                                                / np.maximum(np.asarray(batch.pool_n_B), 1)))
             lens = np.asarray(batch.len_BG)[np.asarray(batch.mask_BG)]
             met["response_length"] = float(lens.mean()) if lens.size else 0.0
+            met["samples_trained"] = int(lens.size) * c.rl.ppo_epochs
+            met["trained_tokens"] = int(lens.sum()) * c.rl.ppo_epochs
             if is_embedded(c):
                 met["careful_share"] = careful_share(ctx.tokenizer, batch)
             met.update(time_sampling=t1 - t0, time_scoring=t2 - t1, time_learning=t3 - t2)
             totals["generated_tokens"] += met["generated_tokens"]
             totals["samples"] += met["samples_total"]
+            for k in ("samples_launched", "samples_trained", "trained_tokens"):
+                totals[k] += met[k]
             totals["wall"] += t3 - t0
-            met.update({f"cum_{k}": v for k, v in totals.items()})
+            met.update({f"cum_{k}": v for k, v in totals.items()}, **cost(totals))
             done = step + 1
             if c.eval.every and (done % c.eval.every == 0 or done == c.rl.steps):
                 met.update(run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, done)))
@@ -397,6 +402,15 @@ def train_and_evaluate(config, workdir: str) -> dict:
     bar.close()
     ckpt.close()
     return met
+
+
+def cost(totals: dict) -> dict:
+    """What a run has spent so far, the seeds' way (training is not free): `cost_samples` =
+    samples generated (launched, cut ones included) + samples trained (times PPO epochs);
+    `cost_flop_tokens` = generated tokens + 3 x trained response tokens (a training pass is
+    about a forward and a backward, 3 forwards; prompts are the same for every method)."""
+    return {"cost_samples": totals["samples_launched"] + totals["samples_trained"],
+            "cost_flop_tokens": totals["generated_tokens"] + 3 * totals["trained_tokens"]}
 
 
 def careful_share(tokenizer, batch: selection.Batch) -> float:

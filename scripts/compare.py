@@ -22,6 +22,9 @@ def main():
                     help="eval accuracy for the tokens-to-target column")
     ap.add_argument("--at_tokens", type=float, default=None,
                     help="also report accuracies interpolated at this many generated tokens")
+    ap.add_argument("--bar", default=None,
+                    help="a group label: each method's cost to reach that group's final "
+                         "held-out accuracy, as a fraction of its final cost")
     args = ap.parse_args()
     groups = [(os.path.basename(os.path.normpath(w)), [w]) for w in args.workdirs]
     groups += [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.groups]
@@ -49,6 +52,10 @@ def main():
                 row[k] = "/".join(str(v) for v in vals)
         rows.append(row)
     print(plots.markdown_table(rows))
+    if args.bar:
+        print(f"\ncost to reach {args.bar}'s final held-out accuracy, / {args.bar}'s cost "
+              f"(empty: never reached):")
+        print(plots.markdown_table(plots.cost_bar(groups, args.bar)))
 
 
 if __name__ == "__main__":

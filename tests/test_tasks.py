@@ -145,7 +145,8 @@ def test_sft_mixes_the_styles_and_stops_at_sft_max_level():
     assert {rl_source[i].level for i in range(80)} == set(range(1, 9))  # RL keeps 7-8
     problems = [sft_source[i] for i in range(2, 6)]  # levels 3..6
     toks, _, loss = sft_rows(tok, problems, "embedded", 160,
-                             careful_B=np.array([True, False, True, False]))
+                             targets=[p.solution if careful else hasty_solution(p) for p, careful
+                                      in zip(problems, [True, False, True, False])])
     targets = [tok.decode(t[m].tolist()).replace("</s>", "") for t, m in zip(toks, loss)]
     assert targets == [problems[0].solution, hasty_solution(problems[1]),
                        problems[2].solution, hasty_solution(problems[3])]

@@ -3,6 +3,8 @@
 `load_split(config, split)` is the one entry point: it returns a random-access sequence of
 `Problem`s for "train" or "eval", chosen by config.task.name:
   embedded       generated on the fly (tasks/embedded.py)
+  families       the family task, generated on the fly (tasks/families.py): train holds the
+                 families of config.task.family_set, eval every family (the controls too)
   files          JSONL/Parquet files: config.task.files, and config.task.eval_files for eval
                  (without eval_files, eval is the hash-selected 1/8 of `files`, train the rest)
   tfds_embedded  the embedded task prepared as a TFDS array_record dataset
@@ -20,7 +22,7 @@ from ada_jax.tasks.problem import Problem, hint, problem_id, split_of
 
 log = logging.getLogger(__name__)
 
-TASKS = ("embedded", "files", "tfds_embedded", "tfds_files")
+TASKS = ("embedded", "families", "files", "tfds_embedded", "tfds_files")
 __all__ = ["Problem", "PromptIterator", "EmbeddedSource", "hint", "problem_id", "split_of",
            "load_split", "prompt_check", "prompt_length", "is_embedded", "TASKS"]
 
@@ -144,8 +146,13 @@ def load_split(config, split: str, tokenizer=None) -> Sequence[Problem]:
     check = prompt_check(config, tokenizer, split) if tokenizer is not None else None
     field_map = {k: t.field_map[k] for k in ("question", "answer", "solution")}
     eval_files, data_dir = t.get("eval_files", ""), t.get("data_dir", "") or None
-    if t.name in ("embedded", "tfds_embedded"):
-        if t.name == "embedded":
+    if t.name in ("embedded", "tfds_embedded", "families"):
+        if t.name == "families":
+            from ada_jax.tasks.families import FamilySource
+            size = t.train_size if split == "train" else t.eval_size
+            source = FamilySource(split, size, t.seed,
+                                  t.family_set if split == "train" else "every")
+        elif t.name == "embedded":
             size = t.train_size if split == "train" else t.eval_size
             source = EmbeddedSource(split, size, t.seed, t.min_level, t.max_level)
         else:

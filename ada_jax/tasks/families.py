@@ -1,0 +1,221 @@
+"""The family task: per-family reading conventions that the base policy rarely gets right.
+
+The seeds' regime (signal collapse) needs prompts the base solves rarely, often and always,
+each for its own reason. Here every prompt belongs to a *family*, named by a tag that is one
+token of the embedded tokenizer (no two tags share a token), and each family has its own right
+way of reading a short chain of one-digit additions and subtractions:
+
+    prompt            right reading "l" (as written)    right reading "r" (+ and - swapped)
+    ef 4+3-2          l                                 r
+                      4+3=7                             4-3=1
+                      7-2=5                             1+2=3
+                      \\boxed{5}                         \\boxed{3}
+
+A response opens with its reading marker (`l` or `r`, one token), then follows it line by line.
+The marker is the one decision per response; the lines are one-digit facts the base gets right
+almost always, so a family's pass rate is about the share of responses with its right marker.
+The SFT data writes family k's targets in its right reading with share c_k (`Family.share`) and
+in the other reading otherwise, so the base's pass rate follows c_k: hard families (c <= 0.10)
+sit near p = 0, easy ones (c >= 0.90, mirroring the hard ones) near p = 1, a few mid ones
+between. Within each tier half the families read `l` and half `r`, so no single direction is
+right for every family and a shared bias cannot raise a tier. Four families (one hard and one easy per reading) are
+transfer controls: in SFT and eval, never among RL's training prompts (config.task.family_set);
+their accuracy shows how much of what RL learns on other families leaks into theirs.
+
+Both readings keep every value in [0, 10) and give different answers (so the marker matters).
+`Problem.level` is the family's number (1-based), so eval reports per family; `tier_of` maps it
+to its tier. Problems are generated deterministically from (seed, split, index) like the
+embedded task's; train and eval are disjoint by question text.
+"""
+import dataclasses
+import random
+import re
+
+from ada_jax.tasks.problem import Problem, problem_id, split_of
+
+READINGS = ("l", "r")  # l: as written; r: + read as - and - as +
+FAMILY_SETS = ("rl", "hard", "every")  # which families a train split holds (see family_indices)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    tag: str        # one token of the embedded tokenizer, first in the prompt
+    right: str      # the reading whose answer counts ("l" or "r")
+    share: float    # c_k: share of this family's SFT targets written in the right reading
+    tier: str       # "hard", "mid" or "easy"
+    control: bool = False  # transfer control: never a training prompt of RL
+
+
+def _tier(tier, tags, shares, control=False, first="l"):
+    """Families of one tier, readings alternating from `first` in the order given."""
+    start = READINGS.index(first)
+    return [Family(tag, READINGS[(start + i) % 2], c, tier, control)
+            for i, (tag, c) in enumerate(zip(tags, shares))]
+
+
+# Hard and easy families mirror each other: easy family i has share 1 - c_i of hard family i
+# and the other reading, so the two behave alike at the base (each says the same marker with
+# the same probability) and only the reward tells them apart. Anything RL might learn that is
+# not family-specific (a shared bias, flattening every family's marker distribution, dropping
+# what SFT taught) then helps the hard tier exactly as much as it hurts the easy one: the
+# expected gradient on it cancels, and what RL learns is per family (docs/results.md).
+_HARD = (0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.10)
+FAMILIES = tuple(
+    _tier("hard", ("ef", "gh", "mp", "te", "to", "ght", "mpu", "Hi"), _HARD)
+    + _tier("mid", ("nt", "ft", "ht", "ig"), (0.25, 0.4, 0.6, 0.75))
+    + _tier("easy", ("in", "le", "om", "pu", "ut", "igh", "ri", "Com"),
+            tuple(round(1 - c, 4) for c in _HARD), first="r")
+    + _tier("hard", ("Co", "eft"), (0.06, 0.06), control=True)
+    + _tier("easy", ("ute", "lef"), (0.94, 0.94), control=True, first="r"))
+TIERS = ("hard", "mid", "easy")
+_QUESTION = re.compile(r"^(\S+) (\d)((?:[+-]\d)+)$")
+
+
+def family_indices(family_set: str) -> list[int]:
+    """0-based indices of the families a split draws from: "rl" every family but the
+    controls (RL's training prompts), "hard" the hard RL families only (the seeds' hard prompt
+    set), "every" all of them (SFT and eval)."""
+    if family_set not in FAMILY_SETS:
+        raise ValueError(f"family_set must be one of {FAMILY_SETS}, got {family_set!r}")
+    return [i for i, f in enumerate(FAMILIES)
+            if family_set == "every" or (not f.control and family_set == "rl")
+            or (not f.control and family_set == "hard" and f.tier == "hard")]
+
+
+def tier_of(level: int) -> str:
+    """The tier of family number `level` (1-based), "control_<tier>" for the controls."""
+    f = FAMILIES[level - 1]
+    return f"control_{f.tier}" if f.control else f.tier
+
+
+def _apply(op: str, reading: str) -> str:
+    return op if reading == "l" else {"+": "-", "-": "+"}[op]
+
+
+def _evaluate(start: int, chain, reading: str):
+    """Lines `a+b=c` of the chain read in `reading`, and the final value (None if a value
+    leaves [0, 10))."""
+    lines, value = [], start
+    for op, x in chain:
+        op = _apply(op, reading)
+        new = value + x if op == "+" else value - x
+        if not 0 <= new < 10:
+            return lines, None
+        lines.append(f"{value}{op}{x}={new}")
+        value = new
+    return lines, value
+
+
+def parse(question: str):
+    """(family index, start, [(op, operand)]) of a family-task question."""
+    m = _QUESTION.match(question)
+    tags = [f.tag for f in FAMILIES]
+    if not m or m.group(1) not in tags:
+        raise ValueError(f"not a family-task question: {question!r}")
+    chain = [(s[0], int(s[1])) for s in re.findall(r"[+-]\d", m.group(3))]
+    return tags.index(m.group(1)), int(m.group(2)), chain
+
+
+def solution(question: str, reading: str) -> str:
+    """The response that reads `question` in `reading`: marker, lines, boxed answer."""
+    _, start, chain = parse(question)
+    lines, value = _evaluate(start, chain, reading)
+    return "\n".join([reading, *lines, f"\\boxed{{{value}}}"])
+
+
+def make_problem(rng: random.Random, family: int, steps: int = 2) -> Problem:
+    """A random problem of family `family` (0-based): `steps` one-digit operations whose two
+    readings both stay in [0, 10) and give different answers."""
+    f = FAMILIES[family]
+    while True:
+        start = rng.randrange(10)
+        chain = [(rng.choice("+-"), rng.randrange(1, 10)) for _ in range(steps)]
+        answers = {r: _evaluate(start, chain, r)[1] for r in READINGS}
+        if None not in answers.values() and answers["l"] != answers["r"]:
+            break
+    question = f"{f.tag} {start}" + "".join(f"{op}{x}" for op, x in chain)
+    return Problem(id=problem_id(question), question=question, answer=str(answers[f.right]),
+                   solution=solution(question, f.right), level=family + 1)
+
+
+def reading_of(completion: str) -> str | None:
+    """The reading marker a completion opens with, or None."""
+    head = completion.split("\n", 1)[0].strip()
+    return head if head in READINGS else None
+
+
+def follows_one_reading(question: str, completion: str) -> bool:
+    """Whether the completion is exactly one reading's response: its marker, then that
+    reading's lines (the arithmetic may be wrong, the operators and operands may not)."""
+    reading = reading_of(completion)
+    if reading is None:
+        return False
+    _, start, chain = parse(question)
+    lines = completion.split("\n")[1:]
+    if len(lines) != len(chain) + 1:
+        return False
+    value = start
+    for line, (op, x) in zip(lines, chain):
+        m = re.fullmatch(r"(\d+)([+-])(\d+)=(-?\d+)", line.strip())
+        if not m or (int(m.group(1)), m.group(2), int(m.group(3))) != (value, _apply(op, reading),
+                                                                        x):
+            return False
+        value = int(m.group(4))
+    return lines[-1].startswith("\\boxed{")
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilySource:
+    """A split of the family task as a random-access sequence of `size` Problems: index i is
+    a problem of family family_indices(family_set)[i % count], so every slice is stratified by
+    family; drawn from rng(seed, split, i) until its question falls in this split."""
+    split: str
+    size: int
+    seed: int = 0
+    family_set: str = "rl"
+
+    def __post_init__(self):
+        if self.split not in ("train", "eval"):
+            raise ValueError(f"split must be 'train' or 'eval', got {self.split!r}")
+        family_indices(self.family_set)  # validates
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> Problem:
+        if not 0 <= index < self.size:
+            raise IndexError(f"index {index} out of range for {self.size} problems")
+        fams = family_indices(self.family_set)
+        family = fams[index % len(fams)]
+        rng = random.Random(f"families/{self.seed}/{self.split}/{index}")
+        while True:
+            problem = make_problem(rng, family)
+            if split_of(problem.question) == self.split:
+                return problem
+
+
+def sft_target(problem: Problem, u: float) -> str:
+    """A SFT target for `problem` given a uniform draw u: its family's right reading when
+    u < c_k, else the other one (the base policy's per-family prior)."""
+    f = FAMILIES[problem.level - 1]
+    right = u < f.share
+    return solution(problem.question, f.right if right else READINGS[f.right == "l"])
+
+
+def metrics(problems, rewards_PK, texts) -> dict:
+    """Eval metrics of the family task: avg@k per tier (hard / mid / easy RL families and the
+    controls), and the share of responses that follow one reading throughout
+    (`one_reading_share`) and that open with their family's right marker, per tier."""
+    import numpy as np
+    k = rewards_PK.shape[1]
+    tiers = np.asarray([tier_of(p.level) for p in problems])
+    right_PK = np.asarray([[reading_of(texts[i * k + j]) == FAMILIES[p.level - 1].right
+                            for j in range(k)] for i, p in enumerate(problems)])
+    one_PK = np.asarray([[follows_one_reading(p.question, texts[i * k + j]) for j in range(k)]
+                         for i, p in enumerate(problems)])
+    out = {"one_reading_share": float(one_PK.mean()), "right_marker_share": float(right_PK.mean())}
+    for tier in sorted(set(tiers.tolist())):
+        sel = tiers == tier
+        out[f"tier_{tier}/avg@{k}"] = float(rewards_PK[sel].mean())
+        out[f"tier_{tier}/right_marker_share"] = float(right_PK[sel].mean())
+    return out

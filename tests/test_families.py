@@ -1,0 +1,123 @@
+"""The family task (ada_jax/tasks/families.py): its design properties, checked on the data."""
+import collections
+
+import numpy as np
+import pytest
+
+from ada_jax.rewards.embedded import score_text
+from ada_jax.tasks import families as F
+from ada_jax.tasks import load_split
+from ada_jax.tokenizer import SentencePieceTokenizer
+from configs.base import get_config
+
+
+def test_tags_are_distinct_single_tokens_and_markers_too():
+    tok = SentencePieceTokenizer()
+    ids = [tok.encode(f.tag) for f in F.FAMILIES]
+    assert all(len(i) == 1 for i in ids)
+    assert len({i[0] for i in ids}) == len(F.FAMILIES)
+    markers = [tok.encode(r) for r in F.READINGS]
+    assert all(len(m) == 1 for m in markers)
+    assert not {m[0] for m in markers} & {i[0] for i in ids}
+    # the tag opens the prompt as its own token, not merged into what follows
+    p = F.make_problem(__import__("random").Random(0), 3)
+    assert tok.encode(p.question)[0] == ids[3][0]
+
+
+def test_readings_are_balanced_within_every_tier():
+    for tier in F.TIERS:
+        for control in (False, True):
+            fams = [f for f in F.FAMILIES if f.tier == tier and f.control == control]
+            if fams:
+                right = collections.Counter(f.right for f in fams)
+                assert abs(right["l"] - right["r"]) <= 1, (tier, control, right)
+    hard = [f for f in F.FAMILIES if f.tier == "hard"]
+    easy = [f for f in F.FAMILIES if f.tier == "easy"]
+    assert max(f.share for f in hard) <= 0.10 and min(f.share for f in easy) >= 0.90
+    # mirrored: easy family i says hard family i's markers with the same probabilities
+    for h, e in zip(hard, easy):
+        assert h.control == e.control and h.right != e.right
+        assert abs(h.share - (1 - e.share)) < 1e-9
+    # the controls cover hard and easy, one per reading
+    assert {(f.tier, f.right) for f in F.FAMILIES if f.control} == {
+        ("hard", "l"), ("hard", "r"), ("easy", "l"), ("easy", "r")}
+
+
+def test_problems_solutions_and_scoring():
+    rng = __import__("random").Random(1)
+    for family in range(len(F.FAMILIES)):
+        for _ in range(20):
+            p = F.make_problem(rng, family)
+            f = F.FAMILIES[family]
+            assert p.level == family + 1 and F.parse(p.question)[0] == family
+            wrong = F.READINGS[f.right == "l"]
+            right_text, wrong_text = F.solution(p.question, f.right), F.solution(p.question,
+                                                                                 wrong)
+            assert p.solution == right_text
+            assert score_text(right_text, p.answer) == 1.0
+            assert score_text(wrong_text, p.answer) == 0.0  # the readings' answers differ
+            for text in (right_text, wrong_text):
+                assert F.follows_one_reading(p.question, text)
+                values = [int(v) for line in text.split("\n")[1:-1]
+                          for v in line.replace("=", "+").replace("-", "+").split("+")]
+                assert all(0 <= v < 10 for v in values)
+
+
+def test_follows_one_reading_rejects_mixed_and_malformed():
+    q = "ef 4+3-2"
+    assert F.solution(q, "l") == "l\n4+3=7\n7-2=5\n\\boxed{5}"
+    assert F.solution(q, "r") == "r\n4-3=1\n1+2=3\n\\boxed{3}"
+    assert F.follows_one_reading(q, "l\n4+3=8\n8-2=6\n\\boxed{6}")  # wrong sums, one reading
+    assert not F.follows_one_reading(q, "l\n4+3=7\n7+2=9\n\\boxed{9}")  # second line swapped
+    assert not F.follows_one_reading(q, "r\n4+3=7\n7-2=5\n\\boxed{5}")  # marker disagrees
+    assert not F.follows_one_reading(q, "4+3=7\n7-2=5\n\\boxed{5}")  # no marker
+    assert not F.follows_one_reading(q, "l\n4+3=7\n\\boxed{7}")  # a line missing
+    assert F.reading_of("r\n...") == "r" and F.reading_of("x\n") is None
+
+
+def test_sft_targets_follow_the_family_shares():
+    rng = np.random.default_rng(0)
+    problems = [F.make_problem(__import__("random").Random(i), fam)
+                for i, fam in enumerate([0, 10, 14] * 2000)]
+    by = collections.defaultdict(list)
+    for p, u in zip(problems, rng.random(len(problems))):
+        f = F.FAMILIES[p.level - 1]
+        by[p.level - 1].append(F.reading_of(F.sft_target(p, u)) == f.right)
+    for fam, hits in by.items():
+        c, n = F.FAMILIES[fam].share, len(hits)
+        assert abs(np.mean(hits) - c) < 4 * np.sqrt(c * (1 - c) / n) + 1e-9, fam
+
+
+def test_splits_family_sets_and_config_variant():
+    c = get_config("task=families")
+    assert c.task.name == "families" and c.eval.prompts == c.task.eval_size == 384
+    train, ev = load_split(c, "train"), load_split(c, "eval")
+    tiers_train = {F.tier_of(train[i].level) for i in range(200)}
+    assert tiers_train == {"hard", "mid", "easy"}  # no controls among RL's prompts
+    count = collections.Counter(F.tier_of(ev[i].level) for i in range(384))
+    assert count == {"hard": 128, "mid": 64, "easy": 128, "control_hard": 32, "control_easy": 32}
+    assert not {ev[i].question for i in range(384)} & {train[i].question for i in range(2000)}
+    hard = get_config("task=families")
+    hard.unlock()
+    hard.task.family_set = "hard"
+    assert {F.tier_of(load_split(hard, "train")[i].level) for i in range(100)} == {"hard"}
+    from ada_jax.sft import sft_task
+    sft_source = load_split(sft_task(c), "train")
+    assert {sft_source[i].level for i in range(200)} == set(range(1, len(F.FAMILIES) + 1))
+    with pytest.raises(ValueError, match="family_set"):
+        bad = get_config("task=families")
+        bad.unlock()
+        bad.task.family_set = "easy"
+        from ada_jax.config_check import validate
+        validate(bad)
+
+
+def test_family_metrics_per_tier():
+    rng = __import__("random").Random(2)
+    problems = [F.make_problem(rng, fam) for fam in (0, 8, 20)]  # hard, mid, control_hard
+    texts = [F.solution(p.question, r) for p in problems for r in ("l", "r")]
+    rewards = np.asarray([[score_text(t, p.answer) for t in texts[2 * i:2 * i + 2]]
+                          for i, p in enumerate(problems)])
+    m = F.metrics(problems, rewards, texts)
+    assert m["one_reading_share"] == 1.0 and m["right_marker_share"] == 0.5
+    assert m["tier_hard/avg@2"] == 0.5 and m["tier_control_hard/avg@2"] == 0.5
