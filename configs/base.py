@@ -38,7 +38,9 @@ MODELS = {
 # eos_token: where a response ends (the chat turn's end token, overriding tokenizer_config.json,
 # whose eos is <|endoftext|> for the Qwen2.5(-Math) base models); extra_eos_tokens: further stop
 # tokens (the base models' end of text); slots: decode slots (global), sized for one 8xH100
-# host by scripts/memory_estimate.py (docs/scaling.md §6), fewer devices need fewer.
+# host by scripts/memory_estimate.py (docs/scaling.md §6), fewer devices need fewer;
+# prefill_chunk: rows per prefill chunk (default 64; 7B: 16, so streaming's rebuild of 3k-token
+# slot caches fits with 10% headroom).
 # max_len is the checkpoint's max_position_embeddings: Qwen2.5-Math's 4096 holds the reference
 # prompt 1024 + response 2048 (raise it only with a longer response, past the trained range).
 _QWEN = dict(template="qwen_math", eos_token="<|im_end|>", extra_eos_tokens=("<|endoftext|>",))
@@ -47,7 +49,7 @@ _LLAMA = dict(template="llama3_chat", eos_token="<|eot_id|>",
 PRETRAINED = {
     "qwen2_5_0_5b": dict(_QWEN, slots=4096),
     "qwen2_5_math_1_5b": dict(_QWEN, slots=4096),
-    "qwen2_5_math_7b": dict(_QWEN, slots=2048),
+    "qwen2_5_math_7b": dict(_QWEN, slots=2048, prefill_chunk=16),
     "llama3_2_1b": dict(_LLAMA, slots=4096),
     "llama3_2_3b_instruct": dict(_LLAMA, slots=1024),
 }
@@ -181,7 +183,8 @@ def get_config(arg: str = ""):
                        eos_token=p["eos_token"], extra_eos_tokens=p["extra_eos_tokens"])
         c.task.template = p["template"]
         c.adaptive.slots = p["slots"]
-        c.sampling.update(max_prompt_len=1024, max_new_tokens=2048, prefill_chunk=64)
+        c.sampling.update(max_prompt_len=1024, max_new_tokens=2048,
+                          prefill_chunk=p.get("prefill_chunk", 64))
         # 2048 rows in 4 minibatches of 512; 32 micro-batches of 16 rows = 2 sequences per
         # device on 8 devices, the reference learner's ≈6k tokens per GPU (docs/scaling.md §4).
         c.rl.update(steps=400, prompts_per_step=512, minibatches=4, microbatches=32)
@@ -189,8 +192,10 @@ def get_config(arg: str = ""):
         # and launches 1.2-1.35x its pools; streaming (lag 1) keeps ~0.9 busy and launches no
         # more (docs/benchmarks.md, "Streaming"; stream_max_lag=3 cuts the waste further at
         # the cost of staler samples). Sequential policies only.
+        # Streaming runs at lag 2 (issue 21): 2B prompts admitted ahead, their caches counted
+        # by scripts/memory_estimate.py.
         if p["slots"] >= 4 * c.rl.prompts_per_step and c.adaptive.policy in ("seq", "uniform"):
-            c.adaptive.mode = "stream"
+            c.adaptive.update(mode="stream", stream_max_lag=2)
         c.optim.lr = 1e-6
         c.checkpoint.every = 50
         c.eval.every = 50
