@@ -82,8 +82,59 @@ def _finite(v) -> bool:
     return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def validate(config) -> None:
-    """Raise ValueError naming the first offending field. Call after command-line overrides."""
+# The architecture fields model=hf reads from init_from's config.json (max_len: only while 0).
+HF_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "head_dim",
+             "rope_base", "qkv_bias", "tie_embeddings", "norm_eps", "rope_scaling",
+             "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+             "rope_original_max_len")
+HF_SIZES = HF_FIELDS[:7]  # 0 until read: a size set on the command line is checked, not replaced
+
+
+def resolve_hf(config, overrides_pending: bool = False) -> bool:
+    """model=hf: fill config.model's architecture from config.model.init_from's config.json (and
+    max_len, while 0, from its max_position_embeddings), and task.template / model.eos_token /
+    model.extra_eos_tokens, while empty, from its family (tokenizer.CHAT_FAMILIES). A size
+    (HF_SIZES) set on the command line must equal the checkpoint's. Idempotent; returns whether
+    the model is known (False only for model=hf without init_from while overrides_pending)."""
+    m = config.model
+    if m.name != "hf":
+        return True
+    if not m.init_from:
+        if overrides_pending:
+            return False
+        raise ValueError("config.model.init_from is empty: model=hf takes the architecture from "
+                         "a Hugging Face model folder; pass --config.model.init_from=/path/to/"
+                         "folder (with config.json, *.safetensors and tokenizer.json)")
+    import os
+    from ada_jax import convert, tokenizer
+    path = os.path.join(m.init_from, "config.json")
+    hf = convert.read_hf_config(m.init_from)
+    got = convert.model_config_from_hf(hf, source=path)
+    for name in HF_FIELDS:
+        value, have = getattr(got, name), m[name]
+        if name in HF_SIZES and have and have != value:
+            raise ValueError(f"config.model.{name}={have!r} but {path} gives {value!r}: model=hf "
+                             f"takes the architecture from the checkpoint; drop the override")
+        m[name] = value
+    if not m.max_len:
+        m.max_len = got.max_len
+    family = tokenizer.CHAT_FAMILIES[hf["model_type"]]
+    if not config.task.template:
+        config.task.template = family["template"]
+    if not m.eos_token:
+        m.eos_token = family["eos_token"]
+    if not m.extra_eos_tokens:
+        m.extra_eos_tokens = family["extra_eos_tokens"]
+    return True
+
+
+def validate(config, overrides_pending: bool = False) -> None:
+    """Raise ValueError naming the first offending field. Call after command-line overrides
+    (get_config calls it before them with overrides_pending: model=hf's init_from may still
+    come). With model=hf, first fills the architecture from the checkpoint (resolve_hf); until
+    init_from is known there is nothing to check yet (the call after the overrides checks)."""
+    if not resolve_hf(config, overrides_pending):
+        return
     for name, choices in _CHOICES.items():
         if _get(config, name) not in choices:
             raise ValueError(f"config.{name}={_get(config, name)!r}: choose from {choices}")

@@ -419,3 +419,101 @@ def export_hf(params, cfg: model_lib.ModelConfig, out_dir: str, *, source: str |
             if os.path.exists(src_file) and os.path.abspath(src_file) != os.path.abspath(out_file):
                 shutil.copy(src_file, out_file)
     return [os.path.join(out_dir, f) for f in file_names]
+
+
+def human_count(n: int) -> str:
+    """A parameter count in a readable unit: 1.544B, 7.62M, 35.2K, 980."""
+    for scale, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= scale:
+            return f"{n / scale:.4g}{unit}"
+    return str(n)
+
+
+def _saved_config(workdir: str):
+    """The run's config, as its workdir's config.json saved it."""
+    import ml_collections
+    file = os.path.join(workdir, "config.json")
+    if not os.path.exists(file):
+        raise FileNotFoundError(f"{workdir}: no config.json (is this a training workdir?)")
+    return ml_collections.ConfigDict(_read_json(file))
+
+
+def restore_params(workdir: str, step: int | None = None, mesh=None):
+    """(config, ModelConfig, graphdef, params, step) of a training run's checkpoint (the latest,
+    or `step`): the policy params only, placed on `mesh` (default: every device on fsdp) by the
+    run's sharding rules; the optimizer and engine state are not read."""
+    import orbax.checkpoint as ocp
+    config = _saved_config(workdir)
+    cfg = model_lib.ModelConfig.from_config(config.model)
+    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: model_lib.Transformer(cfg,
+                                                                                nnx.Rngs(0))))
+    mesh = mesh or sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
+    rules = [tuple(r) if not isinstance(r[1], list) else (r[0], tuple(r[1]))
+             for r in config.sharding_rules]
+    shardings = dict(nnx.to_flat_state(sharding.state_shardings(abstract, mesh, rules)))
+    target = nnx.from_flat_state([
+        (k, v.replace(jax.ShapeDtypeStruct(v.get_value().shape, v.get_value().dtype,
+                                           sharding=shardings[k])))
+        for k, v in nnx.to_flat_state(abstract)])
+    directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+    manager = ocp.CheckpointManager(directory)
+    try:
+        steps = manager.all_steps()
+        if not steps:
+            raise FileNotFoundError(f"{directory}: no checkpoint")
+        step = max(steps) if step is None else step
+        if step not in steps:
+            raise FileNotFoundError(f"{directory}: no checkpoint of step {step} (has "
+                                    f"{sorted(steps)})")
+        item = {"trainable": {"model": target}}  # the rest of the tree is left on disk
+        arrays = manager.restore(step, args=ocp.args.Composite(arrays=ocp.args.PyTreeRestore(
+            item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+            partial_restore=True)))["arrays"]
+    finally:
+        manager.close()
+    return config, cfg, graphdef, arrays["trainable"]["model"], step
+
+
+def export_run(workdir: str, out_dir: str, *, step: int | None = None, dtype: str | None = None,
+               max_shard_bytes: int = 5 * 2**30) -> dict:
+    """Export a training run's policy (latest checkpoint, or `step`) as a Hugging Face folder
+    that `transformers` `generate()` runs with no extra arguments: safetensors + config.json
+    (export_hf, architecture and max_position_embeddings of the run's init_from), the
+    tokenizer files, and generation_config.json whose eos_token_id is the run's stop tokens
+    (config.model.eos_token first, then extra_eos_tokens), with its bos and pad ids (and, unless
+    the source sets it, max_new_tokens = the run's); the same ids go into config.json, the
+    tokens into tokenizer_config.json (eos_token, pad_token). Returns a summary (step, params,
+    files, the ids)."""
+    from ada_jax import tokenizer as tok_lib
+    config, cfg, _, params, step = restore_params(workdir, step)
+    m = config.model
+    source = m.init_from if m.init_from and os.path.isdir(m.init_from) else None
+    if source:  # the run's own length is not the checkpoint's
+        cfg = dataclasses.replace(cfg, max_len=_field(read_hf_config(source), "max_position_"
+                                                      "embeddings", source, default=cfg.max_len))
+    files = export_hf(params, cfg, out_dir, source=source, dtype=dtype,
+                      max_shard_bytes=max_shard_bytes)
+    tok = tok_lib.load_tokenizer(config)
+    eos = [tok.eos_id, *tok_lib.extra_eos_ids(tok, config)]
+    ids = dict(bos_token_id=tok.bos_id, eos_token_id=eos if len(eos) > 1 else eos[0],
+               pad_token_id=tok.pad_id)
+    if jax.process_index() == 0:
+        tok_dir = m.tokenizer or m.init_from
+        tok_dir = tok_dir if os.path.isdir(tok_dir) else os.path.dirname(tok_dir)
+        if isinstance(tok, tok_lib.HFTokenizer) and tok_dir != source:  # a separate tokenizer
+            for name in SOURCE_FILES[1:]:
+                if os.path.exists(os.path.join(tok_dir, name)):
+                    shutil.copy(os.path.join(tok_dir, name), os.path.join(out_dir, name))
+        for name, extra in (("generation_config.json", {}), ("config.json", {}),
+                            ("tokenizer_config.json", dict(eos_token=tok.decode([tok.eos_id]),
+                                                           pad_token=tok.decode([tok.pad_id])))):
+            file = os.path.join(out_dir, name)
+            if name == "tokenizer_config.json" and not os.path.exists(file):
+                continue
+            obj = _read_json(file) if os.path.exists(file) else {}
+            obj.update(ids if name != "tokenizer_config.json" else extra)
+            if name == "generation_config.json" and "max_new_tokens" not in obj:
+                obj["max_new_tokens"] = config.sampling.max_new_tokens  # not HF's 20 in all
+            with open(file, "w") as f:
+                json.dump(obj, f, indent=2)
+    return dict(step=step, params=model_lib.count_params(params), files=files, **ids)

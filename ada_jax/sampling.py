@@ -11,8 +11,8 @@ model's vocabulary (Qwen2.5 pads its embedding to a multiple of 128), the logits
 masked before the draw, like a top-k truncation.
 
 Log-probs returned are log softmax(logits / temperature) of the sampled token, in float32, before
-top-k / top-p truncation and the vocabulary mask: the quantity the learner recomputes as π_old (verl's convention), so at
-T = 1 and top-p = 1 they are exactly the policy's log-probs. Params are traced arguments (the
+top-k / top-p truncation and the vocabulary mask: the quantity the learner recomputes as π_old
+(verl's convention), so at T = 1 and top-p = 1 they are exactly the policy's log-probs. Params are traced arguments (the
 graphdef and sampling settings are static), so calls with the same shapes never recompile.
 """
 import dataclasses

@@ -8,6 +8,8 @@
 """
 import ml_collections
 
+from ada_jax.tokenizer import CHAT_FAMILIES
+
 MODELS = {
     # Embedded default: a few hundred thousand params, trains on 2 CPU cores in minutes.
     "tiny": dict(vocab_size=128, d_model=128, n_layers=3, n_heads=4, n_kv_heads=2, d_ff=384,
@@ -34,18 +36,15 @@ MODELS = {
                                  qkv_bias=False, tie_embeddings=True, norm_eps=1e-5,
                                  max_len=131_072, rope_scaling="llama3"),
 }
-# Pretrained models: what differs per model. template: the prompt format (tokenizer.TEMPLATES);
-# eos_token: where a response ends (the chat turn's end token, overriding tokenizer_config.json,
-# whose eos is <|endoftext|> for the Qwen2.5(-Math) base models); extra_eos_tokens: further stop
-# tokens (the base models' end of text); slots: decode slots (global), sized for one 8xH100
-# host by scripts/memory_estimate.py (docs/scaling.md §6), fewer devices need fewer;
+# Pretrained models: what differs per model. template, eos_token, extra_eos_tokens: the family's
+# prompt format and stop tokens (tokenizer.CHAT_FAMILIES); slots: decode slots (global), sized
+# for one 8xH100 host by scripts/memory_estimate.py (docs/scaling.md §6), fewer devices need
+# fewer;
 # prefill_chunk: rows per prefill chunk (default 64; 7B: 16, so streaming's rebuild of 3k-token
 # slot caches fits with 10% headroom).
 # max_len is the checkpoint's max_position_embeddings: Qwen2.5-Math's 4096 holds the reference
 # prompt 1024 + response 2048 (raise it only with a longer response, past the trained range).
-_QWEN = dict(template="qwen_math", eos_token="<|im_end|>", extra_eos_tokens=("<|endoftext|>",))
-_LLAMA = dict(template="llama3_chat", eos_token="<|eot_id|>",
-              extra_eos_tokens=("<|end_of_text|>",))
+_QWEN, _LLAMA = CHAT_FAMILIES["qwen2"], CHAT_FAMILIES["llama"]
 PRETRAINED = {
     "qwen2_5_0_5b": dict(_QWEN, slots=4096),
     "qwen2_5_math_1_5b": dict(_QWEN, slots=4096),
@@ -53,6 +52,13 @@ PRETRAINED = {
     "llama3_2_1b": dict(_LLAMA, slots=4096),
     "llama3_2_3b_instruct": dict(_LLAMA, slots=1024),
 }
+# model=hf: any Qwen2 / Llama-3 folder, the architecture read from config.model.init_from's
+# config.json once the command line has set it (config_check.resolve_hf; until then the sizes
+# are 0), the template and stop tokens from its model_type (CHAT_FAMILIES) unless set, the
+# other settings those of PRETRAINED; 1024 slots, the fewest of PRETRAINED (raise them as far
+# as scripts/memory_estimate.py allows).
+HF = "hf"
+HF_SLOTS = 1024
 
 # Algorithm presets: which advantage estimator and which sampling policy of the engine.
 ALGOS = {
@@ -78,7 +84,9 @@ def _model_config(name):
         param_dtype="float32", dtype="float32", remat=False, init_from="", tokenizer="",
         eos_token="", pad_token="", extra_eos_tokens=(),
     ))
-    m.update(MODELS[name])
+    # model=hf: placeholders of the right types, filled from init_from (config_check.resolve_hf)
+    m.update(MODELS[name] if name != HF else {
+        k: type(v)(0) for k, v in MODELS["qwen2_5_math_1_5b"].items()})
     return m
 
 
@@ -92,8 +100,9 @@ def get_config(arg: str = ""):
         if k not in args:
             raise ValueError(f"unknown config arg {k!r}; known: {sorted(args)}")
         args[k] = v
-    if args["model"] not in MODELS:
-        raise ValueError(f"config arg model={args['model']!r}; choose from {sorted(MODELS)}")
+    if args["model"] not in MODELS and args["model"] != HF:
+        raise ValueError(f"config arg model={args['model']!r}; choose from "
+                         f"{sorted(MODELS) + [HF]}")
     if args["algo"] not in ALGOS:
         raise ValueError(f"config arg algo={args['algo']!r}; choose from {sorted(ALGOS)}")
     smoke = args["smoke"].lower() in ("1", "true", "yes")
@@ -176,8 +185,9 @@ def get_config(arg: str = ""):
                                                   start_over_if_unreadable=False))
     c.log = ml_collections.ConfigDict(dict(progress=True))
 
-    if c.model.name in PRETRAINED:  # the reference run (docs/scaling.md §4)
-        p = PRETRAINED[c.model.name]
+    if c.model.name in PRETRAINED or c.model.name == HF:  # the reference run (scaling.md §4)
+        p = PRETRAINED.get(c.model.name, dict(template="", eos_token="", extra_eos_tokens=(),
+                                              slots=HF_SLOTS))
         # float32 master weights, bfloat16 compute: bf16 params round lr-1e-6 updates away.
         c.model.update(param_dtype="float32", dtype="bfloat16", remat=True,
                        eos_token=p["eos_token"], extra_eos_tokens=p["extra_eos_tokens"])
@@ -209,6 +219,9 @@ def get_config(arg: str = ""):
         c.adaptive.max_rounds = 2
         c.adaptive.slots = 16
         c.sft.steps = 10
+        if c.model.name in PRETRAINED or c.model.name == HF:  # 16 rows, one micro-batch
+            c.rl.update(minibatches=1, microbatches=1)
+            c.sampling.max_prompt_len = 256
         c.eval.every = 2
         c.eval.prompts = 8
         c.eval.k = 2
@@ -216,6 +229,6 @@ def get_config(arg: str = ""):
         c.task.eval_size = 16
 
     from ada_jax.config_check import validate  # local import: keep configs importable alone
-    validate(c)
+    validate(c, overrides_pending=True)  # model=hf: init_from comes with the overrides
     c.lock()
     return c

@@ -12,8 +12,8 @@ Model: random weights saved by `transformers` with the real architectures' featu
 q/k/v biases, tied embeddings and the embedding padded past the tokenizer (to a multiple of 128,
 as Qwen2.5 pads 151,665 ids to 151,936 rows); Llama-3 with llama3 RoPE scaling (the 3.2
 values), tied embeddings and a vocabulary filled to the model's size with reserved tokens. The
-end of turn is made likely (a shared embedding direction the end token's row leans into), so
-sampled responses stop after ~10 tokens and generation has a stop to reach.
+embeddings make a response a short walk "\boxed{d}" + end of turn (answer_walk), so the math
+verifier sees right and wrong answers (a one-digit gold ~1 time in 10) and responses stop.
 """
 import json
 import os
@@ -45,29 +45,26 @@ FAMILIES = {
 }
 
 
-END_LEAN = 2.3
-
-
 def chat_template(family: str) -> str:
     with open(os.path.join(TEMPLATES, FAMILIES[family]["template"])) as f:
         return f.read()
 
 
 def math_rows(n: int = 50) -> list[dict]:
-    """MATH-style rows (problem, solution with a boxed answer, answer, level): sums, products,
-    fractions and roots, so the verifier sees integers and LaTeX."""
+    """MATH-style rows (problem, solution with a boxed answer, answer, level): three in four
+    with a one-digit answer (which the stand-ins box one time in ten), the rest LaTeX."""
     rows = []
     for i in range(n):
-        a, b = 3 + 7 * i % 40, 2 + 5 * i % 17
+        a, b = i % 5, (3 * i) % 5
         kind = i % 4
         if kind == 0:
             q, ans = f"What is ${a} + {b}$?", str(a + b)
         elif kind == 1:
-            q, ans = f"Compute ${a} \\times {b}$.", str(a * b)
+            q, ans = f"Solve for $x$: ${a + 2}x = {(a + 2) * b}$.", str(b)
         elif kind == 2:
-            q, ans = f"Simplify $\\frac{{{a}}}{{{2 * a}}}$.", "\\frac{1}{2}"
+            q, ans = f"Simplify $\\frac{{{a + 1}}}{{{2 * a + 2}}}$.", "\\frac{1}{2}"
         else:
-            q, ans = f"Simplify $\\sqrt{{{2 * b * b}}}$.", f"{b}\\sqrt{{2}}"
+            q, ans = f"Compute ${9 - a} - {b}$.", str(9 - a - b)
         rows.append(dict(problem=q, answer=ans, level=f"Level {1 + kind}",
                          solution=f"Working it out step by step, the answer is "
                                   f"$\\boxed{{{ans}}}$."))
@@ -97,6 +94,7 @@ def build_tokenizer(path: str, family: str) -> str:
     corpus += ["Please reason step by step, and put your final answer within \\boxed{}.",
                "system user assistant Cutting Knowledge Date: December 2023 Today Date",
                "Hint: add the numbers first. The answer is"] * 20
+    corpus += [f"\\boxed{{{d}}}" for d in range(10)] * 10  # "\\boxed" whole after a newline
     tok.train_from_iterator(corpus, trainers.BpeTrainer(
         vocab_size=420, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False))
@@ -118,6 +116,36 @@ def build_tokenizer(path: str, family: str) -> str:
     with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
         json.dump(config, f, indent=2)
     return path
+
+
+def answer_walk(model, tok, family: str) -> None:
+    """Set the weights so that a response is a short random walk that boxes a digit: next-token
+    logits ~ emb[token]^T W emb[next] (attention and MLP stay near zero), with W = the final
+    norm's +-1 scales. Each edge (a, b, c) of the path prompt end -> \\boxed -> { -> digit -> }
+    -> end of turn gets two dimensions, a = c(e_p + e_n), b = c(e_p - e_n) with W_n = -1: the
+    pair scores 2c^2, a token with itself 0, and the edges' weights rise along the path, so
+    sampling boxes a near-uniform digit and ends (~5 tokens) and greedy decoding ends too."""
+    ids = tok.token_to_id
+    start = tok.encode("\n\n" if family == "llama" else "\n", add_special_tokens=False).ids[-1]
+    path = [ids(t) for t in ("\\boxed", "{", "}", FAMILIES[family]["end"])]
+    assert None not in path, f"stand-in tokenizer lacks a token of {path}"
+    boxed, open_, close, end = path
+    digits = [ids(str(d)) for d in range(10)]
+    edges = [(start, boxed, 1.5), (boxed, open_, 1.8), (close, end, 3.0)]
+    edges += [(open_, d, 2.1 + 0.01 * i) for i, d in enumerate(digits)]
+    edges += [(d, close, 2.4) for d in digits]
+    emb = model.get_input_embeddings().weight  # [V, D], tied to the output layer
+    norm = model.model.norm.weight
+    assert 2 * len(edges) <= emb.shape[1]
+    emb.normal_(0.0, 0.02)
+    norm.fill_(1.0)
+    for k, (a, b, c) in enumerate(edges):
+        p, n = 2 * k, 2 * k + 1
+        norm[n] = -1.0
+        emb[a, p] += c
+        emb[a, n] += c
+        emb[b, p] += c
+        emb[b, n] -= c
 
 
 def build_standin(path: str, family: str, seed: int = 0) -> str:
@@ -150,11 +178,8 @@ def build_standin(path: str, family: str, seed: int = 0) -> str:
         model_cls = transformers.LlamaForCausalLM
     torch.manual_seed(seed)
     model = model_cls(config).eval()
-    with torch.no_grad():  # near-uniform next-token odds, the end of turn ~e^3 times likelier
-        emb = model.get_input_embeddings().weight  # [V, D], tied to the output layer
-        emb.normal_(0.0, 0.05)
-        emb[:, 0] = 2.0  # a direction every hidden state shares...
-        emb[ids(FAMILIES[family]["end"]), 0] = END_LEAN  # ...which the end of turn leans into
+    with torch.no_grad():
+        answer_walk(model, tok, family)
     if family == "llama":  # Llama-3.2-Instruct's generation defaults
         model.generation_config.update(do_sample=True, temperature=0.6, top_p=0.9)
     model.save_pretrained(path)
