@@ -103,6 +103,11 @@ def test_model_hf_takes_the_architecture_from_init_from(stand_in, math_file):
         validate(bare)
 
 
+def test_parameter_counts_read_well():
+    assert [convert.human_count(n) for n in (980, 35_200, 7_615_616, 1_543_714_304)] == [
+        "980", "35.2K", "7.616M", "1.544B"]
+
+
 @pytest.mark.parametrize("name", sorted(base.PRETRAINED) + ["hf"])
 def test_smoke_works_for_every_pretrained_model(name, stand_in):
     c = base.get_config(f"model={name},smoke=True")
@@ -206,7 +211,8 @@ def test_every_policy_runs_on_the_stand_ins(family, algo, overrides, stand_in, m
 
 def _latest_step(workdir):
     d = os.path.join(workdir, "checkpoints")
-    return max([int(x) for x in os.listdir(d) if x.isdigit()] if os.path.isdir(d) else [0])
+    return max([int(x) for x in os.listdir(d) if x.isdigit()] if os.path.isdir(d) else [],
+               default=0)
 
 
 @pytest.mark.slow
