@@ -20,6 +20,7 @@ _CHOICES = {
     "task.reward": ("verifier", "synthetic"),
     "task.template": ("embedded", "qwen_math", "llama3_chat"),
     "task.on_bad_row": ("error", "skip"),
+    "task.family_set": ("rl", "hard", "every"),
     "adaptive.policy": ("uniform", "seq", "est", "gvm", "dapo"),
     "adaptive.exit_rule": ("none", "pos", "balance"),
     "adaptive.mode": ("rounds", "refill", "stream"),

@@ -130,7 +130,7 @@ def get_config(arg: str = ""):
 
     c.task = ml_collections.ConfigDict(dict(
         name=args["task"], reward="verifier", template="embedded", min_level=1, max_level=8, train_size=20_000,
-        eval_size=256, seed=1234, files=ml_collections.FieldReference("", field_type=str),
+        eval_size=256, seed=1234, family_set="rl", files=ml_collections.FieldReference("", field_type=str),
         field_map=ml_collections.ConfigDict(dict(question="", answer="", solution="")),
         on_bad_row="error", verifier_workers=2, verifier_timeout=5.0))
 
@@ -211,17 +211,21 @@ def get_config(arg: str = ""):
         c.eval.every = 50
         c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
 
+    if args["task"] == "families":  # tasks/families.py: 24 families x 16 held-out prompts
+        c.task.eval_size = c.eval.prompts = 384
+        c.sampling.max_new_tokens = 32
+
     if smoke:
         c.rl.steps = 2
         c.rl.prompts_per_step = 4
         c.sampling.max_new_tokens = 16
+        if c.model.name in PRETRAINED or c.model.name == HF:  # 16 rows, one micro-batch
+            c.rl.update(minibatches=1, microbatches=1)
+            c.sampling.max_prompt_len = 256
         c.adaptive.samples_per_round = 4
         c.adaptive.max_rounds = 2
         c.adaptive.slots = 16
         c.sft.steps = 10
-        if c.model.name in PRETRAINED or c.model.name == HF:  # 16 rows, one micro-batch
-            c.rl.update(minibatches=1, microbatches=1)
-            c.sampling.max_prompt_len = 256
         c.eval.every = 2
         c.eval.prompts = 8
         c.eval.k = 2

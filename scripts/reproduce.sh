@@ -41,6 +41,7 @@ declare -A METHODS=(
   [grpo_n16]="algo=grpo|--config.rl.n=16 --config.rl.minibatches=$MB_BIG"
   [grpo_n32]="algo=grpo|--config.rl.n=32 --config.rl.minibatches=$MB_BIG"
   [ada_pos]="algo=ada_pos|--config.adaptive.k_pos=2"
+  [ada_balance]="algo=ada_balance|"
   [ada_balance_n8]="algo=ada_balance|--config.rl.n=8 --config.adaptive.k_pos=4 --config.adaptive.k_neg=4"
   [ada_balance_rounds]="algo=ada_balance|--config.adaptive.mode=rounds"
   [ada_balance_refill]="algo=ada_balance|--config.adaptive.mode=refill"
