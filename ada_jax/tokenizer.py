@@ -12,6 +12,9 @@ from typing import Protocol, Sequence
 import importlib_resources
 
 EMBEDDED_MODEL = "embedded.model"
+# Packaged sentencepiece models by name (config.model.tokenizer): the family task's has its
+# tags and markers as single pieces (scripts/train_tokenizer.py --task=families).
+ASSET_MODELS = {"families": "families.model"}
 # Pieces the embedded tokenizer keeps whole, so the embedded verifier can work on token ids.
 BOXED, CLOSE = "\\boxed{", "}"
 EMBEDDED_SYMBOLS = (BOXED, CLOSE, "\n", *"0123456789", "+", "-", "*", "=")
@@ -46,13 +49,13 @@ class Tokenizer(Protocol):
 class SentencePieceTokenizer:
     """A sentencepiece model; by default the embedded one (pad 0, unk 1, bos 2, eos 3)."""
 
-    def __init__(self, model_path: str | None = None):
+    def __init__(self, model_path: str | None = None, asset: str = EMBEDDED_MODEL):
         import sentencepiece as spm
         if model_path:
             with open(model_path, "rb") as f:
                 proto = f.read()
         else:
-            proto = (importlib_resources.files("ada_jax") / "assets" / EMBEDDED_MODEL).read_bytes()
+            proto = (importlib_resources.files("ada_jax") / "assets" / asset).read_bytes()
         self._sp = spm.SentencePieceProcessor(model_proto=proto)
         self.vocab_size = self._sp.get_piece_size()
         self.pad_id, self.bos_id, self.eos_id = (
@@ -115,13 +118,16 @@ class HFTokenizer:
 
 def load_tokenizer(config) -> Tokenizer:
     """The tokenizer at config.model.tokenizer, else at config.model.init_from (a Hugging Face
-    model folder holds its tokenizer.json): "" = the embedded sentencepiece model, `*.model` =
+    model folder holds its tokenizer.json): "" = the embedded sentencepiece model, a name of
+    ASSET_MODELS = that packaged sentencepiece model, `*.model` =
     another sentencepiece model, else a tokenizer.json (or its folder), whose eos / pad are
     config.model.eos_token / pad_token when set. Checks it fits the model and that
     config.model.extra_eos_tokens are single tokens."""
     m = config.model
     path = m.get("tokenizer", "") or m.get("init_from", "")
-    if not path or path.endswith(".model"):
+    if path in ASSET_MODELS:
+        tok = SentencePieceTokenizer(asset=ASSET_MODELS[path])
+    elif not path or path.endswith(".model"):
         tok = SentencePieceTokenizer(path or None)
     else:
         field = "tokenizer" if m.get("tokenizer", "") else "init_from"

@@ -212,6 +212,7 @@ def get_config(arg: str = ""):
         c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
 
     if args["task"] == "families":  # tasks/families.py: 24 families x 16 held-out prompts
+        c.model.tokenizer = "families"  # its tags and markers are single tokens
         c.task.eval_size = c.eval.prompts = 384
         c.sampling.max_new_tokens = 32
 

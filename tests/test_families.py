@@ -1,5 +1,6 @@
 """The family task (ada_jax/tasks/families.py): its design properties, checked on the data."""
 import collections
+import random
 
 import numpy as np
 import pytest
@@ -7,21 +8,25 @@ import pytest
 from ada_jax.rewards.embedded import score_text
 from ada_jax.tasks import families as F
 from ada_jax.tasks import load_split
-from ada_jax.tokenizer import SentencePieceTokenizer
+from ada_jax.tokenizer import ASSET_MODELS, SentencePieceTokenizer, load_tokenizer
 from configs.base import get_config
 
 
-def test_tags_are_distinct_single_tokens_and_markers_too():
-    tok = SentencePieceTokenizer()
-    ids = [tok.encode(f.tag) for f in F.FAMILIES]
+def _tokenizer():
+    return SentencePieceTokenizer(asset=ASSET_MODELS["families"])
+
+
+def test_tags_and_markers_are_distinct_single_tokens():
+    tok = _tokenizer()
+    assert tok.vocab_size <= get_config("task=families").model.vocab_size
+    ids = [tok.encode(s) for s in F.SYMBOLS]
     assert all(len(i) == 1 for i in ids)
-    assert len({i[0] for i in ids}) == len(F.FAMILIES)
-    markers = [tok.encode(r) for r in F.READINGS]
-    assert all(len(m) == 1 for m in markers)
-    assert not {m[0] for m in markers} & {i[0] for i in ids}
-    # the tag opens the prompt as its own token, not merged into what follows
-    p = F.make_problem(__import__("random").Random(0), 3)
-    assert tok.encode(p.question)[0] == ids[3][0]
+    assert len({i[0] for i in ids}) == len(F.SYMBOLS) == 3 * len(F.FAMILIES)
+    # the tag opens the prompt as its own token; the marker opens the response
+    p = F.make_problem(random.Random(0), 3)
+    assert tok.encode(p.question)[0] == tok.encode(F.FAMILIES[3].tag)[0]
+    assert tok.encode(p.solution)[0] == tok.encode(F.marker(3, F.FAMILIES[3].right))[0]
+    assert "\\boxed{" in p.solution and len(tok.encode("\\boxed{")) == 1
 
 
 def test_readings_are_balanced_within_every_tier():
@@ -44,7 +49,7 @@ def test_readings_are_balanced_within_every_tier():
 
 
 def test_problems_solutions_and_scoring():
-    rng = __import__("random").Random(1)
+    rng = random.Random(1)
     for family in range(len(F.FAMILIES)):
         for _ in range(20):
             p = F.make_problem(rng, family)
@@ -64,25 +69,28 @@ def test_problems_solutions_and_scoring():
 
 
 def test_follows_one_reading_rejects_mixed_and_malformed():
-    q = "ef 4+3-2"
-    assert F.solution(q, "l") == "l\n4+3=7\n7-2=5\n\\boxed{5}"
-    assert F.solution(q, "r") == "r\n4-3=1\n1+2=3\n\\boxed{3}"
-    assert F.follows_one_reading(q, "l\n4+3=8\n8-2=6\n\\boxed{6}")  # wrong sums, one reading
-    assert not F.follows_one_reading(q, "l\n4+3=7\n7+2=9\n\\boxed{9}")  # second line swapped
-    assert not F.follows_one_reading(q, "r\n4+3=7\n7-2=5\n\\boxed{5}")  # marker disagrees
+    q = "E 4+3-2"
+    assert F.solution(q, "l") == "e=\n4+3=7\n7-2=5\n\\boxed{5}"
+    assert F.solution(q, "r") == "e~\n4-3=1\n1+2=3\n\\boxed{3}"
+    assert F.follows_one_reading(q, "e=\n4+3=8\n8-2=6\n\\boxed{6}")  # wrong sums, one reading
+    assert not F.follows_one_reading(q, "e=\n4+3=7\n7+2=9\n\\boxed{9}")  # line 2 swapped
+    assert not F.follows_one_reading(q, "e~\n4+3=7\n7-2=5\n\\boxed{5}")  # marker disagrees
+    assert not F.follows_one_reading(q, "f=\n4+3=7\n7-2=5\n\\boxed{5}")  # another family's
     assert not F.follows_one_reading(q, "4+3=7\n7-2=5\n\\boxed{5}")  # no marker
-    assert not F.follows_one_reading(q, "l\n4+3=7\n\\boxed{7}")  # a line missing
-    assert F.reading_of("r\n...") == "r" and F.reading_of("x\n") is None
+    assert not F.follows_one_reading(q, "e=\n4+3=7\n\\boxed{7}")  # a line missing
+    assert F.reading_of("e~\n...", 4) == "r" and F.reading_of("e~\n", 5) is None
+    with pytest.raises(ValueError, match="not a family-task question"):
+        F.parse("Z 4+3")
 
 
 def test_sft_targets_follow_the_family_shares():
     rng = np.random.default_rng(0)
-    problems = [F.make_problem(__import__("random").Random(i), fam)
+    problems = [F.make_problem(random.Random(i), fam)
                 for i, fam in enumerate([0, 10, 14] * 2000)]
     by = collections.defaultdict(list)
     for p, u in zip(problems, rng.random(len(problems))):
         f = F.FAMILIES[p.level - 1]
-        by[p.level - 1].append(F.reading_of(F.sft_target(p, u)) == f.right)
+        by[p.level - 1].append(F.reading_of(F.sft_target(p, u), p.level - 1) == f.right)
     for fam, hits in by.items():
         c, n = F.FAMILIES[fam].share, len(hits)
         assert abs(np.mean(hits) - c) < 4 * np.sqrt(c * (1 - c) / n) + 1e-9, fam
@@ -91,6 +99,7 @@ def test_sft_targets_follow_the_family_shares():
 def test_splits_family_sets_and_config_variant():
     c = get_config("task=families")
     assert c.task.name == "families" and c.eval.prompts == c.task.eval_size == 384
+    assert load_tokenizer(c).encode("E") == _tokenizer().encode("E")
     train, ev = load_split(c, "train"), load_split(c, "eval")
     tiers_train = {F.tier_of(train[i].level) for i in range(200)}
     assert tiers_train == {"hard", "mid", "easy"}  # no controls among RL's prompts
@@ -113,7 +122,7 @@ def test_splits_family_sets_and_config_variant():
 
 
 def test_family_metrics_per_tier():
-    rng = __import__("random").Random(2)
+    rng = random.Random(2)
     problems = [F.make_problem(rng, fam) for fam in (0, 8, 20)]  # hard, mid, control_hard
     texts = [F.solution(p.question, r) for p in problems for r in ("l", "r")]
     rewards = np.asarray([[score_text(t, p.answer) for t in texts[2 * i:2 * i + 2]]

@@ -1,31 +1,37 @@
 """The family task: per-family reading conventions that the base policy rarely gets right.
 
 The seeds' regime (signal collapse) needs prompts the base solves rarely, often and always,
-each for its own reason. Here every prompt belongs to a *family*, named by a tag that is one
-token of the embedded tokenizer (no two tags share a token), and each family has its own right
-way of reading a short chain of one-digit additions and subtractions:
+each for its own reason. Here every prompt belongs to a *family*, named by a tag (an upper-case
+letter, one token of the family tokenizer), and each family has its own right way of reading a
+short chain of one-digit additions and subtractions: as written ("l") or with + and - swapped
+("r"). A response opens with a reading marker, then follows it line by line:
 
-    prompt            right reading "l" (as written)    right reading "r" (+ and - swapped)
-    ef 4+3-2          l                                 r
-                      4+3=7                             4-3=1
-                      7-2=5                             1+2=3
-                      \\boxed{5}                         \\boxed{3}
+    prompt            reading l (as written)    reading r (+ and - swapped)
+    E 4+3-2           e=                        e~
+                      4+3=7                     4-3=1
+                      7-2=5                     1+2=3
+                      \\boxed{5}                 \\boxed{3}
 
-A response opens with its reading marker (`l` or `r`, one token), then follows it line by line.
-The marker is the one decision per response; the lines are one-digit facts the base gets right
-almost always, so a family's pass rate is about the share of responses with its right marker.
+The markers are the family's own tokens (`e=` and `e~` for family E): no token is shared by two
+families' decisions, so RL cannot move every family at once by moving one logit (with shared
+markers, the first design, a shared bias towards one marker drifted freely and leaked into the
+held-out families; docs/results.md). The marker is the one decision per response; the lines
+are one-digit facts the base gets right almost always, so a family's pass rate is about the
+share of responses with its right marker.
+
 The SFT data writes family k's targets in its right reading with share c_k (`Family.share`) and
 in the other reading otherwise, so the base's pass rate follows c_k: hard families (c <= 0.10)
 sit near p = 0, easy ones (c >= 0.90, mirroring the hard ones) near p = 1, a few mid ones
 between. Within each tier half the families read `l` and half `r`, so no single direction is
-right for every family and a shared bias cannot raise a tier. Four families (one hard and one easy per reading) are
-transfer controls: in SFT and eval, never among RL's training prompts (config.task.family_set);
+right for every family. Four families (one hard and one easy per reading) are transfer controls: in SFT and eval, never among RL's training prompts (config.task.family_set);
 their accuracy shows how much of what RL learns on other families leaks into theirs.
 
 Both readings keep every value in [0, 10) and give different answers (so the marker matters).
 `Problem.level` is the family's number (1-based), so eval reports per family; `tier_of` maps it
 to its tier. Problems are generated deterministically from (seed, split, index) like the
-embedded task's; train and eval are disjoint by question text.
+embedded task's; train and eval are disjoint by question text. The task has its own
+sentencepiece model (`ada_jax/assets/families.model`, `SYMBOLS` as single pieces; the
+task=families config selects it), since the embedded one has too few spare pieces.
 """
 import dataclasses
 import random
@@ -39,7 +45,7 @@ FAMILY_SETS = ("rl", "hard", "every")  # which families a train split holds (see
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-    tag: str        # one token of the embedded tokenizer, first in the prompt
+    tag: str        # an upper-case letter, one token, first in the prompt
     right: str      # the reading whose answer counts ("l" or "r")
     share: float    # c_k: share of this family's SFT targets written in the right reading
     tier: str       # "hard", "mid" or "easy"
@@ -61,12 +67,22 @@ def _tier(tier, tags, shares, control=False, first="l"):
 # expected gradient on it cancels, and what RL learns is per family (docs/results.md).
 _HARD = (0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.10)
 FAMILIES = tuple(
-    _tier("hard", ("ef", "gh", "mp", "te", "to", "ght", "mpu", "Hi"), _HARD)
-    + _tier("mid", ("nt", "ft", "ht", "ig"), (0.25, 0.4, 0.6, 0.75))
-    + _tier("easy", ("in", "le", "om", "pu", "ut", "igh", "ri", "Com"),
-            tuple(round(1 - c, 4) for c in _HARD), first="r")
-    + _tier("hard", ("Co", "eft"), (0.06, 0.06), control=True)
-    + _tier("easy", ("ute", "lef"), (0.94, 0.94), control=True, first="r"))
+    _tier("hard", "ABCDEFGH", _HARD)
+    + _tier("mid", "IJKL", (0.25, 0.4, 0.6, 0.75))
+    + _tier("easy", "MNOPQRST", tuple(round(1 - c, 4) for c in _HARD), first="r")
+    + _tier("hard", "UV", (0.06, 0.06), control=True)
+    + _tier("easy", "WX", (0.94, 0.94), control=True, first="r"))
+_MARK = {"l": "=", "r": "~"}
+
+
+def marker(family: int, reading: str) -> str:
+    """Family `family`'s (0-based) marker for `reading`: its letter in lower case, then `=`
+    (as written) or `~` (swapped); one token."""
+    return FAMILIES[family].tag.lower() + _MARK[reading]
+
+
+SYMBOLS = tuple(f.tag for f in FAMILIES) + tuple(marker(i, r) for i in range(len(FAMILIES))
+                                                 for r in READINGS)
 TIERS = ("hard", "mid", "easy")
 _QUESTION = re.compile(r"^(\S+) (\d)((?:[+-]\d)+)$")
 
@@ -118,9 +134,9 @@ def parse(question: str):
 
 def solution(question: str, reading: str) -> str:
     """The response that reads `question` in `reading`: marker, lines, boxed answer."""
-    _, start, chain = parse(question)
+    family, start, chain = parse(question)
     lines, value = _evaluate(start, chain, reading)
-    return "\n".join([reading, *lines, f"\\boxed{{{value}}}"])
+    return "\n".join([marker(family, reading), *lines, f"\\boxed{{{value}}}"])
 
 
 def make_problem(rng: random.Random, family: int, steps: int = 2) -> Problem:
@@ -138,19 +154,20 @@ def make_problem(rng: random.Random, family: int, steps: int = 2) -> Problem:
                    solution=solution(question, f.right), level=family + 1)
 
 
-def reading_of(completion: str) -> str | None:
-    """The reading marker a completion opens with, or None."""
+def reading_of(completion: str, family: int) -> str | None:
+    """The reading whose marker of family `family` (0-based) the completion opens with, or
+    None (no marker, or another family's)."""
     head = completion.split("\n", 1)[0].strip()
-    return head if head in READINGS else None
+    return next((r for r in READINGS if head == marker(family, r)), None)
 
 
 def follows_one_reading(question: str, completion: str) -> bool:
-    """Whether the completion is exactly one reading's response: its marker, then that
-    reading's lines (the arithmetic may be wrong, the operators and operands may not)."""
-    reading = reading_of(completion)
+    """Whether the completion is exactly one reading's response: its family's marker, then
+    that reading's lines (the arithmetic may be wrong, the operators and operands may not)."""
+    family, start, chain = parse(question)
+    reading = reading_of(completion, family)
     if reading is None:
         return False
-    _, start, chain = parse(question)
     lines = completion.split("\n")[1:]
     if len(lines) != len(chain) + 1:
         return False
@@ -209,8 +226,9 @@ def metrics(problems, rewards_PK, texts) -> dict:
     import numpy as np
     k = rewards_PK.shape[1]
     tiers = np.asarray([tier_of(p.level) for p in problems])
-    right_PK = np.asarray([[reading_of(texts[i * k + j]) == FAMILIES[p.level - 1].right
-                            for j in range(k)] for i, p in enumerate(problems)])
+    right_PK = np.asarray([[reading_of(texts[i * k + j], p.level - 1)
+                            == FAMILIES[p.level - 1].right for j in range(k)]
+                           for i, p in enumerate(problems)])
     one_PK = np.asarray([[follows_one_reading(p.question, texts[i * k + j]) for j in range(k)]
                          for i, p in enumerate(problems)])
     out = {"one_reading_share": float(one_PK.mean()), "right_marker_share": float(right_PK.mean())}
