@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import glob
 import json
+import logging
 import os
 import shutil
 
@@ -30,6 +31,8 @@ from safetensors.numpy import save_file
 
 from ada_jax import model as model_lib
 from ada_jax import sharding
+
+log = logging.getLogger(__name__)
 
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
 # ModelConfig fields a caller may set when loading; everything else comes from config.json.
@@ -475,17 +478,17 @@ def restore_params(workdir: str, step: int | None = None, mesh=None):
 
 
 def export_run(workdir: str, out_dir: str, *, step: int | None = None, dtype: str | None = None,
-               max_shard_bytes: int = 5 * 2**30) -> dict:
+               mesh=None, max_shard_bytes: int = 5 * 2**30) -> dict:
     """Export a training run's policy (latest checkpoint, or `step`) as a Hugging Face folder
     that `transformers` `generate()` runs with no extra arguments: safetensors + config.json
     (export_hf, architecture and max_position_embeddings of the run's init_from), the
     tokenizer files, and generation_config.json whose eos_token_id is the run's stop tokens
     (config.model.eos_token first, then extra_eos_tokens), with its bos and pad ids (and, unless
     the source sets it, max_new_tokens = the run's); the same ids go into config.json, the
-    tokens into tokenizer_config.json (eos_token, pad_token). Returns a summary (step, params,
-    files, the ids)."""
+    tokens into tokenizer_config.json (eos_token, pad_token). The params are read onto `mesh`
+    (restore_params). Returns a summary (step, params, files, the ids)."""
     from ada_jax import tokenizer as tok_lib
-    config, cfg, _, params, step = restore_params(workdir, step)
+    config, cfg, _, params, step = restore_params(workdir, step, mesh)
     m = config.model
     source = m.init_from if m.init_from and os.path.isdir(m.init_from) else None
     if source:  # the run's own length is not the checkpoint's
@@ -494,6 +497,9 @@ def export_run(workdir: str, out_dir: str, *, step: int | None = None, dtype: st
     files = export_hf(params, cfg, out_dir, source=source, dtype=dtype,
                       max_shard_bytes=max_shard_bytes)
     tok = tok_lib.load_tokenizer(config)
+    if not isinstance(tok, tok_lib.HFTokenizer):
+        log.warning("%s: the run's tokenizer is a sentencepiece model, which a Hugging Face "
+                    "folder cannot carry: %s has no tokenizer files", workdir, out_dir)
     eos = [tok.eos_id, *tok_lib.extra_eos_ids(tok, config)]
     ids = dict(bos_token_id=tok.bos_id, eos_token_id=eos if len(eos) > 1 else eos[0],
                pad_token_id=tok.pad_id)

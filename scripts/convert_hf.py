@@ -31,14 +31,14 @@ def main():
     if bool(a.hf_dir) == bool(a.workdir) or (a.workdir and not a.out):
         p.error("give --hf_dir (and optionally --out), or --workdir and --out")
     shard = int(a.max_shard_gb * 2**30)
-    if a.workdir:
-        got = convert.export_run(a.workdir, a.out, step=a.step, dtype=a.dtype,
-                                 max_shard_bytes=shard)
-        print(f"exported step {got['step']} of {a.workdir} ({convert.human_count(got['params'])} "
-              f"params) to {a.out}: {len(got['files'])} safetensors files, eos_token_id "
-              f"{got['eos_token_id']}, pad_token_id {got['pad_token_id']}")
-        return
     mesh = sharding.make_mesh(dict(zip(sharding.AXES, map(int, a.mesh.split(",")))))
+    if a.workdir:
+        got = convert.export_run(a.workdir, a.out, step=a.step, dtype=a.dtype, mesh=mesh,
+                                 max_shard_bytes=shard)
+        n = convert.human_count(got["params"])
+        return print(f"exported step {got['step']} of {a.workdir} ({n} params) to {a.out}: "
+                     f"{len(got['files'])} safetensors files, eos_token_id "
+                     f"{got['eos_token_id']}, pad_token_id {got['pad_token_id']}")
     cfg, _, params = convert.load_hf_checkpoint(a.hf_dir, mesh, base.get_config("").sharding_rules,
                                                 param_dtype=a.dtype or "bfloat16")
     print(f"loaded {convert.human_count(model_lib.count_params(params))} params onto mesh "
