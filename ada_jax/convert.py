@@ -477,6 +477,13 @@ def restore_params(workdir: str, step: int | None = None, mesh=None):
     return config, cfg, graphdef, arrays["trainable"]["model"], step
 
 
+def _update_json(file: str, values: dict, defaults: dict | None = None) -> None:
+    """Rewrite the JSON object in file (or {}) with values set and defaults where missing."""
+    obj = _read_json(file) if os.path.exists(file) else {}
+    with open(file, "w") as f:
+        json.dump({**(defaults or {}), **obj, **values}, f, indent=2)
+
+
 def export_run(workdir: str, out_dir: str, *, step: int | None = None, dtype: str | None = None,
                mesh=None, max_shard_bytes: int = 5 * 2**30) -> dict:
     """Export a training run's policy (latest checkpoint, or `step`) as a Hugging Face folder
@@ -510,16 +517,12 @@ def export_run(workdir: str, out_dir: str, *, step: int | None = None, dtype: st
             for name in SOURCE_FILES[1:]:
                 if os.path.exists(os.path.join(tok_dir, name)):
                     shutil.copy(os.path.join(tok_dir, name), os.path.join(out_dir, name))
-        for name, extra in (("generation_config.json", {}), ("config.json", {}),
-                            ("tokenizer_config.json", dict(eos_token=tok.decode([tok.eos_id]),
-                                                           pad_token=tok.decode([tok.pad_id])))):
-            file = os.path.join(out_dir, name)
-            if name == "tokenizer_config.json" and not os.path.exists(file):
-                continue
-            obj = _read_json(file) if os.path.exists(file) else {}
-            obj.update(ids if name != "tokenizer_config.json" else extra)
-            if name == "generation_config.json" and "max_new_tokens" not in obj:
-                obj["max_new_tokens"] = config.sampling.max_new_tokens  # not HF's 20 in all
-            with open(file, "w") as f:
-                json.dump(obj, f, indent=2)
+        # max_new_tokens: the run's unless the source sets it (transformers' default is 20
+        # tokens in all, prompt included)
+        _update_json(os.path.join(out_dir, "generation_config.json"), ids,
+                     defaults=dict(max_new_tokens=config.sampling.max_new_tokens))
+        _update_json(os.path.join(out_dir, "config.json"), ids)
+        if os.path.exists(os.path.join(out_dir, "tokenizer_config.json")):
+            _update_json(os.path.join(out_dir, "tokenizer_config.json"), dict(
+                eos_token=tok.decode([tok.eos_id]), pad_token=tok.decode([tok.pad_id])))
     return dict(step=step, params=model_lib.count_params(params), files=files, **ids)
