@@ -220,9 +220,9 @@ def test_sigkill_resume_evaluate_and_export_through_the_scripts(stand_in, math_f
     """scripts/train.py on the Llama stand-in in stream mode, killed after a save and resumed,
     ends bitwise equal to an unbroken run; scripts/evaluate.py reads the workdir; and
     scripts/convert_hf.py exports it for transformers' generate() (Llama-3.2's sampling
-    defaults), whose samples stop at <|eot_id|>."""
+    defaults), whose samples stop at <|eot_id|>, and names model=hf for the stand-in folder."""
     from tests.test_train import _meta_without_timing, _metrics_without_timing, _restore
-    path, steps = stand_in("llama"), 4
+    path, steps = stand_in("llama"), 6
     extra = {"adaptive.mode": "stream", "rl.steps": steps, "checkpoint.every": 1}
     ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
     subprocess.run(_cli("train.py", ref, path, math_file, **extra) + ["--plots=false"],
@@ -232,7 +232,7 @@ def test_sigkill_resume_evaluate_and_export_through_the_scripts(stand_in, math_f
     deadline = time.time() + 300
     while proc.poll() is None and _latest_step(run) < 1 and time.time() < deadline:
         time.sleep(0.05)
-    time.sleep(random.Random(0).uniform(0.0, 1.0))
+    time.sleep(random.Random(0).uniform(0.0, 0.5))  # at a random moment after the first save
     assert proc.poll() is None, "the run ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -256,6 +256,10 @@ def test_sigkill_resume_evaluate_and_export_through_the_scripts(stand_in, math_f
                           f"--workdir={run}", f"--out={out}"], check=True, env=_env(),
                          capture_output=True, text=True)
     assert f"exported step {steps} of {run}" in got.stdout and "K params" in got.stdout
+    got = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "convert_hf.py"),
+                          f"--hf_dir={path}"], check=True, env=_env(), capture_output=True,
+                         text=True)
+    assert f"model=hf --config.model.init_from={path}" in got.stdout  # not in MODELS
     hf_tok = transformers.AutoTokenizer.from_pretrained(out)
     hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
     end = hf_tok.convert_tokens_to_ids("<|eot_id|>")
