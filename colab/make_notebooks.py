@@ -93,7 +93,7 @@ ALGOS = {"Ada-Seq-balance": "ada_balance", "GRPO-n4": "grpo"}
 
 
 def make_config(algo):
-    c = base.get_config(f"algo={algo},model=tiny" + (",smoke=True" if SMOKE else ""))
+    c = base.get_config(f"algo={algo},model=tiny,task=embedded" + (",smoke=True" if SMOKE else ""))
     c.unlock()
     c.sft.base_dir = os.path.join(RUNS, "base")  # one warm start shared by both runs
     if SMOKE:
@@ -378,7 +378,7 @@ INSPECT = [
     '''),
     _code(SMOKE_OVERRIDES + r'''
 
-config = base.get_config(os.environ.get("ADA_JAX_CONFIG", "algo=ada_balance")
+config = base.get_config(os.environ.get("ADA_JAX_CONFIG", "algo=ada_balance,task=embedded")
                          + (",smoke=True" if SMOKE else ""))
 config.unlock()
 if SMOKE:

@@ -92,7 +92,7 @@ def _model_config(name):
 
 def get_config(arg: str = ""):
     """Defaults, then variant args `algo=…,model=…,task=…,smoke=True`."""
-    args = dict(algo="ada_balance", model="tiny", task="embedded", smoke="False")
+    args = dict(algo="ada_balance", model="tiny", task="families", smoke="False")
     for kv in filter(None, (arg or "").split(",")):
         if "=" not in kv:
             raise ValueError(f"config arg {kv!r} is not key=value")
@@ -211,8 +211,10 @@ def get_config(arg: str = ""):
         c.eval.every = 50
         c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
 
-    if args["task"] == "families":  # tasks/families.py: 24 families x 16 held-out prompts
-        c.model.tokenizer = "families"  # its tags and markers are single tokens
+    if args["task"] == "families" and c.model.name in MODELS and c.model.name not in PRETRAINED:
+        # tasks/families.py: 24 families x 16 held-out prompts; its own tokenizer, whose tags
+        # and markers are single tokens
+        c.model.tokenizer = "families"
         c.task.eval_size = c.eval.prompts = 384
         c.sampling.max_new_tokens = 32
 

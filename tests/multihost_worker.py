@@ -36,7 +36,7 @@ from ada_jax.sampling import SamplingConfig, sample
 from configs import base
 from tests.helpers import TINY
 
-RULES = base.get_config("").sharding_rules
+RULES = base.get_config("task=embedded").sharding_rules
 MESH = dict(data=1, fsdp=4, tensor=2)
 ARITH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "arith", "arith_sample")
 

@@ -389,7 +389,7 @@ def test_refill_without_exit_rule_is_continuous_batching():
 # ----------------------------------------------------------------------------- audit (issue #15)
 def _trainer_engine(arg, **overrides):
     """The trainer's EngineConfig for a config variant, on the one-token oracle."""
-    c = base.get_config(arg)
+    c = base.get_config(arg + ",task=embedded")
     for k, v in overrides.items():
         c.adaptive[k] = v
     cfg, group, _ = train.engine_config(c)
@@ -416,7 +416,7 @@ def test_trainer_pos_rule_keeps_full_groups():
 
 def test_trainer_refill_defaults_match_the_benchmark():
     """docs/benchmarks.md: refill at <= 2 slots per prompt and overcommit 0.75."""
-    c = base.get_config("algo=ada_balance")
+    c = base.get_config("algo=ada_balance,task=embedded")
     assert c.adaptive.slots / c.rl.prompts_per_step <= 2
     assert c.adaptive.overcommit == 0.75
     cfg, _, _ = train.engine_config(c)
@@ -425,7 +425,7 @@ def test_trainer_refill_defaults_match_the_benchmark():
 
 @pytest.mark.parametrize("field,value", [("min_pool", -1), ("overcommit", 1.5)])
 def test_config_rejects_bad_adaptive_values(field, value):
-    c = base.get_config("")
+    c = base.get_config("task=embedded")
     c.unlock()
     c.adaptive[field] = value
     from ada_jax.config_check import validate

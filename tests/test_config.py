@@ -21,12 +21,12 @@ def test_every_model_variant_builds(model):
 
 @pytest.mark.parametrize("algo", sorted(base.ALGOS))
 def test_every_algo_variant_builds(algo):
-    c = base.get_config(f"algo={algo},smoke=True")
+    c = base.get_config(f"algo={algo},smoke=True,task=embedded")
     assert c.algo == algo and c.smoke
 
 
 def test_command_line_overrides():
-    argv = ["prog", "--config=configs/base.py:algo=grpo,model=small",
+    argv = ["prog", "--config=configs/base.py:algo=grpo,model=small,task=embedded",
             "--config.rl.steps=7", "--config.sampling.temperature=0.5"]
     fv = flags.FlagValues()
     config_flags.DEFINE_config_file("config", "configs/base.py", flag_values=fv, sys_argv=argv)
@@ -54,7 +54,7 @@ def test_command_line_overrides():
     ("sft.max_level", -1, "config.sft.max_level"),
 ])
 def test_invalid_values_name_the_field(field, value, match):
-    c = base.get_config("")
+    c = base.get_config("task=embedded")
     c.unlock()
     section, name = field.split(".")
     c[section][name] = value
@@ -107,7 +107,7 @@ INF = float("inf")
 def test_numeric_bounds(field, bad, good, allowed):
     """Each bound both ways: the bad value is refused with the field, the value and the allowed
     range in the message; the good one (at or next to the bound) passes."""
-    c = base.get_config("")
+    c = base.get_config("task=embedded")
     c.unlock()
     section, name = field.split(".")
     c[section][name] = bad
@@ -150,7 +150,7 @@ def test_unknown_command_line_field_is_named(script):
 def test_a_bool_is_not_a_count():
     """Python's True is the int 1: a count set to True (in code; the command line parses by
     the field's type) is refused, not run as one step."""
-    c = base.get_config("algo=grpo")
+    c = base.get_config("algo=grpo,task=embedded")
     c.rl.steps = True
     with pytest.raises(ValueError, match=re.escape("config.rl.steps=True: must be a positive "
                                                    "integer")):

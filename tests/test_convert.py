@@ -23,7 +23,7 @@ from tests.helpers import logit_diff_vs_hf
 
 transformers = pytest.importorskip("transformers")
 
-RULES = base.get_config("").sharding_rules
+RULES = base.get_config("task=embedded").sharding_rules
 V = 96
 COMMON = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,

@@ -224,7 +224,7 @@ def test_generated_task_prompts_must_fit_with_their_strongest_hint(tmp_path):
     the length needed and the fields that change it; never skipped (on_bad_row)."""
     from ada_jax import train
     from ada_jax.tokenizer import prompt_ids, render_prompt
-    c = get_config("smoke=True")  # 256 train problems, levels 1-8
+    c = get_config("smoke=True,task=embedded")  # 256 train problems, levels 1-8
     c.unlock()
     tok = load_tokenizer(c)
     src = EmbeddedSource("train", c.task.train_size, c.task.seed)

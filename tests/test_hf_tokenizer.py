@@ -148,7 +148,7 @@ def test_load_tokenizer_from_config(qwen):
     config.model.tokenizer = qwen
     t = tok_lib.load_tokenizer(config)
     assert isinstance(t, tok_lib.HFTokenizer) and t.vocab_size <= config.model.vocab_size
-    small = base.get_config("model=tiny")  # 128 ids cannot hold a 300-token vocabulary
+    small = base.get_config("model=tiny,task=embedded")  # 128 ids cannot hold a 300-token vocabulary
     small.model.tokenizer = qwen
     with pytest.raises(ValueError, match="more than config.model.vocab_size=128"):
         tok_lib.load_tokenizer(small)

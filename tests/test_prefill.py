@@ -49,7 +49,7 @@ def test_chunked_prefill_equals_one_shot(remat):
 
 
 def test_chunked_prefill_with_rows_sharded_over_the_mesh():
-    rules = base.get_config("").sharding_rules
+    rules = base.get_config("task=embedded").sharding_rules
     mesh = sharding.make_mesh(dict(data=2, fsdp=2, tensor=2))
     cfg = model_lib.ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                                 d_ff=64, head_dim=8, max_len=64)

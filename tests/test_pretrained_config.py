@@ -33,7 +33,7 @@ def test_pretrained_variants_carry_the_reference_run(name):
 
 
 def test_embedded_default_is_untouched():
-    c = base.get_config("")
+    c = base.get_config("task=embedded")
     assert (c.model.eos_token, c.model.pad_token, c.model.extra_eos_tokens) == ("", "", ())
     assert c.sampling.prefill_chunk == 0 and c.model.param_dtype == "float32"
 
@@ -100,7 +100,7 @@ def test_llama_stop_tokens(tmp_path):
 
 
 def _tiny_checkpoint(tmp_path, **changes):
-    c = base.get_config("model=tiny")
+    c = base.get_config("model=tiny,task=embedded")
     cfg = model_lib.ModelConfig.from_config(c.model)
     _, params = nnx.split(model_lib.Transformer(cfg, nnx.Rngs(0)))
     convert.export_hf(params, cfg, str(tmp_path / "hf"), model_type="llama")

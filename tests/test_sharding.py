@@ -12,7 +12,7 @@ from ada_jax import sharding
 from configs import base
 from tests.helpers import TINY
 
-RULES = base.get_config("").sharding_rules
+RULES = base.get_config("task=embedded").sharding_rules
 
 
 def _loss(graphdef, params, toks, mask):

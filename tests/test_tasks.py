@@ -40,7 +40,7 @@ def test_golden_problem():
 
 
 def test_train_and_eval_are_disjoint():
-    c = get_config("")
+    c = get_config("task=embedded")
     train = {p.question for p in load_split(c, "train")}
     evals = [p for p in load_split(c, "eval")]
     assert len(train) > 0.6 * c.task.train_size and len(evals) == c.task.eval_size  # L1-4 repeat
@@ -81,7 +81,7 @@ def test_levels_get_harder():
 def test_token_lengths_fit_the_default_budget():
     """prompt (BOS + question) <= max_prompt_len and solution + EOS <= max_new_tokens; a
     strength-3 hint makes prompts up to 100 tokens (docs/data.md)."""
-    c, tok = get_config(""), SentencePieceTokenizer()
+    c, tok = get_config("task=embedded"), SentencePieceTokenizer()
     prompt_len = solution_len = hinted_len = 0
     for p in EmbeddedSource("train", 2000, seed=4):
         prompt_len = max(prompt_len, len(prompt_ids(tok, render_prompt(p.question, "embedded"))))
@@ -137,7 +137,7 @@ def test_solution_styles_and_their_detection():
 
 def test_sft_mixes_the_styles_and_stops_at_sft_max_level():
     from ada_jax.sft import sft_rows, sft_task
-    c, tok = get_config(""), SentencePieceTokenizer()
+    c, tok = get_config("task=embedded"), SentencePieceTokenizer()
     assert (c.sft.careful_share, c.sft.max_level) == (0.3, 6)
     sft_source = load_split(sft_task(c), "train")
     assert {sft_source[i].level for i in range(80)} == set(range(1, 7))

@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_grpo_raises_held_out_accuracy_on_the_embedded_testbed(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     cmd = [sys.executable, os.path.join(ROOT, "scripts", "train.py"),
-           "--config=" + os.path.join(ROOT, "configs", "base.py") + ":algo=grpo",
+           "--config=" + os.path.join(ROOT, "configs", "base.py") + ":algo=grpo,task=embedded",
            f"--workdir={tmp_path}", "--config.rl.n=8", "--config.rl.steps=20",
            "--config.eval.every=20", "--config.eval.prompts=256", "--config.task.eval_size=256",
            "--config.log.progress=False", "--plots=false"]

@@ -93,7 +93,7 @@ def test_hf_tokenizer_overrides_and_errors(tmp_path):
 
 
 def test_load_tokenizer_from_config(tmp_path):
-    c = get_config("")
+    c = get_config("task=embedded")
     tok = load_tokenizer(c)
     assert isinstance(tok, SentencePieceTokenizer)
     c.model.vocab_size = 16

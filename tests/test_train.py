@@ -25,7 +25,7 @@ OVERRIDES = {"sft.steps": 0, "task.reward": "synthetic", "eval.every": 0, "log.p
 
 
 def _config(algo, **overrides):
-    c = base.get_config(f"algo={algo},smoke=True")
+    c = base.get_config(f"algo={algo},smoke=True,task=embedded")
     c.unlock()
     for k, v in {**OVERRIDES, **overrides}.items():
         section, name = k.split(".")
