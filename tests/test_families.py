@@ -130,3 +130,45 @@ def test_family_metrics_per_tier():
     m = F.metrics(problems, rewards, texts)
     assert m["one_reading_share"] == 1.0 and m["right_marker_share"] == 0.5
     assert m["tier_hard/avg@2"] == 0.5 and m["tier_control_hard/avg@2"] == 0.5
+
+
+def _run(script, tmp_path, *args):
+    """A script of scripts/ as a user runs it: one CPU device, full XLA optimisation."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    subprocess.run([sys.executable, os.path.join(root, "scripts", script), *args], check=True,
+                   env=env, cwd=root, timeout=1800, stdout=subprocess.DEVNULL)
+
+
+@pytest.mark.slow
+def test_regime_holds_and_ada_balance_lifts_hard_families_more(tmp_path):
+    """From the shipped recipe (slow: ~8 min): the base's tails and hard share, one reading per
+    response, and at matched steps Ada-Seq-balance lifts the hard families more than GRPO-n4
+    (docs/results.md: hard tier 0.06 -> 0.52 vs 0.26 at step 20, one seed; 3 seeds at step 40
+    in the results)."""
+    import json
+    base = tmp_path / "base"
+    _run("sft.py", tmp_path, f"--workdir={tmp_path}", "--config.log.progress=False")
+    report = json.load(open(base / "pass_rates.json"))
+    assert report["prompts"] == 384 and report["k"] == 16
+    assert report["share_p_lt_0.1"] >= 0.2 and report["share_p_gt_0.9"] >= 0.2
+    assert report["share_p_in_(0,0.15)"] >= 0.15
+    assert report["one_reading_share"] >= 0.94  # 0.958 measured; the issue's bar is 0.95
+    assert report["tier_hard/avg@16"] < 0.12 and report["tier_easy/avg@16"] > 0.88
+    gains = {}
+    for algo in ("grpo", "ada_balance"):
+        wd = tmp_path / algo
+        _run("train.py", tmp_path, f"--config=configs/base.py:algo={algo}", f"--workdir={wd}",
+             f"--config.sft.base_dir={base}", "--config.rl.steps=20", "--config.eval.every=20",
+             "--config.log.progress=False", "--plots=false")
+        evals = [r for r in map(json.loads, open(wd / "metrics.jsonl")) if "eval/avg@4" in r]
+        assert [r["step"] for r in evals] == [0, 20]
+        gains[algo] = evals[-1]["eval/tier_hard/avg@4"] - evals[0]["eval/tier_hard/avg@4"]
+        for tier in ("control_hard", "control_easy"):  # transfer controls stay put
+            key = f"eval/tier_{tier}/avg@4"
+            assert abs(evals[-1][key] - evals[0][key]) <= 0.10, (algo, tier, evals)
+    # measured: +0.45 vs +0.19 (seed 0); eval sd on the hard tier is about 0.03
+    assert gains["ada_balance"] > gains["grpo"] + 0.1, gains
