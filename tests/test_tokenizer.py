@@ -47,11 +47,13 @@ def test_decode_tolerates_ids_past_the_vocabulary(tok):
     assert isinstance(tok.decode([5, 127, 100, 2, 3, 0]), str)
 
 
-def test_embedded_asset_is_reproducible(tmp_path):
-    out = tmp_path / "embedded.model"
+@pytest.mark.parametrize("task,asset", [("embedded", "embedded.model"),
+                                        ("families", "families.model")])
+def test_packaged_tokenizers_are_reproducible(tmp_path, task, asset):
+    out = tmp_path / asset
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_tokenizer.py"),
-                    f"--out={out}"], check=True, cwd=ROOT, capture_output=True)
-    with open(os.path.join(ROOT, "ada_jax", "assets", "embedded.model"), "rb") as f:
+                    f"--task={task}", f"--out={out}"], check=True, cwd=ROOT, capture_output=True)
+    with open(os.path.join(ROOT, "ada_jax", "assets", asset), "rb") as f:
         assert out.read_bytes() == f.read()
 
 
