@@ -164,8 +164,9 @@ def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], reference: str) -> lis
 
 
 def run_summary(workdir: str) -> str:
-    """A few lines for the console: held-out accuracy, careful share and response length at
-    the first and last eval, and what the run cost."""
+    """A few lines for the console: held-out accuracy (per tier on the family task), careful
+    share (embedded task) and response length at the first and last eval, and what the run
+    cost."""
     recs = load_metrics(workdir)
     k = _eval_key(recs)
     evals = [r for r in recs if k and k in r]
@@ -174,11 +175,14 @@ def run_summary(workdir: str) -> str:
     first, last = evals[0], evals[-1]
     lines = [f"held-out {k[5:]}: step {first['step']} "
              f"{first[k]:.3f} -> step {last['step']} {last[k]:.3f} ({last[k] - first[k]:+.3f})"]
-    for key, name in (("eval/careful_share", "careful share"),
+    order = ("hard", "mid", "easy", "control_hard", "control_easy")
+    tiers = [(f"eval/tier_{t}{k[4:]}", f"  {t.replace('_', ' ')} families") for t in order]
+    for key, name in (*tiers, ("eval/careful_share", "careful share"),
                       ("eval/response_len", "response length (tokens)")):
         if key in first and key in last:
             lines.append(f"{name}: {first[key]:.2f} -> {last[key]:.2f}")
-    lines.append(f"generated tokens {recs[-1].get('cum_generated_tokens', 0):,}, "
+    lines.append(f"generated tokens {recs[-1].get('cum_generated_tokens', 0):,}, cost "
+                 f"{recs[-1].get('cost_samples', 0):,} samples (generated + trained), "
                  f"RL wall {recs[-1].get('cum_wall', 0.0):.0f} s")
     return "\n".join(lines)
 

@@ -17,7 +17,8 @@ def _run(tmp_path, name, evals, train_evals, eff):
     d.mkdir()
     with open(d / "metrics.jsonl", "w") as f:
         for step in range(21):
-            rec = {"step": step, "cum_generated_tokens": 1000 * step, "cum_wall": 2.0 * step}
+            rec = {"step": step, "cum_generated_tokens": 1000 * step, "cum_wall": 2.0 * step,
+                   "cost_samples": 100 * step, "cost_flop_tokens": 3000 * step}
             if step:
                 rec.update(effective_prompt_ratio=eff, samples_per_prompt_mean=4.0)
             if step % 10 == 0:
@@ -39,6 +40,26 @@ def test_summary_row(tmp_path):
     at = plots.summary_row(d, at_tokens=15_000)  # halfway between the evals at 10k and 20k
     assert at["eval_at_tokens"] == pytest.approx(0.41) and at["train_eval_at_tokens"] == 0.675
     assert plots.summary_row(d, at_tokens=25_000)["eval_at_tokens"] is None  # past the run
+
+
+def test_cost_to_reach_and_the_cost_bar(tmp_path):
+    """The seed-mean curve is interpolated linearly between evals; the bar divides by the
+    reference's final cost (mean over its seeds)."""
+    ref = [_run(tmp_path, f"ref{s}", [0.3, 0.4, e], [0, 0, 0], eff=0.5)
+           for s, e in enumerate((0.5, 0.6))]  # final 0.55 at cost 2000
+    fast = [_run(tmp_path, "fast", [0.3, 0.6, 0.7], [0, 0, 0], eff=0.5)]
+    slow = [_run(tmp_path, "slow", [0.3, 0.35, 0.4], [0, 0, 0], eff=0.5)]
+    # fast: 0.3 at 0 -> 0.6 at 1000 samples: 0.55 is reached 5/6 of the way
+    assert plots.cost_to_reach(fast, 0.55, "cost_samples") == pytest.approx(1000 * 5 / 6)
+    assert plots.cost_to_reach(slow, 0.55, "cost_samples") is None
+    assert plots.cost_to_reach(ref, 0.55, "cost_samples") == pytest.approx(2000)
+    rows = {r["method"]: r for r in plots.cost_bar([("ref", ref), ("fast", fast),
+                                                    ("slow", slow)], "ref")}
+    assert rows["fast"]["target"] == pytest.approx(0.55)
+    assert rows["fast"]["cost_samples_vs_ref"] == pytest.approx(5 / 12)
+    assert rows["fast"]["cost_flop_tokens_vs_ref"] == pytest.approx(5 / 12)
+    assert rows["ref"]["cost_samples_vs_ref"] == pytest.approx(1.0)
+    assert rows["slow"]["cost_samples_vs_ref"] is None
 
 
 def test_compare_script_averages_seeds(tmp_path):
