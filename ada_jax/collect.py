@@ -6,6 +6,7 @@ from each prompt's pass-rate history), gvm (a pilot call, then gradient-variance
 hints). Each returns (problems, Batch, prompt ids, prompt mask, metrics).
 """
 import functools
+import logging
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,8 @@ from ada_jax.learn import global_norm, training_rows
 from ada_jax.rewards import synthetic
 from ada_jax.rewards.embedded import encode_answers, token_scorer
 from ada_jax.tasks.problem import Problem
+
+log = logging.getLogger(__name__)
 
 ANSWER_LEN = 16  # max answer tokens for the jittable verifier
 
@@ -204,7 +207,7 @@ def collect(ctx, params, iterator, key, state):
     if c.adaptive.policy == "gvm":
         return (problems,) + _gvm_collect(ctx, params, problems, key)
     if c.adaptive.policy == "dapo":
-        return _dapo_collect(ctx, params, iterator, problems, key)
+        return _dapo_collect(ctx, params, iterator, problems, key, state)
     _, batch, toks, mask, met = run_engine(ctx, params, problems, key)
     return problems, batch, toks, mask, met
 
@@ -240,13 +243,16 @@ _SUMMED = ("samples_total", "generated_tokens", "decode_steps", "chunks", "cut_t
            "samples_launched")
 
 
-def _dapo_collect(ctx, params, iterator, problems, key):
+def _dapo_collect(ctx, params, iterator, problems, key, state):
     """DAPO dynamic sampling: draw prompt batches (n samples each), keep groups with mixed
-    rewards until B are collected; a clear error past dapo_max_gen_batches (as verl)."""
+    rewards until B are collected. Past adaptive.dapo_max_gen_batches, dapo_at_cap="train"
+    trains on the mixed groups found (the missing ones are masked-out groups, so shapes stay
+    fixed), counts them (dapo_cap_hit, dapo_short_groups) and warns once per run; "error" stops
+    the run as verl does."""
     c = ctx.config
-    B = len(problems)
-    kept, met = [], {}
-    for gen_batch in range(c.adaptive.dapo_max_gen_batches):
+    B, cap = len(problems), c.adaptive.dapo_max_gen_batches
+    kept, spare, met = [], [], {}
+    for gen_batch in range(cap):
         if gen_batch:
             problems = next(iterator)
         _, batch, toks, mask, m = run_engine(ctx, params, problems,
@@ -255,19 +261,37 @@ def _dapo_collect(ctx, params, iterator, problems, key):
         met = m if not met else {k: met[k] + m[k] if k in _SUMMED else met[k] for k in met}
         r, valid = np.asarray(batch.reward_BG), np.asarray(batch.mask_BG)
         n_pos = (r * valid).sum(1)
-        mixed = np.flatnonzero((n_pos > 0) & (n_pos < valid.sum(1)))
-        kept.extend((problems[i], jax.tree.map(lambda x: x[i], batch), toks[i], mask[i])
-                    for i in mixed)
+        is_mixed = (n_pos > 0) & (n_pos < valid.sum(1))
+        group = lambda i: (problems[i], jax.tree.map(lambda x: x[i], batch), toks[i],  # noqa
+                           mask[i])
+        kept.extend(group(i) for i in np.flatnonzero(is_mixed))
         if len(kept) >= B:
-            kept = kept[:B]
-            met["dapo_gen_batches"] = gen_batch + 1
-            batch = jax.tree.map(lambda *xs: jnp.stack(xs), *[k[1] for k in kept])
-            return ([k[0] for k in kept], batch, np.stack([k[2] for k in kept]),
-                    np.stack([k[3] for k in kept]), met)
-    raise RuntimeError(
-        f"DAPO dynamic sampling: {c.adaptive.dapo_max_gen_batches} generation batches gave "
-        f"only {len(kept)} of {B} groups with mixed rewards; raise "
-        f"config.adaptive.dapo_max_gen_batches or lower config.rl.prompts_per_step")
+            break
+        spare = [group(i) for i in np.flatnonzero(~is_mixed)][:B]  # the latest batch's
+    short = max(B - len(kept), 0)
+    met.update(dapo_gen_batches=gen_batch + 1, dapo_cap_hit=int(short > 0),
+               dapo_short_groups=short)
+    if short:
+        msg = (f"DAPO dynamic sampling: {cap} generation batches gave only {len(kept)} of {B} "
+               f"groups with mixed rewards")
+        if c.adaptive.dapo_at_cap == "error":
+            raise RuntimeError(f"{msg}; raise config.adaptive.dapo_max_gen_batches, lower "
+                               f"config.rl.prompts_per_step, or set "
+                               f"config.adaptive.dapo_at_cap='train'")
+        if not state.get("dapo_warned"):
+            log.warning("%s: training on those (the step's other %d groups are masked out; "
+                        "metrics dapo_cap_hit, dapo_short_groups count it). Warned once per "
+                        "run; raise config.adaptive.dapo_max_gen_batches to sample further.",
+                        msg, short)
+            state["dapo_warned"] = True
+        empty = lambda b: b.replace(mask_BG=jnp.zeros_like(b.mask_BG),  # noqa: E731
+                                    len_BG=jnp.zeros_like(b.len_BG),
+                                    reward_BG=jnp.zeros_like(b.reward_BG))
+        kept += [(p, empty(b), t, m) for p, b, t, m in spare[:short]]
+    kept = kept[:B]
+    batch = jax.tree.map(lambda *xs: jnp.stack(xs), *[k[1] for k in kept])
+    return ([k[0] for k in kept], batch, np.stack([k[2] for k in kept]),
+            np.stack([k[3] for k in kept]), met)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature"))

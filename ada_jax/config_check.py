@@ -25,6 +25,7 @@ _CHOICES = {
     "adaptive.exit_rule": ("none", "pos", "balance"),
     "adaptive.mode": ("rounds", "refill", "stream"),
     "adaptive.at_budget": ("keep", "drop"),
+    "adaptive.dapo_at_cap": ("train", "error"),
     "adaptive.select_order": ("generation", "random"),
     "adaptive.est_weight": ("inv_sqrt", "inv", "optimal"),
     "rl.advantage": ("grpo", "drgrpo", "rloo", "raft", "liteppo", "reinforce_pp", "pool"),

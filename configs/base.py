@@ -146,6 +146,8 @@ def get_config(arg: str = ""):
     # most allowed) are admitted ahead of each step so slots need not wait for a straggler;
     # trained samples may be up to stream_max_lag updates old (PPO-corrected), unless
     # stream_on_policy, which restarts carried-over prompts.
+    # dapo_at_cap: when dapo_max_gen_batches prompt batches give fewer than B mixed groups,
+    # "train" on those (counted in the metrics, warned once) or stop with an "error" (verl).
     c.adaptive = ml_collections.ConfigDict(dict(
         policy=algo["policy"], exit_rule=algo.get("exit_rule", "none"), mode="refill",
         k_pos=2, k_neg=2, samples_per_round=8, max_rounds=4, at_budget="keep",
@@ -153,7 +155,7 @@ def get_config(arg: str = ""):
         est_decay=0.9, est_alpha=1.0, est_beta=16.0, est_weight="inv_sqrt",
         est_budget_per_prompt=8, gvm_pilot=8, gvm_budget_per_prompt=8, gvm_alpha=1e-3,
         gvm_beta=2.0, overcommit=0.75,
-        dapo_max_gen_batches=4, stream_ahead=-1, stream_max_lag=1, stream_on_policy=False))
+        dapo_max_gen_batches=4, dapo_at_cap="train", stream_ahead=-1, stream_max_lag=1, stream_on_policy=False))
 
     c.rl = ml_collections.ConfigDict(dict(
         steps=40, prompts_per_step=16, n=algo["n"], advantage=algo["advantage"],

@@ -372,3 +372,40 @@ def test_daro_weights_have_their_own_learning_rate(tmp_path):
     for a, b in zip(jax.tree.leaves(before["model"]), jax.tree.leaves(after["model"])):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(np.abs(after["daro"] - before["daro"]), 0.05, rtol=1e-3)
+
+
+def test_dapo_at_its_cap_trains_on_the_groups_it_has(tmp_path, caplog):
+    """One generation batch (the cap) rarely gives B mixed groups: the step trains on those it
+    has (the rest masked out, finite advantages), counts it in the metrics and warns once;
+    dapo_at_cap="error" stops (as verl). The whole loop at the cap: the slow test below."""
+    from ada_jax import collect
+    from ada_jax.tasks import PromptIterator
+    c = _config("dapo", **{"adaptive.dapo_max_gen_batches": 1})
+    ctx, params = train.setup(c, str(tmp_path))
+    iterator, state = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=0), {}
+    mets = []
+    for step in range(2):
+        _, batch, toks, mask, met = collect.collect(ctx, params, iterator,
+                                                    jax.random.key(step), state)
+        groups = np.asarray(batch.mask_BG).any(1)
+        assert met["dapo_short_groups"] == c.rl.prompts_per_step - groups.sum()
+        rows = learn.prepare_rows(ctx, batch, toks, mask, c.rl.prompts_per_step * c.rl.n, None)
+        assert np.isfinite(np.asarray(rows["adv"])).all()
+        mets.append(met)
+    assert [m["dapo_cap_hit"] for m in mets] == [1, 1] and mets[0]["dapo_gen_batches"] == 1
+    assert caplog.text.count("DAPO dynamic sampling: 1 generation batches gave only 2 of 4") == 1
+    c.adaptive.dapo_at_cap = "error"
+    with pytest.raises(RuntimeError, match="raise config.adaptive.dapo_max_gen_batches"):
+        collect.collect(ctx, params, iterator, jax.random.key(0), state)
+
+
+@pytest.mark.slow
+def test_dapo_defaults_run_to_the_end_on_the_default_task(tmp_path):
+    """`scripts/train.py --config=configs/base.py:algo=dapo` stopped at step 3 (issue 22): it
+    runs to the end (training on fewer groups where its cap is hit)."""
+    c = base.get_config("algo=dapo")
+    c.log.progress = False
+    train.train_and_evaluate(c, str(tmp_path))
+    with open(tmp_path / "metrics.jsonl") as f:
+        recs = [json.loads(line) for line in f]
+    assert recs[-1]["step"] == c.rl.steps and np.isfinite(recs[-1]["loss"])
