@@ -68,7 +68,12 @@ _IN_RANGE = {
     "loss.clip_low": (0, 1, False),  # the ratio's lower clip 1 - clip_low stays > 0
     "adaptive.est_decay": (0, 1, True),  # Ada-Est history factor λ
 }
-_STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_token")
+_STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_token",
+            "task.files", "task.eval_files", "task.data_dir")
+# The model variants sized for the generated tasks (their own small tokenizers); every other
+# model (configs/base.py PRETRAINED, model=hf) is a real language model and needs real data.
+TOY_MODELS = ("tiny", "small")
+_FILE_TASKS, _TOY_TASKS = ("files", "tfds_files"), ("embedded", "families", "tfds_embedded")
 _BOOLS = ("checkpoint.allow_config_change", "checkpoint.start_over_if_unreadable")
 
 
@@ -253,6 +258,34 @@ def validate(config, overrides_pending: bool = False) -> None:
             raise ValueError(f"config.mesh.{axis}={v!r}: must be a positive integer or -1")
     if [config.mesh[a] for a in ("data", "fsdp", "tensor")].count(-1) > 1:
         raise ValueError("config.mesh: at most one axis may be -1")
+    if not overrides_pending:  # the command line may still set the task
+        check_task(config)
+
+
+def check_task(config) -> None:
+    """Refuse data the run would silently ignore: task.files / eval_files without a file task
+    (the run would train on the generated task), and a pretrained model on a generated task
+    (a 7B model RL'd on the toy ladder, with a tokenizer that task was not built for)."""
+    t, m = config.task, config.model
+    for name in ("files", "eval_files"):
+        if t.get(name) and t.name not in _FILE_TASKS:
+            raise ValueError(
+                f"config.task.{name}={t[name]!r} but config.task.name={t.name!r}, which does not "
+                f"read files (the run would train on the generated task): pass the task=files "
+                f"variant, e.g. --config=configs/base.py:task=files --config.task.{name}="
+                f"{t[name]} (or task=tfds_files)")
+    if t.get("data_dir") and not t.name.startswith("tfds_"):
+        log.warning("config.task.data_dir=%r is read by the TFDS tasks only (tfds_files, "
+                    "tfds_embedded), not by task.name=%r", t.data_dir, t.name)
+    if m.name not in TOY_MODELS and t.name in _TOY_TASKS:
+        raise ValueError(
+            f"config.model.name={m.name!r} is a pretrained model but config.task.name={t.name!r} "
+            f"is a generated toy task for the tiny models: give it math data, e.g. "
+            f"--config=configs/base.py:model={m.name},task=files "
+            f"--config.task.files=/data/deepscaler/deepscaler.json "
+            f"--config.task.eval_files=/data/math500/test.jsonl "
+            f"--config.task.field_map.question=problem --config.task.field_map.answer=answer "
+            f"(docs/data.md 'Files', docs/scaling.md §4)")
 
 
 # Fields that may differ from a workdir's config.json when it is resumed: run length, eval /

@@ -131,6 +131,7 @@ def get_config(arg: str = ""):
     c.task = ml_collections.ConfigDict(dict(
         name=args["task"], reward="verifier", template="embedded", min_level=1, max_level=8, train_size=20_000,
         eval_size=256, seed=1234, family_set="rl", files=ml_collections.FieldReference("", field_type=str),
+        eval_files="", data_dir="",
         field_map=ml_collections.ConfigDict(dict(question="", answer="", solution="")),
         on_bad_row="error", verifier_workers=2, verifier_timeout=5.0))
 

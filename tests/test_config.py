@@ -155,3 +155,64 @@ def test_a_bool_is_not_a_count():
     with pytest.raises(ValueError, match=re.escape("config.rl.steps=True: must be a positive "
                                                    "integer")):
         validate(c)
+
+
+def _from_command_line(*args):
+    argv = ["prog", *args]
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", "configs/base.py", flag_values=fv, sys_argv=argv)
+    fv(argv)
+    return fv.config
+
+
+def test_eval_files_and_data_dir_from_the_command_line(tmp_path):
+    """docs/data.md's task.eval_files and task.data_dir were unknown fields on the command line
+    (issue 22): a separate eval set replaces the hash-chosen 1/8 of `files`."""
+    from ada_jax.config_check import unknown_override
+    from ada_jax.tasks import load_split
+    data = os.path.join(os.path.dirname(__file__), "data")
+    args = ["--config=configs/base.py:task=files,smoke=True",
+            f"--config.task.files={data}/math_sample.jsonl",
+            f"--config.task.eval_files={data}/openr1_sample.jsonl",
+            f"--config.task.data_dir={tmp_path}"]
+    assert unknown_override(["prog", *args], "configs/base.py") is None
+    c = _from_command_line(*args)
+    validate(c)
+    assert (c.task.eval_files, c.task.data_dir) == (f"{data}/openr1_sample.jsonl", str(tmp_path))
+    with open(f"{data}/openr1_sample.jsonl") as f:
+        assert len(load_split(c, "eval")) == sum(1 for line in f if line.strip())
+    with open(f"{data}/math_sample.jsonl") as f:  # all of `files` trains
+        assert len(load_split(c, "train")) == sum(1 for line in f if line.strip())
+
+
+@pytest.mark.parametrize("field", ["files", "eval_files"])
+def test_files_without_a_file_task_are_refused(field):
+    """--config.task.files=mine.jsonl without task=files trained on the generated task."""
+    c = _from_command_line(f"--config.task.{field}=mine.jsonl")
+    with pytest.raises(ValueError, match=re.escape(
+            f"config.task.{field}='mine.jsonl' but config.task.name='families'") + ".*"
+            + re.escape(f"--config=configs/base.py:task=files --config.task.{field}=mine.jsonl")):
+        validate(c)
+
+
+@pytest.mark.parametrize("model", sorted(base.PRETRAINED) + ["hf"])
+@pytest.mark.parametrize("task", ["families", "embedded"])
+def test_a_pretrained_model_needs_a_real_task(model, task, tmp_path):
+    """A pretrained model on the toy task (the pretrained variants' default before) is refused
+    with the flags to pass; with task=files it passes."""
+    c = base.get_config(f"model={model},task={task}")
+    if model == "hf":  # the architecture comes from init_from's config.json
+        import json
+        (tmp_path / "config.json").write_text(json.dumps(dict(
+            model_type="llama", architectures=["LlamaForCausalLM"], vocab_size=256,
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, rope_theta=1e4, rms_norm_eps=1e-5,
+            tie_word_embeddings=True, max_position_embeddings=4096)))
+        c.model.init_from = str(tmp_path)
+    with pytest.raises(ValueError, match=re.escape(
+            f"config.model.name={model!r} is a pretrained model but config.task.name={task!r}")
+            + ".*" + re.escape(f"--config=configs/base.py:model={model},task=files "
+                               "--config.task.files=")):
+        validate(c)
+    validate(_from_command_line(f"--config=configs/base.py:model={model},task=files",
+                                f"--config.model.init_from={c.model.init_from}"))

@@ -52,7 +52,7 @@ def test_new_fields_are_validated(field, value, match):
 
 
 def test_bf16_master_weights_with_a_small_lr_warn(caplog):
-    c = base.get_config("model=qwen2_5_math_1_5b")
+    c = base.get_config("model=qwen2_5_math_1_5b,task=files")
     c.unlock()
     c.model.param_dtype = "bfloat16"
     validate(c)

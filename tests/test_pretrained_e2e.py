@@ -110,7 +110,7 @@ def test_parameter_counts_read_well():
 
 @pytest.mark.parametrize("name", sorted(base.PRETRAINED) + ["hf"])
 def test_smoke_works_for_every_pretrained_model(name, stand_in):
-    c = base.get_config(f"model={name},smoke=True")
+    c = base.get_config(f"model={name},smoke=True,task=files")
     if name == "hf":
         c.model.init_from = stand_in("qwen2")
     validate(c)
