@@ -1,6 +1,7 @@
 """Verifiers: the embedded token/text scorer and the math-verify worker pool (incl. fuzzing)."""
 import os
 import random
+import signal
 import time
 
 import jax
@@ -240,6 +241,40 @@ def test_idle_workers_survive_gaps_between_calls():
         assert [w.proc.pid for w in p._workers] == pids
 
 
+def test_workers_killed_while_idle_are_respawned():
+    """A worker that dies between calls (OOM killer, kill -9) is replaced before work is sent
+    to it: the next score() works instead of raising BrokenPipeError (issue #21, item 4)."""
+    with MathVerifierPool(num_workers=2, timeout_s=1.0, memory_mb=0,
+                          check=f"{__name__}:misbehave_on_marker") as p:
+        t = time.monotonic()
+        while not all(w.ready for w in p._workers) and time.monotonic() - t < 120:
+            p.score(["\\boxed{1}"], ["01"])  # until both workers have started
+        for killed in ([0], [0, 1]):  # one, then both
+            for n in killed:
+                os.kill(p._workers[n].proc.pid, signal.SIGKILL)
+                p._workers[n].proc.wait()
+            assert p.score(["\\boxed{1}", "\\boxed{2}", "\\boxed{4}"],
+                           ["01", "02", "3"]).tolist() == [1.0, 1.0, 0.0]
+        assert (p.n_timeouts, p.n_crashes) == (0, 3)
+
+
+def test_enormous_exponents_score_zero_at_once(pool):
+    """`Float('1.5E999999999')` would expand 10^999999999 in C code that no signal interrupts
+    (a timeout and a worker restart each): the guard refuses such literals, so they score 0
+    at once; ordinary exponents still compare."""
+    texts = ["\\boxed{1.5E999999999}", "\\boxed{-2.5e99999999}", "\\boxed{1.5E-999999999}",
+             "\\boxed{3E1001}", "\\boxed{1.5E3}"]
+    pool.score(["\\boxed{1}"] * 2, ["01"] * 2)  # both workers started
+    before = (pool.n_timeouts, pool.n_crashes)
+    t = time.monotonic()
+    scores = pool.score(texts, ["1", "1", "0", "3", "1500"])
+    elapsed = time.monotonic() - t
+    print(f"\n{len(texts)} enormous-exponent answers scored in {elapsed:.2f}s")
+    assert scores.tolist() == [0.0, 0.0, 0.0, 0.0, 1.0]
+    assert (pool.n_timeouts, pool.n_crashes) == before
+    assert elapsed < pool.timeout_s
+
+
 _fragments = st.sampled_from(
     ["\\boxed{", "}", "{", "\\frac{", "^{", "10", "9", "!", "\\sqrt{", "(", ")", "\\left(",
      "\\right)", "x", "=", "+", "-", "\\", "\\begin{pmatrix}", "\\end{pmatrix}", "&", "\\\\",
@@ -308,6 +343,9 @@ GUARD_REFUSES = [  # sympify(text) under the guard: each must raise, none may to
     "[Integer(1)]",
     "lambda: 0",
     "exec('1')",
+    "Float('1.5E999999999')",  # enormous exponents: minutes in C code (issue #21, item 4)
+    "Float('1.5e+0999999999')",
+    "Float('1.5', 999999999)",
 ]
 
 

@@ -55,6 +55,11 @@ def last_boxed(text: str) -> str | None:
 # of these constructors with literal arguments: no attribute access, subscripts, operators or
 # other calls, so nothing runs.
 _CONSTRUCTORS = ("Integer", "Float", "Rational", "Symbol")
+# Number literals with a decimal exponent beyond this (`Float ('1.5E999999999' )`) are refused:
+# mpmath expands the exponent into an exact power of ten, minutes of work that no timeout
+# signal interrupts. 10^1000 is far past any answer a math task checks.
+_MAX_EXPONENT = 1000
+_EXPONENT = re.compile(r"[eE]\s*([+-]?)\s*0*(\d+)")
 _PRELOAD = ("sympy.physics.units", "sympy.combinatorics", "sympy.tensor.tensor",
             "sympy.sets.handlers.functions", "sympy.sets.handlers.issubset", "sympy.sets.setexpr",
             "sympy.assumptions.wrapper")  # imported lazily by simplify() and set comparisons
@@ -79,8 +84,17 @@ def _is_literal(code, local_dict: dict, global_dict: dict) -> bool:
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords
             and node.func.id in _CONSTRUCTORS
             and lookup(node.func.id) is getattr(sympy, node.func.id)
-            and all(isinstance(a, ast.Constant) and isinstance(a.value, (int, str))
-                    for a in node.args))
+            and (node.func.id != "Float" or len(node.args) == 1)  # no precision argument
+            and all(isinstance(a, ast.Constant) and _small_literal(a.value) for a in node.args))
+
+
+def _small_literal(value) -> bool:
+    """An int, or a str whose decimal exponents (`1.5E3`) are at most _MAX_EXPONENT in size."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return True
+    return isinstance(value, str) and all(
+        len(m.group(2)) <= 4 and int(m.group(2)) <= _MAX_EXPONENT
+        for m in _EXPONENT.finditer(value))
 
 
 def _literals_only_eval(code, local_dict, global_dict):
@@ -171,7 +185,8 @@ class MathVerifierPool:
     """Scores completions against gold answers: `score(completions, answers) -> float32[N]`.
 
     num_workers processes (2 by default) each verify one sample at a time. A sample whose
-    verification exceeds timeout_s scores 0, and its worker is killed and respawned.
+    verification exceeds timeout_s scores 0, and its worker is killed and respawned; a worker
+    found dead (killed while idle, or dying mid-sample) is respawned too.
     Completions without a closed `\\boxed{}`, or with more than max_answer_chars inside it,
     score 0 without reaching a worker; boxed text identical to the gold scores 1 at once.
     Bytes are decoded as UTF-8 with replacement.
@@ -197,6 +212,7 @@ class MathVerifierPool:
         self._args = [str(memory_mb), str(max(1, int(timeout_s / 2))), check]
         self._workers = [_Worker(self._args, start_timeout_s) for _ in range(num_workers)]
         self.n_scored = self.n_timeouts = self.n_crashes = 0
+        self._start_kills = 0  # workers killed by a signal before they were ready, in a row
 
     def score(self, completions: Sequence[str | bytes], answers: Sequence[str]) -> np.ndarray:
         if len(completions) != len(answers):
@@ -214,20 +230,43 @@ class MathVerifierPool:
             elif pred is not None and len(pred) <= self.max_answer_chars:
                 todo.append((i, pred, gold))
         todo.reverse()  # pop() from the end keeps submission order
+        if todo:
+            self._respawn_dead()
         while todo or any(w.task is not None for w in self._workers):
             now = time.monotonic()
             for w in self._workers:
                 if w.ready and w.task is None and todo:
                     i, pred, gold = todo.pop()
-                    w.conn.send((pred, gold))
+                    try:
+                        w.conn.send((pred, gold))
+                    except OSError:  # died since it was last seen: _poll replaces it
+                        todo.append((i, pred, gold))
+                        continue
                     w.task, w.deadline = i, now + self.timeout_s
             busy = [w for w in self._workers if w.task is not None or not w.ready]
-            wait([w.conn for w in busy], timeout=max(0.0, min(w.deadline for w in busy) - now))
+            if busy:  # (none: every idle worker refused its send, so _poll replaces them)
+                wait([w.conn for w in busy],
+                     timeout=max(0.0, min(w.deadline for w in busy) - now))
             for n, w in enumerate(self._workers):
                 if not self._poll(w, scores):
                     self._workers[n] = _Worker(self._args, self.start_timeout_s)
         self.n_scored += len(completions)
         return scores
+
+    def _respawn_dead(self) -> None:
+        """Replace workers that died while idle (OOM killer, kill -9): a send to one would
+        raise BrokenPipeError. Counted in n_crashes."""
+        for n, w in enumerate(self._workers):
+            if w.proc.poll() is not None and (w.ready or self._killed_at_start(w)):
+                w.kill()
+                self.n_crashes += 1
+                self._workers[n] = _Worker(self._args, self.start_timeout_s)
+
+    def _killed_at_start(self, w: _Worker) -> bool:
+        """Did w die of a signal (kill -9, OOM killer) before it was ready? Respawned, a few
+        times in a row at most; a start that fails by itself (exit code > 0) raises."""
+        self._start_kills += 1
+        return w.proc.returncode < 0 and self._start_kills <= 2 * len(self._workers)
 
     def _poll(self, w: _Worker, scores: np.ndarray) -> bool:
         """Take w's message if any. False (after killing it) if w died or is past its deadline."""
@@ -235,7 +274,7 @@ class MathVerifierPool:
             if w.conn.poll():
                 msg = w.conn.recv()
                 if msg == "ready":
-                    w.ready = True
+                    w.ready, self._start_kills = True, 0
                 else:
                     scores[w.task], w.task = msg, None
                 w.deadline = math.inf  # idle until the next dispatch sets one
@@ -246,7 +285,7 @@ class MathVerifierPool:
         if alive and time.monotonic() < w.deadline:
             return True
         w.kill()
-        if not w.ready:
+        if not w.ready and (alive or not self._killed_at_start(w)):
             self.close()
             raise RuntimeError(f"math verifier worker failed to start (exit code "
                                f"{w.proc.returncode}, start timeout {self.start_timeout_s}s)")
