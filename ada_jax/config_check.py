@@ -1,6 +1,7 @@
 """Config validation: every bad value is rejected with the field's dotted name, before compiling.
 Also: which fields may change when a workdir is resumed, and clear errors for unknown
 command-line fields."""
+import difflib
 import json
 import logging
 import math
@@ -327,7 +328,9 @@ def unknown_field(config, dotted: str):
         if not hasattr(node, "keys"):
             return f"unknown field config.{dotted}: {where} is a value, not a section"
         if part not in node:
-            return (f"unknown field config.{dotted}: {where} has no field {part!r}; "
+            close = difflib.get_close_matches(part, list(node.keys()), n=1, cutoff=0.6)
+            guess = f" (did you mean config.{'.'.join(seen + close)}?)" if close else ""
+            return (f"unknown field config.{dotted}: {where} has no field {part!r}{guess}; "
                     f"known fields of {where}: {', '.join(sorted(node.keys()))}")
         node, seen = node[part], seen + [part]
     return None

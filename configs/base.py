@@ -90,6 +90,12 @@ def _model_config(name):
     return m
 
 
+def _did_you_mean(word, choices) -> str:
+    import difflib
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def get_config(arg: str = ""):
     """Defaults, then variant args `algo=…,model=…,task=…,smoke=True`."""
     args = dict(algo="ada_balance", model="tiny", task="families", smoke="False")
@@ -98,13 +104,23 @@ def get_config(arg: str = ""):
             raise ValueError(f"config arg {kv!r} is not key=value")
         k, v = kv.split("=", 1)
         if k not in args:
-            raise ValueError(f"unknown config arg {k!r}; known: {sorted(args)}")
+            raise ValueError(f"unknown config arg {k!r}{_did_you_mean(k, args)}; known: "
+                             f"{sorted(args)}")
         args[k] = v
     if args["model"] not in MODELS and args["model"] != HF:
-        raise ValueError(f"config arg model={args['model']!r}; choose from "
+        raise ValueError(f"config arg model={args['model']!r}"
+                         f"{_did_you_mean(args['model'], list(MODELS) + [HF])}; choose from "
                          f"{sorted(MODELS) + [HF]}")
+    if args["algo"] in ("sage", "sage_light"):  # self-hinting goes on top of an algorithm
+        raise ValueError(
+            f"config arg algo={args['algo']!r}: SAGE is self-hinting on top of an algorithm, "
+            f"not an algo preset: pass e.g. --config=configs/base.py:algo=grpo "
+            f"--config.rl.hints={args['algo']} --config.sampling.max_prompt_len=112 (hints "
+            f"lengthen the prompts; one that does not fit stops the run at load time, naming "
+            f"the length needed)")
     if args["algo"] not in ALGOS:
-        raise ValueError(f"config arg algo={args['algo']!r}; choose from {sorted(ALGOS)}")
+        raise ValueError(f"config arg algo={args['algo']!r}{_did_you_mean(args['algo'], ALGOS)}"
+                         f"; choose from {sorted(ALGOS)}")
     smoke = args["smoke"].lower() in ("1", "true", "yes")
     algo = ALGOS[args["algo"]]
 

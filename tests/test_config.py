@@ -216,3 +216,25 @@ def test_a_pretrained_model_needs_a_real_task(model, task, tmp_path):
         validate(c)
     validate(_from_command_line(f"--config=configs/base.py:model={model},task=files",
                                 f"--config.model.init_from={c.model.init_from}"))
+
+
+def test_misspelled_fields_and_variants_get_a_suggestion():
+    from ada_jax.config_check import unknown_override
+    got = unknown_override(["prog", "--config.rl.step=3"], "configs/base.py")
+    assert "config.rl has no field 'step' (did you mean config.rl.steps?)" in got
+    got = unknown_override(["prog", "--config.optm.lr=3"], "configs/base.py")
+    assert "(did you mean config.optim?)" in got
+    with pytest.raises(ValueError, match=re.escape("algo='grop' (did you mean 'grpo'?)")):
+        base.get_config("algo=grop")
+    with pytest.raises(ValueError, match=re.escape("model='tinny' (did you mean 'tiny'?)")):
+        base.get_config("model=tinny")
+    with pytest.raises(ValueError, match=re.escape("'smok' (did you mean 'smoke'?)")):
+        base.get_config("smok=True")
+
+
+@pytest.mark.parametrize("name", ["sage", "sage_light"])
+def test_algo_sage_points_to_hints(name):
+    with pytest.raises(ValueError, match=re.escape(
+            f"--config=configs/base.py:algo=grpo --config.rl.hints={name} "
+            f"--config.sampling.max_prompt_len=112")):
+        base.get_config(f"algo={name}")
