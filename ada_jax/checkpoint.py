@@ -6,10 +6,14 @@ records every array's shape, dtype and a checksum of its bytes in the metadata, 
 tell apart
 - a checkpoint saved under another config (other shapes): `CheckpointMismatch`, nothing moved;
 - a corrupted one (unreadable, or bytes that no longer match the checksum): moved aside as
-  `<step>.corrupt-<time>`, and the previous checkpoint is tried;
+  `<step>.corrupt-<time>`, and the previous checkpoint is tried. The metadata (JSON: step,
+  data position, Ada-Est history, the stream's prompts, the array checksums themselves) carries
+  a SHA-256 of its own content, so an edit that leaves it valid JSON is corruption too;
 - no readable checkpoint at all: `UnreadableCheckpoints`, nothing moved, unless the caller
   asks to start over.
 """
+import hashlib
+import json
 import logging
 import os
 import time
@@ -22,6 +26,7 @@ import orbax.checkpoint as ocp
 log = logging.getLogger(__name__)
 
 _SIGNATURE = "_arrays"  # meta key: {leaf path: [shape, dtype, checksum]}
+_META_SUM = "_meta_sha256"  # meta key: SHA-256 of the rest of the metadata (meta_checksum)
 
 
 class CheckpointMismatch(ValueError):
@@ -61,6 +66,13 @@ def signature(tree) -> dict:
     return {k: v + [int(s)] for (k, v), s in zip(_shapes(tree).items(), sums)}
 
 
+def meta_checksum(meta: dict) -> str:
+    """SHA-256 of a JSON-able dict as it reads back from JSON (keys become strings, tuples
+    lists), canonically written: the same before saving and after restoring."""
+    text = json.dumps(json.loads(json.dumps(meta)), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 class Checkpointer:
     def __init__(self, directory: str, keep: int = 2):
         self.directory = os.path.abspath(directory)
@@ -71,6 +83,7 @@ class Checkpointer:
 
     def save(self, step: int, arrays, meta: dict) -> None:
         meta = {**meta, _SIGNATURE: signature(arrays)}
+        meta[_META_SUM] = meta_checksum(meta)
         self.manager.save(step, args=ocp.args.Composite(
             arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True)
         self.manager.wait_until_finished()
@@ -83,6 +96,9 @@ class Checkpointer:
                 meta=ocp.args.JsonRestore()))["meta"]
         except Exception as e:
             raise OSError(f"metadata unreadable ({type(e).__name__}: {e})") from e
+        want_sum = meta.pop(_META_SUM, None)  # None: saved before metadata checksums existed
+        if want_sum is not None and meta_checksum(meta) != want_sum:
+            raise OSError("metadata checksum mismatch (meta/metadata was edited or corrupted)")
         saved = meta.pop(_SIGNATURE, None)  # None: saved before signatures existed
         if saved is not None:
             want = _shapes(abstract_arrays)

@@ -14,7 +14,7 @@ import pytest
 from ada_jax import train
 from ada_jax.checkpoint import (CheckpointMismatch, Checkpointer, UnreadableCheckpoints,
                                 abstract_like)
-from tests.test_train import _config
+from tests.test_train import _config, _restore
 
 RUN = {"rl.steps": 2, "checkpoint.every": 1}
 
@@ -110,6 +110,52 @@ def test_flipped_bytes_fall_back_to_the_previous_checkpoint(tmp_path):
     with pytest.raises(CheckpointMismatch, match=r"\['w'\]: saved \[\[64, 64\]"):
         ckpt.restore_latest(abstract_like(dict(tree, w=jnp.zeros((32, 64)))))
     assert "1" in os.listdir(d)
+
+
+def _edit_meta(path, edit):
+    with open(path) as f:
+        meta = json.load(f)
+    edit(meta)
+    with open(path, "w") as f:
+        json.dump(meta, f)
+
+
+def test_edited_metadata_falls_back_to_the_previous_checkpoint(tmp_path):
+    """The metadata (step, data position, Ada-Est history, ...) is checked against its own
+    SHA-256: an edit that stays valid JSON is corruption, not a silent resume elsewhere
+    (issue #21, item 5). Int keys and floats read back equal: no false alarm."""
+    d = str(tmp_path / "ckpt")
+    tree = {"w": jnp.ones((4, 4), jnp.float32)}
+    meta = {"iterator": {"epoch": 0, "position": 32}, "est_history": {7: [0.25, 3]},
+            "totals": {"wall": 0.1 + 0.2}}
+    ckpt = Checkpointer(d)
+    ckpt.save(1, tree, {**meta, "step": 1})
+    ckpt.save(2, tree, {**meta, "step": 2})
+    assert ckpt.restore_latest(abstract_like(tree))[2]["est_history"] == {"7": [0.25, 3]}
+    path = os.path.join(d, "2", "meta", "metadata")
+    _edit_meta(path, lambda m: m["iterator"].update(position=48))
+    step, _, got = ckpt.restore_latest(abstract_like(tree))
+    assert (step, got["step"], got["iterator"]["position"]) == (1, 1, 32)
+    assert "2.corrupt-" in sorted(os.listdir(d))[1]
+    # A checkpoint from before metadata checksums (no such key) still restores.
+    _edit_meta(os.path.join(d, "1", "meta", "metadata"), lambda m: m.pop("_meta_sha256"))
+    assert ckpt.restore_latest(abstract_like(tree))[0] == 1
+
+
+@pytest.mark.slow  # 13 s; the Checkpointer test above covers the check
+def test_edited_metadata_resumes_from_the_previous_step(finished, tmp_path):
+    """Through the trainer: step 2's data position edited, the run resumes from step 1 and
+    redoes step 2 exactly (its params equal the unedited run's)."""
+    wd = _copy(finished, tmp_path / "wd")
+    _edit_meta(os.path.join(wd, "checkpoints", "2", "meta", "metadata"),
+               lambda m: m.update(step=3))
+    train.train_and_evaluate(_config("grpo", **RUN), wd)
+    assert [d for d in _listing(wd) if "corrupt" not in d] == ["1", "2"]
+    assert any("2.corrupt-" in d for d in _listing(wd))
+    _, got, _ = _restore(wd)
+    _, want, _ = _restore(finished)
+    for a, b in zip(jax.tree.leaves(got["trainable"]), jax.tree.leaves(want["trainable"])):
+        np.testing.assert_array_equal(a, b)
 
 
 def _read_bytes(path):
