@@ -236,6 +236,11 @@ def get_config(arg: str = ""):
         c.model.tokenizer = "families"
         c.task.eval_size = c.eval.prompts = 384
         c.sampling.max_new_tokens = 32
+        # Adam's eps at the RL gradients' scale (RMS per parameter ~1e-4): at 1e-8 Adam moves
+        # every weight a full step, those the reward barely constrains too, and the families
+        # held out of RL drifted by 0.1-0.2 in 40 steps; at 1e-4 they stay within 0.03
+        # (docs/results.md, "Transfer controls").
+        c.optim.eps = 1e-4
 
     if smoke:
         c.rl.steps = 2
