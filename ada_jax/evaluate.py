@@ -126,11 +126,23 @@ def summarize(problems: Sequence[Problem], rewards_PK: np.ndarray, texts=None,
     return out
 
 
-def evaluate(graphdef, params, tokenizer, problems, config, key, k: int | None = None) -> dict:
+def evaluate(graphdef, params, tokenizer, problems, config, key, k: int | None = None,
+             samples_per_level: int = 0) -> dict:
+    """avg@k, pass@k (summarize); with samples_per_level > 0 also "samples": that many
+    completions per level (the first sample of the level's first prompts), each a dict of
+    level, question, answer, completion and reward."""
     k = config.eval.k if k is None else k
     texts, lengths = sample_completions(graphdef, params, tokenizer, problems, config, key, k)
     rewards_PK = score_completions(config, problems, texts)
     out = summarize(problems, rewards_PK, texts if is_embedded(config) else None, lengths)
     if config.task.name == "families":
         out.update(families.metrics(problems, rewards_PK, texts))
+    if samples_per_level:
+        shown = {}
+        for i, p in enumerate(problems):
+            if len(shown.setdefault(p.level, [])) < samples_per_level:
+                shown[p.level].append(dict(level=p.level, question=p.question, answer=p.answer,
+                                           completion=texts[i * k],
+                                           reward=float(rewards_PK[i, 0])))
+        out["samples"] = [s for lv in sorted(shown) for s in shown[lv]]
     return out

@@ -295,9 +295,15 @@ def train_and_evaluate(config, workdir: str) -> dict:
     the last step's metrics. The workdir's config.json is compared first (check_resume) and
     rewritten only once every check has passed."""
     validate(config)
-    os.makedirs(workdir, exist_ok=True)
-    check_resume(config, workdir)
-    ctx, params = setup(config, workdir)
+    created = _make_dirs(workdir)
+    try:
+        check_resume(config, workdir)
+        ctx, params = setup(config, workdir)
+    except BaseException:  # e.g. a missing data file: leave no empty workdir behind
+        for d in reversed(created):
+            if os.path.isdir(d) and not os.listdir(d):
+                os.rmdir(d)
+        raise
     c = config
     rows_per_step = c.rl.prompts_per_step * ctx.rows_per_prompt
     optimizer, trainable, opt_state = init_train_state(ctx, params)
@@ -402,6 +408,16 @@ def train_and_evaluate(config, workdir: str) -> dict:
     bar.close()
     ckpt.close()
     return met
+
+
+def _make_dirs(path: str) -> list:
+    """os.makedirs(path, exist_ok=True); returns the directories it created, outermost first."""
+    new, p = [], os.path.abspath(path)
+    while not os.path.exists(p):
+        new.append(p)
+        p = os.path.dirname(p)
+    os.makedirs(path, exist_ok=True)
+    return new[::-1]
 
 
 def cost(totals: dict) -> dict:

@@ -1,6 +1,7 @@
-"""Evaluate a run's latest checkpoint (or its base policy): avg@k, pass@k, per level.
+"""Evaluate a run's latest checkpoint (or its base policy): avg@k, pass@k, per level; the
+config is the workdir's config.json, `--config.x.y=…` flags on top (ada_jax.run_config).
 
-  python scripts/evaluate.py --workdir=workdir --k=16
+  python scripts/evaluate.py --workdir=workdir --k=16 --samples=2   # + 2 completions per level
 """
 import json
 import os
@@ -11,7 +12,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 import ada_jax
-from ada_jax import collect, evaluate, sharding, train
+from ada_jax import collect, evaluate, run_config, sharding, train
 from ada_jax.checkpoint import Checkpointer
 from ada_jax.config_check import refuse_unknown_overrides, validate
 
@@ -23,12 +24,16 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory.")
 _K = flags.DEFINE_integer("k", 16, "Samples per prompt.")
 _BASE = flags.DEFINE_bool("base", False, "Evaluate the base policy instead of the RL one.")
+_SAMPLES = flags.DEFINE_integer("samples", 0, "Print this many sample completions per level.")
 
 
 def main(argv):
     del argv
     ada_jax.console_logging()
-    config = _CONFIG.value
+    if not os.path.exists(os.path.join(_WORKDIR.value, "config.json")):
+        print(f"note: {_WORKDIR.value} has no config.json; evaluating with the command line's "
+              f"config", file=sys.stderr)
+    config = run_config.for_workdir(_CONFIG.value, sys.argv, _WORKDIR.value)
     validate(config)
     if not _BASE.value:  # the checkpoint brings the params: don't SFT just for the structure
         config.unlock()
@@ -45,7 +50,10 @@ def main(argv):
         step, params = restored[0], restored[1]["model"]
     with sharding.activate(ctx.mesh, config.sharding_rules):
         out = evaluate.evaluate(ctx.graphdef, params, ctx.tokenizer, ctx.eval_problems, config,
-                                jax.random.key(config.seed + 99), _K.value)
+                                jax.random.key(config.seed + 99), _K.value, _SAMPLES.value)
+    for s in out.pop("samples", []):
+        print(f"--- level {s['level']}  reward {s['reward']:g}  (answer {s['answer']})\n"
+              f"{s['question']}\n>>> {s['completion']}\n")
     out["step"] = step
     print(json.dumps(out))
 

@@ -5,7 +5,10 @@
       --workdir=/tmp/grpo
 
 The workdir holds the base policy (SFT'd once and reused), checkpoints (resumed
-automatically), metrics.jsonl, TensorBoard events and plots.
+automatically), config.json, metrics.jsonl, TensorBoard events and plots. On a workdir that
+has a config.json, that is the config and `--config.x.y=…` flags go on top (ada_jax.run_config):
+
+  python scripts/train.py --workdir=/tmp/grpo --config.rl.steps=200   # resume, to step 200
 """
 import os
 import sys
@@ -14,7 +17,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 import ada_jax
-from ada_jax import train
+from ada_jax import run_config, train
 from ada_jax.config_check import refuse_unknown_overrides, validate
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "base.py")
@@ -28,7 +31,7 @@ _PLOTS = flags.DEFINE_bool("plots", True, "Draw plots into <workdir>/plots at th
 def main(argv):
     del argv
     ada_jax.console_logging()
-    config = _CONFIG.value
+    config = run_config.for_workdir(_CONFIG.value, sys.argv, _WORKDIR.value)
     validate(config)  # again: command-line overrides come after get_config's check
     train.train_and_evaluate(config, _WORKDIR.value)
     import jax

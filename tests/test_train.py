@@ -258,6 +258,19 @@ def test_batch_checks_run_before_sft_and_config_json(tmp_path, field, value, mat
     assert os.listdir(tmp_path) == []
 
 
+def test_a_failed_start_leaves_no_empty_workdir(tmp_path):
+    """A missing data file stops the run at start; the workdir it made (and its new parents)
+    is removed, an existing one kept."""
+    c = base.get_config("task=files,smoke=True")
+    c.task.files = str(tmp_path / "missing.jsonl")
+    with pytest.raises((FileNotFoundError, ValueError), match="missing.jsonl"):
+        train.train_and_evaluate(c, str(tmp_path / "runs" / "a"))
+    assert os.listdir(tmp_path) == []
+    with pytest.raises((FileNotFoundError, ValueError), match="missing.jsonl"):
+        train.train_and_evaluate(c, str(tmp_path))
+    assert tmp_path.is_dir()
+
+
 def test_config_json_is_kept_when_a_check_fails(tmp_path):
     """An existing workdir's config.json is rewritten only after every check (mesh included)."""
     with open(tmp_path / "config.json", "w") as f:

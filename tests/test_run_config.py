@@ -1,0 +1,107 @@
+"""A workdir's config.json is the config of what runs on it (resume, evaluate), command-line
+overrides on top; the resume guard still refuses overrides of fields that may not change."""
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from ada_jax import evaluate, run_config, train
+from ada_jax.config_check import validate
+from configs import base
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _workdir(tmp_path):
+    """A workdir whose config.json is a GRPO run on the embedded task with its own settings."""
+    c = base.get_config("algo=grpo,task=embedded,smoke=True")
+    c.rl.steps, c.eval.prompts, c.model.d_model, c.task.reward = 7, 5, 64, "synthetic"
+    (tmp_path / "config.json").write_text(c.to_json_best_effort(indent=1, sort_keys=True))
+    return str(tmp_path), c
+
+
+def _flags(*args):
+    """(config as the command line builds it, argv)."""
+    from absl import flags
+    from ml_collections import config_flags
+    argv = ["prog", *args]
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", "configs/base.py", flag_values=fv, sys_argv=argv)
+    fv(argv)
+    return fv.config, argv
+
+
+def test_saved_config_with_overrides_on_top(tmp_path):
+    workdir, saved = _workdir(tmp_path)
+    config, argv = _flags("--config.rl.steps=9", "--config.eval.k=3")
+    got = run_config.for_workdir(config, argv, workdir)
+    validate(got)
+    assert (got.algo, got.task.name, got.smoke, got.model.d_model, got.eval.prompts,
+            got.task.reward) == ("grpo", "embedded", True, 64, 5, "synthetic")
+    assert (got.rl.steps, got.eval.k) == (9, 3)  # the overrides
+    assert got.sharding_rules == saved.sharding_rules and got.is_locked
+    assert config.algo == "ada_balance"  # the command line's config is left alone
+    # the same variants retyped change nothing; other variants are taken as given
+    same, argv = _flags("--config=configs/base.py:algo=grpo,task=embedded,smoke=True")
+    assert run_config.for_workdir(same, argv, workdir).model.d_model == 64
+    other, argv = _flags("--config=configs/base.py:algo=rloo,task=embedded,smoke=True")
+    assert run_config.for_workdir(other, argv, workdir).rl.advantage == "rloo"
+    assert run_config.for_workdir(config, argv, str(tmp_path / "new")) is config
+
+
+def test_the_resume_guard_applies_to_overrides(tmp_path):
+    workdir, _ = _workdir(tmp_path)
+    ok = run_config.for_workdir(*_flags("--config.rl.steps=20"), workdir)
+    train.check_resume(ok, workdir)  # run length may change
+    bad = run_config.for_workdir(*_flags("--config.rl.n=8"), workdir)
+    with pytest.raises(ValueError, match=r"changed: config.rl.n: 4 -> 8"):
+        train.check_resume(bad, workdir)
+
+
+def test_evaluate_returns_sample_completions_per_level(monkeypatch):
+    """--samples=N: N completions per level, the first sample of the level's first prompts,
+    with their reward (the sampler stubbed: the slow test below runs the real one)."""
+    import numpy as np
+    from ada_jax.tasks import EmbeddedSource
+    c = base.get_config("task=embedded,smoke=True")
+    problems = [EmbeddedSource("eval", 16, 0)[i] for i in range(16)]
+    k = 2
+    texts = [f"\\boxed{{{p.answer}}}" if j == 0 and i % 3 else "\\boxed{x}"
+             for i, p in enumerate(problems) for j in range(k)]
+    monkeypatch.setattr(evaluate, "sample_completions",
+                        lambda *a, **kw: (texts, np.full((len(problems), k), 5)))
+    out = evaluate.evaluate(None, None, None, problems, c, jax.random.key(0), k,
+                            samples_per_level=2)
+    levels = sorted({p.level for p in problems})
+    assert [s["level"] for s in out["samples"]] == sorted(levels * 2)
+    firsts = [i for lv in levels for i in [i for i, p in enumerate(problems) if p.level == lv][:2]]
+    assert [s["question"] for s in out["samples"]] == [problems[i].question for i in firsts]
+    assert [s["reward"] for s in out["samples"]] == [float(i % 3 != 0) for i in firsts]
+    assert [s["completion"] for s in out["samples"]] == [texts[i * k] for i in firsts]
+
+
+@pytest.mark.slow
+def test_resume_and_evaluate_from_the_workdir_alone(tmp_path):
+    """Train 1 step with flags, then resume to 2 and evaluate naming only the workdir."""
+    from tests.test_train import OVERRIDES
+    workdir = str(tmp_path / "run")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    script = lambda name: [sys.executable, os.path.join(ROOT, "scripts", name)]  # noqa: E731
+    subprocess.run(script("train.py") + [
+        f"--config={ROOT}/configs/base.py:algo=grpo,task=embedded,smoke=True",
+        f"--workdir={workdir}", "--plots=false", "--config.rl.steps=1"] + [
+        f"--config.{k}={v}" for k, v in OVERRIDES.items()], check=True, env=env)
+    subprocess.run(script("train.py") + [f"--workdir={workdir}", "--plots=false",
+                                         "--config.rl.steps=2"], check=True, env=env)
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        assert [json.loads(line)["step"] for line in f] == [1, 2]
+    got = subprocess.run(script("evaluate.py") + [f"--workdir={workdir}", "--k=2",
+                                                  "--samples=1"],
+                         check=True, env=env, capture_output=True, text=True)
+    report = json.loads(got.stdout.strip().splitlines()[-1])
+    assert report["step"] == 2 and "avg@2" in report
+    assert got.stdout.count("--- level ") == len([k for k in report if k.endswith("/avg@2")])
+    assert f"config: {workdir}/config.json" in got.stderr
