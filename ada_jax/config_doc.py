@@ -1,0 +1,276 @@
+"""The config reference, docs/config.md: every field of configs/base.py with its default, what
+it means and the nearest verl / TRL setting. `reference(get_config)` renders the page from the
+live defaults; tests/test_config_doc.py keeps the page and this table in sync with the config.
+
+  python scripts/config_reference.py > docs/config.md
+"""
+import json
+
+# field: (meaning, verl / TRL name). "—": no counterpart.
+FIELDS = {
+    "seed": ("RNG seed: init, sampling (fold_in(seed, step)), the prompt order", "data.seed / seed"),
+    "algo": ("algorithm preset (variant arg `algo=`): sets rl.advantage, adaptive.policy, "
+             "exit_rule, rl.n, loss.agg, rl.daro", "algorithm.adv_estimator / —"),
+    "smoke": ("variant arg `smoke=True`: a seconds-long run (2 steps of 4 prompts, short "
+              "responses, 10 SFT steps)", "—"),
+    # model
+    "model.name": ("model variant (`model=`): tiny, small, a pretrained architecture, or hf "
+                   "(read from init_from)", "—"),
+    "model.init_from": ("Hugging Face model folder to start from (config.json, safetensors, "
+                        "tokenizer.json); empty = SFT the embedded model",
+                        "actor_rollout_ref.model.path / model_name_or_path"),
+    "model.tokenizer": ("tokenizer: empty = init_from's (else the embedded one), a packaged "
+                        "sentencepiece name, a *.model or a tokenizer.json", "— / tokenizer"),
+    "model.eos_token": ("end-of-response token (overrides tokenizer_config.json)",
+                        "— / generation_config.eos_token_id"),
+    "model.pad_token": ("padding token (default: the tokenizer's, else EOS)", "— / pad_token"),
+    "model.extra_eos_tokens": ("further tokens that also stop a response", "— / eos_token_id list"),
+    "model.param_dtype": ("master weight and Adam state dtype", "actor.fsdp_config / —"),
+    "model.dtype": ("compute dtype (bfloat16 with float32 params on accelerators)",
+                    "rollout.dtype / bf16"),
+    "model.remat": ("recompute activations in the backward pass (less memory)",
+                    "model.enable_gradient_checkpointing / gradient_checkpointing"),
+    "model.vocab_size": ("vocabulary rows of the embedding (>= the tokenizer's ids)", "—"),
+    "model.d_model": ("hidden size", "hidden_size"),
+    "model.n_layers": ("decoder layers", "num_hidden_layers"),
+    "model.n_heads": ("attention (query) heads", "num_attention_heads"),
+    "model.n_kv_heads": ("key/value heads (GQA)", "num_key_value_heads"),
+    "model.d_ff": ("SwiGLU inner size", "intermediate_size"),
+    "model.head_dim": ("size of one head", "head_dim"),
+    "model.rope_base": ("RoPE base frequency", "rope_theta"),
+    "model.rope_scaling": ("RoPE scaling: none or llama3", "rope_scaling.rope_type"),
+    "model.rope_scaling_factor": ("llama3 RoPE scaling factor", "rope_scaling.factor"),
+    "model.rope_low_freq_factor": ("llama3 RoPE low-frequency factor",
+                                   "rope_scaling.low_freq_factor"),
+    "model.rope_high_freq_factor": ("llama3 RoPE high-frequency factor",
+                                    "rope_scaling.high_freq_factor"),
+    "model.rope_original_max_len": ("llama3 RoPE original context length",
+                                    "rope_scaling.original_max_position_embeddings"),
+    "model.qkv_bias": ("biases on the q/k/v projections (Qwen2)", "attention_bias"),
+    "model.tie_embeddings": ("output layer shares the embedding", "tie_word_embeddings"),
+    "model.norm_eps": ("RMSNorm epsilon", "rms_norm_eps"),
+    "model.max_len": ("longest sequence (prompt + response) the model takes",
+                      "max_position_embeddings"),
+    # layout
+    "mesh.data": ("mesh axis `data`: replicated params, split batch (-1 = the rest)",
+                  "trainer.nnodes (DDP) / —"),
+    "mesh.fsdp": ("mesh axis `fsdp`: params and batch split (-1 = all remaining devices)",
+                  "actor.fsdp_config / fsdp"),
+    "mesh.tensor": ("mesh axis `tensor`: heads, MLP and vocab split",
+                    "rollout.tensor_model_parallel_size / —"),
+    "sharding_rules": ("logical axis -> mesh axes, for params and activations", "—"),
+    "distributed.enabled": ("call jax.distributed.initialize (multi-host)",
+                            "trainer.nnodes / accelerate launch"),
+    "distributed.coordinator_address": ("host:port of process 0 (empty = auto-detect)",
+                                        "— / main_process_ip"),
+    "distributed.num_processes": ("processes (with coordinator_address)", "— / num_processes"),
+    "distributed.process_id": ("this process's index (with coordinator_address)",
+                               "— / machine_rank"),
+    # sampling
+    "sampling.temperature": ("rollout sampling temperature (also the learner's log-prob "
+                             "temperature)", "rollout.temperature / temperature"),
+    "sampling.top_k": ("top-k sampling (0 = off)", "rollout.top_k / top_k"),
+    "sampling.top_p": ("nucleus sampling (1 = off)", "rollout.top_p / top_p"),
+    "sampling.max_prompt_len": ("longest prompt in tokens (longer rows are bad rows)",
+                                "data.max_prompt_length / max_prompt_length"),
+    "sampling.max_new_tokens": ("longest response in tokens",
+                                "data.max_response_length / max_completion_length"),
+    "sampling.eval_temperature": ("evaluation sampling temperature",
+                                  "rollout.val_kwargs.temperature / —"),
+    "sampling.prefill_chunk": ("prompt rows per prefill call (0 = all at once)", "—"),
+    # task
+    "task.name": ("data (variant arg `task=`): families, embedded, files, tfds_embedded, "
+                  "tfds_files", "—"),
+    "task.reward": ("verifier (the task's answer check) or synthetic (first-token reward, "
+                    "tests)", "reward_model.reward_manager / reward_funcs"),
+    "task.template": ("prompt template: embedded, qwen_math, llama3_chat",
+                      "data.apply_chat_template / chat template"),
+    "task.min_level": ("embedded task: lowest difficulty level", "—"),
+    "task.max_level": ("embedded task: highest difficulty level", "—"),
+    "task.train_size": ("generated tasks: training problems", "—"),
+    "task.eval_size": ("generated tasks: held-out problems", "—"),
+    "task.seed": ("generated tasks: generator seed", "—"),
+    "task.family_set": ("family task: RL's families (rl, hard, every)", "—"),
+    "task.files": ("task=files: comma-separated JSONL / JSON / Parquet paths or globs",
+                   "data.train_files / train_dataset"),
+    "task.eval_files": ("task=files: a separate eval set (empty = the hash-chosen 1/8 of "
+                        "files)", "data.val_files / eval_dataset"),
+    "task.data_dir": ("TFDS tasks: where the prepared dataset lives (empty = "
+                      "~/tensorflow_datasets)", "—"),
+    "task.field_map.question": ("column of the question (empty = detect the layout)",
+                                "data.prompt_key / —"),
+    "task.field_map.answer": ("column of the answer", "reward_model.ground_truth / —"),
+    "task.field_map.solution": ("column of a worked solution (SFT, hints)", "—"),
+    "task.on_bad_row": ("a malformed or too-long row: error (naming file and line) or skip",
+                        "data.filter_overlong_prompts / —"),
+    "task.verifier_workers": ("math verifier processes", "reward_model.workers / —"),
+    "task.verifier_timeout": ("seconds per verified sample", "—"),
+    # adaptive engine
+    "adaptive.policy": ("collection policy: uniform, seq (Ada-Seq), est (Ada-Est), gvm, dapo",
+                        "algorithm.filter_groups.enable (dapo) / —"),
+    "adaptive.exit_rule": ("seq: when a prompt stops sampling: pos (k_pos positives) or "
+                           "balance (k_pos and k_neg)", "—"),
+    "adaptive.mode": ("engine: rounds (reference), refill (slots refilled as samples finish), "
+                      "stream (prompts outlive a step)", "—"),
+    "adaptive.k_pos": ("positives a prompt needs before it stops", "—"),
+    "adaptive.k_neg": ("negatives a prompt needs before it stops (balance)", "—"),
+    "adaptive.samples_per_round": ("seq: samples per round per active prompt (the budget is "
+                                   "rounds x this)", "rollout.n (per round)"),
+    "adaptive.max_rounds": ("seq: rounds at most", "—"),
+    "adaptive.at_budget": ("seq: a prompt unresolved at its budget: keep or drop its group",
+                           "—"),
+    "adaptive.slots": ("decode slots (global)", "rollout.max_num_seqs / vllm max_num_seqs"),
+    "adaptive.chunk_len": ("refill: decode steps between refills at most", "—"),
+    "adaptive.select_order": ("which samples a pool keeps: generation order or random", "—"),
+    "adaptive.min_pool": ("seq: a pool holds at least this many samples (0 = rl.n)", "—"),
+    "adaptive.est_decay": ("Ada-Est: history decay of a prompt's pass rate", "—"),
+    "adaptive.est_alpha": ("Ada-Est: Beta prior alpha of the pass rate", "—"),
+    "adaptive.est_beta": ("Ada-Est: Beta prior beta of the pass rate", "—"),
+    "adaptive.est_weight": ("Ada-Est allocation weight: inv_sqrt, inv, optimal", "—"),
+    "adaptive.est_budget_per_prompt": ("Ada-Est: mean samples per prompt", "—"),
+    "adaptive.gvm_pilot": ("GVM: pilot samples per prompt", "—"),
+    "adaptive.gvm_budget_per_prompt": ("GVM: mean samples per prompt", "—"),
+    "adaptive.gvm_alpha": ("GVM allocation alpha", "—"),
+    "adaptive.gvm_beta": ("GVM allocation beta", "—"),
+    "adaptive.overcommit": ("refill: launch a sample if P(it is needed) >= 1 - overcommit",
+                            "—"),
+    "adaptive.dapo_max_gen_batches": ("DAPO: prompt batches drawn per step at most",
+                                      "algorithm.filter_groups.max_num_gen_batches / —"),
+    "adaptive.dapo_at_cap": ("DAPO, fewer than B mixed groups at the cap: train on those "
+                             "(counted, warned once) or error (verl)", "—"),
+    "adaptive.stream_ahead": ("stream: prompts admitted ahead of a step (-1 = "
+                              "stream_max_lag x prompts_per_step)", "—"),
+    "adaptive.stream_max_lag": ("stream: updates a trained sample may lag the policy",
+                                "— / (async off-policy lag)"),
+    "adaptive.stream_on_policy": ("stream: restart carried-over prompts (no stale samples)",
+                                  "—"),
+    # RL
+    "rl.steps": ("RL steps (one prompt batch each)",
+                 "trainer.total_training_steps / max_steps"),
+    "rl.prompts_per_step": ("prompts per step (B)", "data.train_batch_size / "
+                            "generation_batch_size / num_generations"),
+    "rl.n": ("samples kept per prompt (group size)",
+             "actor_rollout_ref.rollout.n / num_generations"),
+    "rl.advantage": ("advantage estimator: grpo, drgrpo, rloo, raft, liteppo, reinforce_pp, "
+                     "pool (Ada-Seq's pool baseline)", "algorithm.adv_estimator / —"),
+    "rl.std_normalise": ("pool: divide advantages by the pool's reward std",
+                         "algorithm.norm_adv_by_std_in_grpo / scale_rewards"),
+    "rl.objective": ("f of the pass rate the budgets (and optional weights) optimise: linear, "
+                     "log, arcsin, power", "—"),
+    "rl.objective_alpha": ("power objective's exponent", "—"),
+    "rl.objective_weight": ("pool: weight advantages by f'(pass rate)", "—"),
+    "rl.importance_correction": ("pool: importance weights for the balanced selection", "—"),
+    "rl.ppo_epochs": ("passes over a step's samples", "actor.ppo_epochs / num_iterations"),
+    "rl.minibatches": ("optimizer updates per epoch (each on rows / minibatches)",
+                       "actor.ppo_mini_batch_size (= batch / minibatches) / "
+                       "steps_per_generation"),
+    "rl.microbatches": ("micro-batches a minibatch's gradient is accumulated over (memory)",
+                        "actor.ppo_micro_batch_size_per_gpu / gradient_accumulation_steps"),
+    "rl.daro": ("DARO: learned per-difficulty loss weights", "—"),
+    "rl.daro_buckets": ("DARO difficulty buckets (0 = rl.n)", "—"),
+    "rl.inject_nan_step": ("tests: make this step's loss NaN (-1 = never)", "—"),
+    "rl.hints": ("self-hinting on collapsed groups: none, sage, sage_light (needs a longer "
+                 "max_prompt_len)", "—"),
+    # loss
+    "loss.clip_low": ("PPO ratio clip below: 1 - clip_low", "actor.clip_ratio_low / epsilon"),
+    "loss.clip_high": ("PPO ratio clip above: 1 + clip_high (DAPO clip-higher)",
+                       "actor.clip_ratio_high / epsilon_high"),
+    "loss.dual_clip": ("dual-clip cap for negative advantages (0 = off)",
+                       "actor.clip_ratio_c / —"),
+    "loss.agg": ("loss aggregation: token_mean, seq_mean_token_mean, seq_mean_token_sum, "
+                 "constant (Dr.GRPO)", "actor.loss_agg_mode / loss_type"),
+    "loss.kl_coef": ("KL penalty to the reference policy = the base policy (SFT'd or "
+                     "init_from); 0 = no reference model",
+                     "actor.kl_loss_coef (use_kl_loss) / beta"),
+    "loss.kl_type": ("KL estimator: k1, k2, k3", "actor.kl_loss_type (kl, mse, low_var_kl) / —"),
+    "loss.kl_in_reward": ("subtract the KL from the reward instead of adding it to the loss",
+                          "algorithm.use_kl_in_reward / —"),
+    "loss.entropy_coef": ("entropy bonus", "actor.entropy_coeff / —"),
+    # optimizer
+    "optim.lr": ("AdamW learning rate (constant after the linear warm-up)",
+                 "actor.optim.lr / learning_rate"),
+    "optim.warmup_steps": ("linear warm-up steps", "actor.optim.lr_warmup_steps / warmup_steps"),
+    "optim.grad_clip": ("global gradient-norm clip", "actor.grad_clip / max_grad_norm"),
+    "optim.weight_decay": ("AdamW weight decay", "actor.optim.weight_decay / weight_decay"),
+    "optim.b1": ("Adam beta1", "actor.optim.betas[0] / adam_beta1"),
+    "optim.b2": ("Adam beta2", "actor.optim.betas[1] / adam_beta2"),
+    "optim.eps": ("Adam epsilon", "— / adam_epsilon"),
+    "optim.daro_lr": ("DARO weights' learning rate (0 = optim.lr)", "—"),
+    # SFT warm start
+    "sft.steps": ("warm-start SFT steps before RL (0 = none)", "— / SFTConfig.max_steps"),
+    "sft.batch_size": ("SFT batch size", "— / SFTConfig.per_device_train_batch_size"),
+    "sft.lr": ("SFT learning rate", "— / SFTConfig.learning_rate"),
+    "sft.warmup_steps": ("SFT warm-up steps", "— / SFTConfig.warmup_steps"),
+    "sft.base_dir": ("use this SFT'd base instead of training one", "—"),
+    "sft.careful_share": ("embedded task: share of SFT targets in the careful style", "—"),
+    "sft.max_level": ("embedded task: SFT on levels up to this (0 = all)", "—"),
+    # eval, checkpoints, logs
+    "eval.every": ("evaluate every this many steps (0 = never)",
+                   "trainer.test_freq / eval_steps"),
+    "eval.k": ("samples per eval prompt (avg@k, pass@k)", "rollout.val_kwargs.n / —"),
+    "eval.prompts": ("held-out eval prompts", "— / (eval_dataset size)"),
+    "eval.train_prompts": ("also evaluate on this many training prompts", "—"),
+    "checkpoint.every": ("checkpoint every this many steps (and at the end)",
+                         "trainer.save_freq / save_steps"),
+    "checkpoint.keep": ("checkpoints kept", "trainer.max_actor_ckpt_to_keep / "
+                        "save_total_limit"),
+    "checkpoint.allow_config_change": ("resume a workdir with a changed config",
+                                       "— / (resume_from_checkpoint)"),
+    "checkpoint.start_over_if_unreadable": ("no readable checkpoint: start at step 0 instead "
+                                            "of stopping", "—"),
+    "log.progress": ("progress bars", "— / disable_tqdm (inverse)"),
+}
+
+
+def _leaves(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _leaves(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def config_fields(config) -> dict:
+    """{dotted field: default} of a config, in its order."""
+    return dict(_leaves(json.loads(config.to_json_best_effort())))
+
+
+def _cell(v) -> str:
+    text = json.dumps(v) if not isinstance(v, str) else (repr(v) if v else "''")
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return "`" + text.replace("|", "\\|") + "`"
+
+
+def reference(get_config) -> str:
+    """docs/config.md from configs/base.py's get_config."""
+    default = config_fields(get_config(""))
+    pretrained = config_fields(get_config("model=qwen2_5_math_7b,task=files"))
+    lines = [
+        "# Config reference",
+        "",
+        "Every field of `configs/base.py` (generated by `python scripts/config_reference.py > "
+        "docs/config.md`;",
+        "`tests/test_config_doc.py` keeps it in sync). Set one with `--config.<field>=value`; "
+        "choose variants",
+        "with `--config=configs/base.py:algo=…,model=…,task=…,smoke=True`. Defaults are the "
+        "default run's",
+        "(tiny model, family task, Ada-Seq-balance); *pretrained* gives the value of "
+        "`model=qwen2_5_math_7b,task=files`",
+        "where it differs (model fields aside). On a workdir with a `config.json`, that "
+        "file is the config",
+        "and the flags go on top (`ada_jax/run_config.py`). The verl / TRL column names the "
+        "nearest setting of",
+        "verl (`actor_rollout_ref.` / `algorithm.` / `data.` / `trainer.` prefixes shortened) "
+        "and of TRL's `GRPOConfig`.",
+        "",
+        "| field | default | meaning | verl / TRL |",
+        "|---|---|---|---|",
+    ]
+    for name, value in default.items():
+        meaning, other = FIELDS[name]
+        cell = _cell(value)
+        if not name.startswith("model.") and pretrained.get(name, value) != value:
+            cell += f"; pretrained {_cell(pretrained[name])}"
+        lines.append(f"| `{name}` | {cell} | {meaning} | {other} |")
+    return "\n".join(lines) + "\n"
