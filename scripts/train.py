@@ -9,6 +9,8 @@ automatically), config.json, metrics.jsonl, TensorBoard events and plots. On a w
 has a config.json, that is the config and `--config.x.y=…` flags go on top (ada_jax.run_config):
 
   python scripts/train.py --workdir=/tmp/grpo --config.rl.steps=200   # resume, to step 200
+
+Every --config field, its default and its verl / TRL name: docs/config.md.
 """
 import os
 import sys
