@@ -146,7 +146,8 @@ def make_stream(ctx, params):
     ahead = lag * B if c.adaptive.stream_ahead < 0 else c.adaptive.stream_ahead
     return stream.Stream(ctx.engine, ctx.generator, prompts=B, ahead=ahead,
                          prompt_len=c.sampling.max_prompt_len, group=ctx.group,
-                         on_policy=c.adaptive.stream_on_policy, max_lag=lag).init(
+                         on_policy=c.adaptive.stream_on_policy, max_lag=lag,
+                         calls=c.rl.steps).init(
                              params, ctx.mesh, c.sharding_rules)
 
 

@@ -79,7 +79,7 @@ def _reset_rows(st: adaptive.EngineState, rows_Q, budget_Q) -> adaptive.EngineSt
         cut_tokens=st.cut_tokens + jnp.sum(jnp.where(cut, st.slot_len, 0)))
 
 
-def _more(st, need: int, horizon_Q, need_H, resident_Q, until_step):
+def _more(st, need, horizon_Q, need_H, resident_Q, until_step):
     """Keep decoding while a prompt is sampling and: fewer than `need` resident prompts have
     stopped, fewer than need_H[h] of those due within h calls have (horizon_Q <= h: the rest
     must fit the next h batches, oldest claimed first; h = 0: all due now), or the call is
@@ -115,7 +115,7 @@ def _resume(params, prompt_QP, mask_QP, st, *, gen_fn):
 
 
 def _run(params, prompt_QP, mask_QP, budget_Q, prio_Q, more_args, reward_data, st, *, cfg,
-         gen_fn, reward_fn, group: int, need: int):
+         gen_fn, reward_fn, group: int):
     """Decode until the step's groups are complete, in one while_loop (jittable reward); the
     slot caches exist only inside."""
     st = _resume(params, prompt_QP, mask_QP, st, gen_fn=gen_fn)
@@ -127,7 +127,7 @@ def _run(params, prompt_QP, mask_QP, budget_Q, prio_Q, more_args, reward_data, s
         r = reward_fn(reward_data, st.slot_prompt, st.slot_seq, st.slot_tokens, st.slot_len)
         return adaptive._absorb(cfg, budget_Q, group, st, r)
 
-    st = jax.lax.while_loop(lambda s: _more(s, need, *more_args) & (s.chunks < limit), body, st)
+    st = jax.lax.while_loop(lambda s: _more(s, *more_args) & (s.chunks < limit), body, st)
     return st.replace(gen=None)
 
 
@@ -140,9 +140,9 @@ def _host_decode(params, prompt_state, budget_Q, old_Q, st, *, cfg, gen_fn):
     return adaptive._launch_and_decode(cfg, gen_fn, params, prompt_state, budget_Q, st, old_Q)
 
 
-def _host_absorb(budget_Q, more_args, st, r_S, *, cfg, group: int, need: int):
+def _host_absorb(budget_Q, more_args, st, r_S, *, cfg, group: int):
     st = adaptive._absorb(cfg, budget_Q, group, st, r_S)
-    return st, _more(st, need, *more_args)
+    return st, _more(st, *more_args)
 
 
 def _begin_call(st, reset_Q, budget_Q, version, key):
@@ -164,11 +164,15 @@ class Stream:
     """A table of Q = B + ahead prompts sampled by one persistent refill engine (module doc).
 
     Use: `admit(items, prompt_BP, mask_BP, budgets)` for up to `free()` prompts, `run(params,
-    key, …)`, `claim()`; repeat. `arrays()` / `meta()` checkpoint it, `restore` resumes."""
+    key, …)`, `claim()`; repeat. `arrays()` / `meta()` checkpoint it (at any point, between
+    `admit` and `run` too), `restore` resumes. `calls`, the run's total number of calls when
+    known, stops admission once the resident prompts cover every remaining call's batch, so no
+    prompt is sampled that no call will train. Without admitting, run + claim drain the
+    stream (a claim returns fewer than B groups once fewer are resident)."""
 
     def __init__(self, cfg: adaptive.EngineConfig, gen_fn, *, prompts: int, ahead: int,
                  prompt_len: int, group: int, on_policy: bool = False, pace: float = 0.5,
-                 max_lag: int = 1):
+                 max_lag: int = 1, calls: int | None = None):
         if cfg.mode != "refill" or cfg.pool_order != "launch":
             raise ValueError("streaming needs the refill schedule with launch-order pools "
                              f"(mode='refill', pool_order='launch'), got mode={cfg.mode!r}, "
@@ -179,7 +183,7 @@ class Stream:
                              f"admitted further ahead could be trained more than {max_lag} "
                              f"update(s) after its samples were drawn")
         self.cfg, self.gen_fn, self.group, self.on_policy = cfg, gen_fn, group, on_policy
-        self.pace, self.max_lag = pace, max_lag
+        self.pace, self.max_lag, self.total_calls = pace, max_lag, calls
         self.B, self.Q, self.P = prompts, prompts + ahead, prompt_len
         Q = self.Q
         self.items: list = [None] * Q
@@ -211,14 +215,14 @@ class Stream:
             light = full.replace(gen=None)
         self.st = jax.jit(lambda *a: init(*a).replace(gen=None), out_shardings=light)(*args)
         # Every step function returns the state with the layout it got, so each compiles once.
-        self._run = jax.jit(_run, static_argnames=("cfg", "gen_fn", "reward_fn", "group", "need"),
+        self._run = jax.jit(_run, static_argnames=("cfg", "gen_fn", "reward_fn", "group"),
                             donate_argnames=("st",), out_shardings=light)
         self._begin = jax.jit(_begin_call, donate_argnames=("st",), out_shardings=light)
         self._resume = jax.jit(_resume, static_argnames=("gen_fn",), donate_argnames=("st",),
                                out_shardings=full)
         self._decode = jax.jit(_host_decode, static_argnames=("cfg", "gen_fn"),
                                donate_argnames=("st",), out_shardings=full)
-        self._absorb = jax.jit(_host_absorb, static_argnames=("cfg", "group", "need"),
+        self._absorb = jax.jit(_host_absorb, static_argnames=("cfg", "group"),
                                donate_argnames=("st",), out_shardings=(full, None))
         return self
 
@@ -240,7 +244,7 @@ class Stream:
         """The host bookkeeping (JSON): calls so far, each row's admission call, budget and
         prompt (whatever `admit` was given, through `encode_item`)."""
         return dict(calls=self.calls, admit_call=self.admit_call.tolist(),
-                    budget=self.budget_Q.tolist(),
+                    budget=self.budget_Q.tolist(), fresh=self.fresh.tolist(),
                     items=[None if x is None else encode_item(x) for x in self.items])
 
     def restore(self, arrays: dict, meta: dict, decode_item: Callable = lambda x: x):
@@ -252,6 +256,10 @@ class Stream:
         self.calls = int(meta["calls"])
         self.admit_call = np.asarray(meta["admit_call"], np.int64)
         self.budget_Q = np.asarray(meta["budget"], np.int32)
+        # Rows admitted since the last call (saved between admit and run): their pools still
+        # hold the rows' previous prompts and are emptied by the next run. Older checkpoints
+        # were saved after a claim, when no row is fresh.
+        self.fresh = np.asarray(meta.get("fresh", [False] * self.Q), bool)
         self.prompt_QP = np.array(arrays["prompt"], np.int32)
         self.mask_QP = np.array(arrays["mask"], bool)
         self.items = [None if x is None else decode_item(x) for x in meta["items"]]
@@ -263,13 +271,23 @@ class Stream:
 
     # ------------------------------------------------------------------ a step
     def free(self) -> int:
-        return int(np.sum(self.admit_call == EMPTY))
+        """How many prompts `admit` takes now: the free rows, and once the run's `calls` are
+        known no more than the remaining calls will claim (B each) beyond those resident."""
+        free = int(np.sum(self.admit_call == EMPTY))
+        if self.total_calls is None:
+            return free
+        wanted = (self.total_calls - self.calls) * self.B - int(np.sum(self.admit_call != EMPTY))
+        return min(free, max(wanted, 0))
 
     def admit(self, items, prompt_BP, mask_BP, budgets) -> None:
         """Put prompts into free rows (lowest first); they are sampled from the next `run`."""
         rows = np.flatnonzero(self.admit_call == EMPTY)[:len(items)]
-        if len(rows) < len(items):
-            raise ValueError(f"Stream.admit: {len(items)} prompts but {self.free()} free rows")
+        if len(items) > self.free():
+            raise ValueError(f"Stream.admit: {len(items)} prompts but room for {self.free()} "
+                             f"({len(rows)} free rows; the run's remaining {self.total_calls} - "
+                             f"{self.calls} calls claim {self.B} each)"
+                             if self.total_calls is not None else
+                             f"Stream.admit: {len(items)} prompts but {self.free()} free rows")
         for r, it in zip(rows, items):
             self.items[r] = it
         self.admit_call[rows] = self.calls
@@ -303,23 +321,23 @@ class Stream:
         # is restarted once at most, never carried (and restarted) forever.
         horizon, need_H = due_needs(self.admit_call, resident, self.calls, self.max_lag,
                                     self.B)
-        more_args = (jnp.asarray(horizon), jnp.asarray(need_H), jnp.asarray(resident), until)
+        more_args = (jnp.int32(need), jnp.asarray(horizon), jnp.asarray(need_H),
+                     jnp.asarray(resident), until)
         prompt, mask = jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP)
         cfg, gen_fn = self.cfg, self.gen_fn
         if score is None:
-            self.st = self._run(params, prompt, mask, budget, prio, more_args, reward_data, self.st,
-                           cfg=cfg, gen_fn=gen_fn, reward_fn=reward_fn, group=self.group,
-                           need=need)
+            self.st = self._run(params, prompt, mask, budget, prio, more_args, reward_data,
+                                self.st, cfg=cfg, gen_fn=gen_fn, reward_fn=reward_fn,
+                                group=self.group)
         else:
             st = self._resume(params, prompt, mask, self.st, gen_fn=gen_fn)
             prompt_state = _prefill(params, prompt, mask, gen_fn=gen_fn)
             limit = int(_limit(cfg, st, budget))
-            more = bool(_more(st, need, *more_args))
+            more = bool(_more(st, *more_args))
             while more and int(st.chunks) < limit:
                 st = self._decode(params, prompt_state, budget, prio, st, cfg=cfg, gen_fn=gen_fn)
                 r = adaptive.host_rewards(st, score)
-                st, more = self._absorb(budget, more_args, st, r, cfg=cfg, group=self.group,
-                                        need=need)
+                st, more = self._absorb(budget, more_args, st, r, cfg=cfg, group=self.group)
                 more = bool(more)
             self.st = st.replace(gen=None)  # the slot caches are freed here
         self.calls += 1
@@ -330,11 +348,17 @@ class Stream:
         order; their rows are freed."""
         st = self.st
         active, done_at = np.asarray(st.active), np.asarray(st.done_at)
-        stopped = (self.admit_call != EMPTY) & ~active
+        # Rows admitted since the last run hold their previous prompts' state: not claimable.
+        sampled = (self.admit_call != EMPTY) & ~self.fresh
+        if not sampled.any():
+            raise RuntimeError("Stream.claim: no prompt has been sampled (nothing resident, or "
+                               "admitted but not yet run): admit prompts, then run, then claim")
+        want = min(self.B, int(sampled.sum()))  # fewer than B once the stream drains
+        stopped = sampled & ~active
         order = np.lexsort((np.arange(self.Q), done_at, self.admit_call))
-        rows = np.asarray([r for r in order if stopped[r]][:self.B], np.int64)
-        if len(rows) < self.B:
-            raise RuntimeError(f"streaming: only {len(rows)} of {self.B} groups complete; "
+        rows = np.asarray([r for r in order if stopped[r]][:want], np.int64)
+        if len(rows) < want:
+            raise RuntimeError(f"streaming: only {len(rows)} of {want} groups complete; "
                                "the engine hit its chunk limit")
         left = (self.admit_call != EMPTY) & ~np.isin(np.arange(self.Q), rows)
         if (self.admit_call[left] < self.calls - self.max_lag).any():

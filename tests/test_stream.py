@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from ada_jax import adaptive as A
-from ada_jax import generators, sampling, stream, train
+from ada_jax import collect, generators, sampling, stream, train
 from tests.helpers import tiny_model
 from tests.test_adaptive import _balance_pmf, _chi2_pvalue, _floored
 from tests.test_train import _config, _meta_without_timing, _restore
@@ -27,18 +27,31 @@ def _stream(B=8, ahead=8, slots=32, on_policy=False, max_lag=1, **kw):
                          on_policy=on_policy, max_lag=max_lag).init(None)
 
 
+def _admit(s, first, n, budget=32):
+    """Admit prompt ids first .. first + n - 1; returns the next id."""
+    s.admit(list(range(first, first + n)), np.zeros((n, 1), np.int32), np.ones((n, 1), bool),
+            np.full(n, budget))
+    return first + n
+
+
+def _data(s, p_of):
+    ids = np.array([-1 if x is None else x for x in s.items])
+    p = np.array([0.0 if x is None else p_of(x) for x in s.items], np.float32)
+    return dict(key=KEY, p=jnp.asarray(p), id=jnp.asarray(ids))
+
+
+def _run(s, p_of, step):
+    return s.run(None, jax.random.key(step), reward_fn=generators.bernoulli_reward,
+                 reward_data=_data(s, p_of))
+
+
 def _drive(s, p_of, steps, budget=32, host=False):
     """Admit serial prompt ids (pass rate p_of(id)) into free rows, run, claim; per step the
     Claimed record and the engine's version."""
     serial, out = 0, []
     for step in range(steps):
-        n = s.free()
-        s.admit(list(range(serial, serial + n)), np.zeros((n, 1), np.int32),
-                np.ones((n, 1), bool), np.full(n, budget))
-        serial += n
-        ids = np.array([-1 if x is None else x for x in s.items])
-        p = np.array([0.0 if x is None else p_of(x) for x in s.items], np.float32)
-        data = dict(key=KEY, p=jnp.asarray(p), id=jnp.asarray(ids))
+        serial = _admit(s, serial, s.free(), budget)
+        data = _data(s, p_of)
         if host:
             def score(rows, seq, toks, lens):  # padded to the slots: one compile
                 pad = s.cfg.slots - len(rows)
@@ -133,19 +146,97 @@ def test_stream_rejects_lookahead_past_one_step():
         _stream(mode="rounds")
 
 
-def test_trainer_stream_resumes_mid_stream_exactly(tmp_path):
-    """4 streaming steps in one go vs 2 + resume for 2: params, optimizer, engine state (running
-    slots' tokens; their caches are rebuilt at every call, so in both runs alike) and metrics
-    are identical, and the checkpoint holds no KV cache."""
-    kw = {"adaptive.mode": "stream", "checkpoint.every": 1, "rl.prompts_per_step": 4}
+def _pools(c):
+    return (c.items, np.asarray(c.batch.pool_n_B).tolist(), np.asarray(c.batch.pool_pos_B).tolist())
+
+
+def test_stream_drains_with_fewer_than_b_prompts():
+    """A claim with fewer than B prompts resident returns those (was: a "chunk limit" error),
+    so run + claim without admitting drain the stream; a claim of nothing says why."""
+    s = _stream(B=8, ahead=8)
+    with pytest.raises(RuntimeError, match="no prompt has been sampled"):
+        s.claim()
+    serial = _admit(s, 0, 3)
+    with pytest.raises(RuntimeError, match="admitted but not yet run"):
+        s.claim()
+    assert sorted(_run(s, _p_of, 0).claim().items) == [0, 1, 2]
+    serial = _admit(s, serial, 12)
+    got = [_run(s, _p_of, step).claim() for step in (1, 2)]
+    assert [len(c.items) for c in got] == [8, 4] and s.free() == 16
+    assert sorted(i for c in got for i in c.items) == list(range(3, 15))
+    for c in got:
+        _assert_sequential(c)
+
+
+def _assert_sequential(c):
+    """The claimed pools are the one-at-a-time process's (n, positives) for their prompts."""
+    _, n, pos = _pools(c)
+    assert list(zip(n, pos)) == [_sequential(i, _p_of(i)) for i in c.items]
+
+
+def test_stream_admits_no_prompt_past_the_last_call():
+    """Given the run's calls, admission stops once the resident prompts cover the remaining
+    batches: every admitted prompt is trained and nothing is left sampled at the end (before,
+    the last ahead x prompts were sampled for nothing)."""
+    B, steps = 6, 5
+    wasted = {}
+    for calls in (None, steps):
+        s = _stream(B=B, ahead=B, slots=24)
+        s.total_calls = calls
+        claims, admitted = _drive(s, _p_of, steps)
+        trained = sorted(i for c in claims for i in c.items)
+        resident = np.asarray(s.admit_call) != stream.EMPTY
+        wasted[calls] = int(np.asarray(s.st.launched)[resident].sum())
+        assert trained == list(range(steps * B))
+        assert admitted == steps * B + (B if calls is None else 0)
+        assert resident.sum() == (B if calls is None else 0)
+    print(f"\nsamples launched for prompts never trained: {wasted[None]} without the run's "
+          f"calls, {wasted[steps]} with them")
+    assert wasted[None] > 0 == wasted[steps]
+
+
+def test_stream_saved_between_admit_and_run_resumes_exactly():
+    """A checkpoint taken after admit() and before run() restores the rows just admitted as
+    such: the next call empties their pools (was: they kept the previous prompts' pools)."""
+    s = _stream(B=6, ahead=6, slots=24)
+    claims, serial = _drive(s, _p_of, 2)
+    _admit(s, serial, s.free())
+    arrays = jax.tree.map(lambda x: jnp.array(x, copy=True), s.arrays())
+    meta = json.loads(json.dumps(s.meta()))
+    r = _stream(B=6, ahead=6, slots=24)
+    r.restore(arrays, meta)
+    for step in (2, 3):  # the rows just admitted are claimed in the second call
+        a, b = _run(s, _p_of, step).claim(), _run(r, _p_of, step).claim()
+        assert _pools(a) == _pools(b)
+        _assert_sequential(b)
+        _admit(s, 100 * step, s.free())
+        _admit(r, 100 * step, r.free())
+
+
+def test_trainer_stream_resumes_mid_stream_exactly(tmp_path, monkeypatch):
+    """4 streaming steps in one go vs killed after 2 + resumed: params, optimizer, engine state
+    (running slots' tokens; their caches are rebuilt at every call, so in both runs alike) and
+    metrics are identical, and the checkpoint holds no KV cache."""
+    kw = {"adaptive.mode": "stream", "checkpoint.every": 1, "rl.prompts_per_step": 4,
+          "rl.steps": 4}
     ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
-    train.train_and_evaluate(_config("ada_balance", **kw, **{"rl.steps": 4}), ref)
-    train.train_and_evaluate(_config("ada_balance", **kw, **{"rl.steps": 2}), run)
+    train.train_and_evaluate(_config("ada_balance", **kw), ref)
+    calls, collect_fn = [], collect.collect
+
+    def killed_at_step_3(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt("killed")
+        return collect_fn(*args)
+    monkeypatch.setattr(collect, "collect", killed_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        train.train_and_evaluate(_config("ada_balance", **kw), run)
+    monkeypatch.setattr(collect, "collect", collect_fn)
     _, mid, meta_mid = _restore(run)
     assert any(x is not None for x in meta_mid["stream"]["items"])  # prompts were carried
     assert np.any(np.asarray(mid["stream"]["engine"]["slot_prompt"]) >= 0)  # slots running
     assert mid["stream"]["engine"].get("gen") is None  # no slot caches in the checkpoint
-    train.train_and_evaluate(_config("ada_balance", **kw, **{"rl.steps": 4}), run)
+    train.train_and_evaluate(_config("ada_balance", **kw), run)
     step_a, arrays_a, meta_a = _restore(ref)
     step_b, arrays_b, meta_b = _restore(run)
     assert step_a == step_b == 4

@@ -114,7 +114,9 @@ def _cli(workdir, steps, extra=()):
 
 
 def _meta_without_timing(meta):
-    """A checkpoint's meta less the run's cumulative wall time (the only timing it holds)."""
+    """A checkpoint's meta less the run's cumulative wall time (the only timing it holds) and
+    the metadata's own checksum (which covers that time)."""
+    meta = {k: v for k, v in meta.items() if k != "_meta_sha256"}
     return {**meta, "totals": {k: v for k, v in meta["totals"].items() if k != "wall"}}
 
 
