@@ -1,14 +1,25 @@
 """Supervised warm start: the base policy RL starts from.
 
 Trains the model on (prompt, reference solution, EOS) pairs of the train split, loss on the
-solution tokens only, and saves it with orbax under `<workdir>/base` (or config.sft.base_dir).
-`load_base` reuses that checkpoint when it exists, so the main job trains it once. For
-pretrained models (config.model.init_from) it imports the Hugging Face checkpoint instead.
+solution tokens only, and saves it with orbax in the base directory (`base_dir`):
+config.sft.base_dir when set; else `<workdir>/base` when a run made before the cache has one;
+else the cache, `$ADA_JAX_CACHE/bases/<key>` (default `~/.cache/ada_jax`), where `key` hashes
+what the base depends on (`sft_fingerprint`: model, SFT task and its training problems, sft.*,
+sequence lengths, template, tokenizer, seed). So every workdir with the same SFT config reuses
+one base, and a changed SFT field trains a new one. `load_base` reuses the base when it exists.
+For pretrained models (config.model.init_from) it imports the Hugging Face checkpoint instead.
+
+SFT checkpoints its progress like RL (params, optimizer, data position and target RNG every
+sft.checkpoint_every steps, default a tenth of the run, in `<base dir>/progress`), so a killed
+SFT resumes where it stopped, bitwise equal to an uninterrupted one; the progress goes once
+the base is saved.
 """
 import functools
+import hashlib
 import json
 import logging
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +29,7 @@ from flax import nnx
 
 from ada_jax import evaluate, sharding
 from ada_jax import model as model_lib
-from ada_jax.checkpoint import Checkpointer, abstract_like
+from ada_jax.checkpoint import CheckpointMismatch, Checkpointer, abstract_like
 from ada_jax.tasks import PromptIterator, families, is_embedded, load_split
 from ada_jax.tasks.embedded import hasty_solution
 from ada_jax.tokenizer import prompt_ids, render_prompt
@@ -26,8 +37,60 @@ from ada_jax.tokenizer import prompt_ids, render_prompt
 log = logging.getLogger(__name__)
 
 
-def base_dir(config, workdir: str) -> str:
-    return config.sft.get("base_dir", "") or os.path.join(workdir, "base")
+_SFT_VERSION = 1  # part of the cache key: bump when this module changes what a config trains
+_NOT_SFT = {"sft": ("base_dir", "checkpoint_every"),  # fields SFT's result does not depend on
+            "task": ("verifier_workers", "verifier_timeout")}
+
+
+def cache_dir() -> str:
+    """$ADA_JAX_CACHE, else ~/.cache/ada_jax."""
+    return os.environ.get("ADA_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                           "ada_jax")
+
+
+def sft_fingerprint(config, tokenizer) -> dict:
+    """What the SFT base depends on, as JSON: model, the SFT task's config (task name, family
+    set, seeds, levels, files...) and a hash of its training problems (so a change in a task
+    generator is seen too), sft.*, the sequence lengths, template, tokenizer (its model bytes
+    and special ids) and seed. RL fields (algo, rl.*, adaptive.*) are not in it."""
+    task = sft_task(config)
+    fields = {"model": config.model.to_dict(), "task": task.task.to_dict(),
+              "sft": config.sft.to_dict()}
+    for section, names in _NOT_SFT.items():
+        for name in names:
+            fields[section].pop(name, None)
+    source = load_split(task, "train")
+    h = hashlib.sha256()
+    for i in range(len(source)):
+        p = source[i]
+        h.update(f"{p.question}\0{p.solution}\0{p.answer}\0".encode())
+    if hasattr(tokenizer, "_sp"):  # sentencepiece
+        tok_bytes = tokenizer._sp.serialized_model_proto()
+    elif hasattr(tokenizer, "_tok"):  # Hugging Face tokenizers
+        tok_bytes = tokenizer._tok.to_str().encode()
+    else:
+        tok_bytes = repr(type(tokenizer)).encode()
+    tok = [hashlib.sha256(tok_bytes).hexdigest(), tokenizer.vocab_size, tokenizer.pad_id,
+           getattr(tokenizer, "bos_id", None), tokenizer.eos_id]
+    return dict(version=_SFT_VERSION, seed=config.seed, **fields,
+                sampling={k: config.sampling[k] for k in ("max_prompt_len", "max_new_tokens")},
+                train_problems=[len(source), h.hexdigest()], tokenizer=tok)
+
+
+def sft_key(fingerprint: dict) -> str:
+    text = json.dumps(fingerprint, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def base_dir(config, workdir: str, tokenizer=None) -> str:
+    """Where the base policy lives (module doc): sft.base_dir, else an existing
+    `<workdir>/base`, else the cache entry of this SFT config (needs the tokenizer)."""
+    if config.sft.get("base_dir", ""):
+        return config.sft.base_dir
+    own = os.path.join(workdir, "base")
+    if os.path.isdir(own) or tokenizer is None:
+        return own
+    return os.path.join(cache_dir(), "bases", sft_key(sft_fingerprint(config, tokenizer)))
 
 
 def init_params(config, mesh, seed: int):
@@ -90,17 +153,59 @@ def sft_task(config):
     return cfg
 
 
-def train_base(config, out_dir: str, mesh, tokenizer):
-    """Run SFT and save the base checkpoint; returns (graphdef, params)."""
+def train_base(config, out_dir: str, mesh, tokenizer, init=None):
+    """Run SFT (resuming its progress checkpoint in `<out_dir>/progress` if there is one) and
+    save the base checkpoint; returns (graphdef, params). `init`: the (graphdef, params) of
+    init_params(config, mesh, config.seed) when the caller has them (donated)."""
     from tqdm.auto import tqdm
     s = config.sft
-    graphdef, params = init_params(config, mesh, config.seed)
-    warmup = min(s.warmup_steps, s.steps // 2)
-    sched = optax.warmup_cosine_decay_schedule(0.0, s.lr, warmup, max(s.steps, warmup + 1),
-                                               s.lr * 0.05)
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.01))
-    opt_state = opt.init(params)
+    graphdef, params = init or init_params(config, mesh, config.seed)
+    opt, step = _sft_step(graphdef, s.steps, s.lr, s.warmup_steps)
+    opt_state = sharding.place_on_mesh(opt.init(params), mesh)  # one layout: restorable
     length = config.sampling.max_prompt_len + config.sampling.max_new_tokens
+    it = PromptIterator(load_split(sft_task(config), "train"), s.batch_size, seed=config.seed + 1)
+    target_rng = np.random.default_rng(config.seed + 2)
+    every = s.get("checkpoint_every", 0) or max(1, s.steps // 10)
+    progress_dir = os.path.join(out_dir, "progress")
+    progress = Checkpointer(progress_dir, keep=1)
+    start = _restore_progress(progress, params, opt_state, config)
+    if start is not None:
+        start, params, opt_state, meta = start
+        it.restore(meta["iterator"])
+        target_rng.bit_generator.state = meta["target_rng"]
+        log.info("SFT resumed at step %d of %d from %s", start, s.steps, progress_dir)
+    start = start or 0
+    bar = tqdm(range(start, s.steps), desc="sft", disable=not config.log.progress,
+               dynamic_ncols=True, initial=start, total=s.steps)
+    with sharding.activate(mesh, config.sharding_rules):
+        for i in bar:
+            problems = next(it)
+            toks, mask, loss_mask = sft_rows(tokenizer, problems, config.task.template, length,
+                                             targets=sft_targets(config, problems, target_rng))
+            params, opt_state, loss = step(params, opt_state, toks, mask, loss_mask)
+            if i % 50 == 0 or i == s.steps - 1:
+                bar.set_postfix(loss=f"{float(loss):.3f}")
+            if (i + 1) % every == 0 and i + 1 < s.steps:
+                progress.save(i + 1, {"params": params, "opt": opt_state},
+                              {"step": i + 1, "sft_steps": s.steps, "iterator": it.state(),
+                               "target_rng": target_rng.bit_generator.state})
+    progress.close()
+    ckpt = Checkpointer(out_dir, keep=1)
+    ckpt.save(s.steps, {"params": params}, {"sft_steps": s.steps})
+    ckpt.close()
+    if jax.process_index() == 0:
+        shutil.rmtree(progress_dir, ignore_errors=True)
+    return graphdef, params
+
+
+@functools.lru_cache(maxsize=4)  # one compile per SFT setting in a process (tests, notebooks)
+def _sft_step(graphdef, steps: int, lr: float, warmup_steps: int):
+    """(optimizer, jitted step(params, opt_state, toks, mask, loss_mask) -> (params,
+    opt_state, loss)): AdamW on the mean log-loss of the target tokens, warmup then cosine."""
+    warmup = min(warmup_steps, steps // 2)
+    sched = optax.warmup_cosine_decay_schedule(0.0, lr, warmup, max(steps, warmup + 1),
+                                               lr * 0.05)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.01))
 
     @functools.partial(jax.jit, donate_argnums=(0, 1))
     def step(params, opt_state, toks, mask, loss_mask):
@@ -113,40 +218,48 @@ def train_base(config, out_dir: str, mesh, tokenizer):
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
+    return opt, step
 
-    it = PromptIterator(load_split(sft_task(config), "train"), s.batch_size, seed=config.seed + 1)
-    target_rng = np.random.default_rng(config.seed + 2)
-    bar = tqdm(range(s.steps), desc="sft", disable=not config.log.progress, dynamic_ncols=True)
-    with sharding.activate(mesh, config.sharding_rules):
-        for i in bar:
-            problems = next(it)
-            toks, mask, loss_mask = sft_rows(tokenizer, problems, config.task.template, length,
-                                             targets=sft_targets(config, problems, target_rng))
-            params, opt_state, loss = step(params, opt_state, toks, mask, loss_mask)
-            if i % 50 == 0 or i == s.steps - 1:
-                bar.set_postfix(loss=f"{float(loss):.3f}")
-    ckpt = Checkpointer(out_dir, keep=1)
-    ckpt.save(s.steps, {"params": params}, {"sft_steps": s.steps})
-    ckpt.close()
-    return graphdef, params
+
+def _restore_progress(progress: Checkpointer, params, opt_state, config):
+    """(step, params, opt_state, meta) of the newest readable SFT progress checkpoint of this
+    run's length, or None (none, unreadable, or saved by another SFT config: started over)."""
+    try:
+        found = progress.restore_latest(abstract_like({"params": params, "opt": opt_state}),
+                                        start_over=True)
+    except CheckpointMismatch as e:
+        log.warning("SFT progress in %s is another config's (%s): starting over",
+                    progress.directory, e)
+        return None
+    if found is None or found[2].get("sft_steps") != config.sft.steps:
+        return None
+    step, arrays, meta = found
+    return step, arrays["params"], arrays["opt"], meta
 
 
 def load_base(config, workdir: str, mesh, tokenizer):
     """The base policy: HF import, cached SFT checkpoint, or a fresh SFT run."""
     if config.model.init_from:
         return _load_hf(config, mesh)
-    out_dir = base_dir(config, workdir)
     graphdef, params = init_params(config, mesh, config.seed)
     if config.sft.steps == 0:  # no warm start: RL from the random init (tests, benchmarks)
         return graphdef, params
+    out_dir = base_dir(config, workdir, tokenizer)
+    cached = out_dir.startswith(os.path.join(cache_dir(), "bases") + os.sep)
+    where = f"{out_dir} (the cached base of this SFT config)" if cached else out_dir
     if os.path.isdir(out_dir):
         restored = Checkpointer(out_dir, keep=1).restore_latest(
             abstract_like({"params": params}))
         if restored is not None:
-            log.info("base policy from %s", out_dir)
+            log.info("base policy from %s", where)
             return graphdef, restored[1]["params"]
-    log.info("no base checkpoint in %s: running SFT (%d steps)", out_dir, config.sft.steps)
-    return train_base(config, out_dir, mesh, tokenizer)
+    log.info("no base checkpoint in %s: running SFT (%d steps)", where, config.sft.steps)
+    if cached and jax.process_index() == 0:  # what the key stands for, for a reader
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "sft_config.json"), "w") as f:
+            json.dump(sft_fingerprint(config, tokenizer), f, indent=1, sort_keys=True,
+                      default=str)
+    return train_base(config, out_dir, mesh, tokenizer, init=(graphdef, params))
 
 
 def _load_hf(config, mesh):

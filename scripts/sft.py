@@ -1,6 +1,7 @@
 """Produce the base policy by SFT and report its pass-rate spread.
 
-  python scripts/sft.py --workdir=workdir          # writes workdir/base (+ pass_rates.json)
+  python scripts/sft.py --workdir=workdir   # the base (+ pass_rates.json) in the SFT cache
+                                            # (ada_jax/sft.py), or sft.base_dir when set
 """
 import json
 import os
@@ -19,7 +20,7 @@ refuse_unknown_overrides(sys.argv, _DEFAULT_CONFIG)  # before absl's bare Attrib
 _CONFIG = config_flags.DEFINE_config_file(
     "config", _DEFAULT_CONFIG,
     "Config file.", lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory; the base goes in base/.")
+_WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory (its base/ if it has one).")
 _K = flags.DEFINE_integer("k", 16, "Samples per eval prompt for the pass-rate report.")
 
 
@@ -30,7 +31,7 @@ def main(argv):
     validate(config)
     mesh = sharding.make_mesh(config.mesh)
     tokenizer = load_tokenizer(config)
-    out_dir = sft.base_dir(config, _WORKDIR.value)
+    out_dir = sft.base_dir(config, _WORKDIR.value, tokenizer)
     graphdef, params = sft.load_base(config, _WORKDIR.value, mesh, tokenizer)
     with sharding.activate(mesh, config.sharding_rules):
         report = sft.base_report(config, graphdef, params, tokenizer, _K.value)
