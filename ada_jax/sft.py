@@ -14,6 +14,8 @@ sft.checkpoint_every steps, default a tenth of the run, in `<base dir>/progress`
 SFT resumes where it stopped, bitwise equal to an uninterrupted one; the progress goes once
 the base is saved.
 """
+import contextlib
+import fcntl
 import functools
 import hashlib
 import json
@@ -247,19 +249,43 @@ def load_base(config, workdir: str, mesh, tokenizer):
     out_dir = base_dir(config, workdir, tokenizer)
     cached = out_dir.startswith(os.path.join(cache_dir(), "bases") + os.sep)
     where = f"{out_dir} (the cached base of this SFT config)" if cached else out_dir
-    if os.path.isdir(out_dir):
-        restored = Checkpointer(out_dir, keep=1).restore_latest(
-            abstract_like({"params": params}))
-        if restored is not None:
-            log.info("base policy from %s", where)
-            return graphdef, restored[1]["params"]
-    log.info("no base checkpoint in %s: running SFT (%d steps)", where, config.sft.steps)
-    if cached and jax.process_index() == 0:  # what the key stands for, for a reader
-        os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, "sft_config.json"), "w") as f:
-            json.dump(sft_fingerprint(config, tokenizer), f, indent=1, sort_keys=True,
-                      default=str)
-    return train_base(config, out_dir, mesh, tokenizer, init=(graphdef, params))
+    # The cache or sft.base_dir may be wanted by another run at the same time: one trains,
+    # the others wait and load its base.
+    with _exclusive(out_dir if out_dir != os.path.join(workdir, "base") else None):
+        if os.path.isdir(out_dir):
+            restored = Checkpointer(out_dir, keep=1).restore_latest(
+                abstract_like({"params": params}))
+            if restored is not None:
+                log.info("base policy from %s", where)
+                return graphdef, restored[1]["params"]
+        log.info("no base checkpoint in %s: running SFT (%d steps)", where, config.sft.steps)
+        if cached and jax.process_index() == 0:  # what the key stands for, for a reader
+            os.makedirs(out_dir, exist_ok=True)
+            with open(os.path.join(out_dir, "sft_config.json"), "w") as f:
+                json.dump(sft_fingerprint(config, tokenizer), f, indent=1, sort_keys=True,
+                          default=str)
+        return train_base(config, out_dir, mesh, tokenizer, init=(graphdef, params))
+
+
+@contextlib.contextmanager
+def _exclusive(path):
+    """Hold an exclusive lock on `<path>.lock` (one process only: the processes of one
+    multi-process job each run SFT's collectives, so none may wait for another; None: no
+    lock)."""
+    if path is None or jax.process_count() > 1:
+        yield
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(f"{path}.lock", "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("another run is training the base in %s: waiting for it", path)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _load_hf(config, mesh):

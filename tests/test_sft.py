@@ -2,6 +2,8 @@
 one cached base per SFT config, shared by every workdir."""
 import json
 import os
+import threading
+import time
 
 import jax
 import numpy as np
@@ -55,6 +57,10 @@ def test_killed_sft_resumes_bitwise(tmp_path, monkeypatch):
     assert not os.path.exists(os.path.join(run, "progress"))
 
 
+def _bases(cache):
+    return sorted(d for d in os.listdir(cache / "bases") if not d.endswith(".lock"))
+
+
 def test_workdirs_with_one_sft_config_share_one_cached_base(tmp_path, monkeypatch):
     """Two workdirs (and another algo) with the same SFT config: SFT runs once, into
     $ADA_JAX_CACHE/bases/<key>; a changed SFT field gets a new base; sft.base_dir and an
@@ -71,14 +77,14 @@ def test_workdirs_with_one_sft_config_share_one_cached_base(tmp_path, monkeypatc
     _, first = sft.load_base(c, str(tmp_path / "wd1"), mesh, tok)
     other = _config("ada_balance", **TINY, **{"sft.steps": 2, "rl.steps": 7})
     _, again = sft.load_base(other, str(tmp_path / "wd2"), mesh, tok)
-    assert len(trained) == 1 and os.listdir(cache / "bases") == [os.path.basename(trained[0])]
+    assert len(trained) == 1 and _bases(cache) == [os.path.basename(trained[0])]
     _assert_equal(again, first)
     with open(os.path.join(trained[0], "sft_config.json")) as f:
         assert json.load(f)["sft"]["steps"] == 2
     assert not os.path.exists(tmp_path / "wd1") and not os.path.exists(tmp_path / "wd2")
     changed, _, _ = _tiny(2, **{"sft.lr": 1e-3})
     sft.load_base(changed, str(tmp_path / "wd3"), mesh, tok)
-    assert len(trained) == 2 and len(os.listdir(cache / "bases")) == 2
+    assert len(trained) == 2 and len(_bases(cache)) == 2
     for field, value in (("task.max_level", 5), ("seed", 1), ("sampling.max_prompt_len", 64)):
         if "." in field:
             moved, _, _ = _tiny(2, **{field: value})
@@ -91,3 +97,23 @@ def test_workdirs_with_one_sft_config_share_one_cached_base(tmp_path, monkeypatc
     c.sft.base_dir = ""
     os.makedirs(tmp_path / "old" / "base")  # a run from before the cache keeps its base
     assert sft.base_dir(c, str(tmp_path / "old"), tok) == str(tmp_path / "old" / "base")
+
+
+def test_one_run_at_a_time_trains_a_shared_base(tmp_path):
+    """Runs started together on one cache entry: the second waits for the first's lock (then
+    finds its base) instead of training into the same directory."""
+    path, order = str(tmp_path / "bases" / "key"), []
+
+    def first():
+        with sft._exclusive(path):
+            order.append("first in")
+            time.sleep(0.3)
+            order.append("first out")
+    t = threading.Thread(target=first)
+    t.start()
+    while not order:
+        time.sleep(0.01)
+    with sft._exclusive(path):
+        order.append("second in")
+    t.join()
+    assert order == ["first in", "first out", "second in"]
