@@ -167,8 +167,10 @@ class Stream:
     key, …)`, `claim()`; repeat. `arrays()` / `meta()` checkpoint it (at any point, between
     `admit` and `run` too), `restore` resumes. `calls`, the run's total number of calls when
     known, stops admission once the resident prompts cover every remaining call's batch, so no
-    prompt is sampled that no call will train. Without admitting, run + claim drain the
-    stream (a claim returns fewer than B groups once fewer are resident)."""
+    prompt is sampled that no call will train (a run extended past its `calls` on resume
+    continues from there, but not bitwise as one started longer: it admitted nothing ahead at
+    its first end). Without admitting, run + claim drain the stream (a claim returns fewer
+    than B groups once fewer are resident)."""
 
     def __init__(self, cfg: adaptive.EngineConfig, gen_fn, *, prompts: int, ahead: int,
                  prompt_len: int, group: int, on_policy: bool = False, pace: float = 0.5,
