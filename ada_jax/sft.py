@@ -162,7 +162,8 @@ def train_base(config, out_dir: str, mesh, tokenizer, init=None):
     from tqdm.auto import tqdm
     s = config.sft
     graphdef, params = init or init_params(config, mesh, config.seed)
-    opt, step = _sft_step(graphdef, s.steps, s.lr, s.warmup_steps)
+    rules = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in config.sharding_rules)
+    opt, step = _sft_step(graphdef, s.steps, s.lr, s.warmup_steps, mesh, rules)
     opt_state = sharding.place_on_mesh(opt.init(params), mesh)  # one layout: restorable
     length = config.sampling.max_prompt_len + config.sampling.max_new_tokens
     it = PromptIterator(load_split(sft_task(config), "train"), s.batch_size, seed=config.seed + 1)
@@ -201,9 +202,11 @@ def train_base(config, out_dir: str, mesh, tokenizer, init=None):
 
 
 @functools.lru_cache(maxsize=4)  # one compile per SFT setting in a process (tests, notebooks)
-def _sft_step(graphdef, steps: int, lr: float, warmup_steps: int):
+def _sft_step(graphdef, steps: int, lr: float, warmup_steps: int, mesh, rules):
     """(optimizer, jitted step(params, opt_state, toks, mask, loss_mask) -> (params,
-    opt_state, loss)): AdamW on the mean log-loss of the target tokens, warmup then cosine."""
+    opt_state, loss)): AdamW on the mean log-loss of the target tokens, warmup then cosine.
+    The mesh and sharding rules only key the cache (the step is traced under them)."""
+    del mesh, rules
     warmup = min(warmup_steps, steps // 2)
     sched = optax.warmup_cosine_decay_schedule(0.0, lr, warmup, max(steps, warmup + 1),
                                                lr * 0.05)
