@@ -3,10 +3,12 @@
 Trains the model on (prompt, reference solution, EOS) pairs of the train split, loss on the
 solution tokens only, and saves it with orbax in the base directory (`base_dir`):
 config.sft.base_dir when set; else `<workdir>/base` when a run made before the cache has one;
-else the cache, `$ADA_JAX_CACHE/bases/<key>` (default `~/.cache/ada_jax`), where `key` hashes
-what the base depends on (`sft_fingerprint`: model, SFT task and its training problems, sft.*,
-sequence lengths, template, tokenizer, seed). So every workdir with the same SFT config reuses
-one base, and a changed SFT field trains a new one. `load_base` reuses the base when it exists.
+else the cache, `$ADA_JAX_CACHE/bases/<key>` (default `~/.cache/ada_jax`; on several
+processes only when $ADA_JAX_CACHE is set), where `key` hashes what the base depends on
+(`sft_fingerprint`: model, SFT task and its training problems, sft.*, sequence lengths,
+template, tokenizer, seed). So every workdir with the same SFT config reuses one base (the
+log names it), and a changed SFT field trains a new one. `load_base` reuses the base when it
+exists; runs that want the same one at once train it one at a time.
 For pretrained models (config.model.init_from) it imports the Hugging Face checkpoint instead.
 
 SFT checkpoints its progress like RL (params, optimizer, data position and target RNG every
@@ -86,11 +88,14 @@ def sft_key(fingerprint: dict) -> str:
 
 def base_dir(config, workdir: str, tokenizer=None) -> str:
     """Where the base policy lives (module doc): sft.base_dir, else an existing
-    `<workdir>/base`, else the cache entry of this SFT config (needs the tokenizer)."""
+    `<workdir>/base`, else the cache entry of this SFT config (needs the tokenizer). On
+    several processes the cache is used only when $ADA_JAX_CACHE names one (every process
+    must see the same files, and ~/.cache is per host on a TPU pod): else `<workdir>/base`."""
     if config.sft.get("base_dir", ""):
         return config.sft.base_dir
     own = os.path.join(workdir, "base")
-    if os.path.isdir(own) or tokenizer is None:
+    if (os.path.isdir(own) or tokenizer is None
+            or (jax.process_count() > 1 and not os.environ.get("ADA_JAX_CACHE"))):
         return own
     return os.path.join(cache_dir(), "bases", sft_key(sft_fingerprint(config, tokenizer)))
 
