@@ -46,7 +46,8 @@ _POSITIVE_INTS = (
     "adaptive.gvm_pilot", "adaptive.gvm_budget_per_prompt", "adaptive.dapo_max_gen_batches",
 )
 _NON_NEGATIVE_INTS = (  # step counts and cadences (0 = none / off), counts
-    "optim.warmup_steps", "sft.steps", "sft.warmup_steps", "eval.every", "eval.train_prompts",
+    "optim.warmup_steps", "sft.steps", "sft.warmup_steps", "sft.checkpoint_every", "eval.every",
+    "eval.train_prompts",
     "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg", "rl.daro_buckets",
 )
 _NON_NEGATIVE = (

@@ -204,6 +204,8 @@ FIELDS = {
     "sft.base_dir": ("use this SFT'd base instead of training one", "—"),
     "sft.careful_share": ("embedded task: share of SFT targets in the careful style", "—"),
     "sft.max_level": ("embedded task: SFT on levels up to this (0 = all)", "—"),
+    "sft.checkpoint_every": ("SFT's mid-run checkpoints, so a kill resumes (0 = a tenth of "
+                             "the run)", "— / SFTConfig.save_steps"),
     # eval, checkpoints, logs
     "eval.every": ("evaluate every this many steps (0 = never)",
                    "trainer.test_freq / eval_steps"),

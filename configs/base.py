@@ -192,8 +192,10 @@ def get_config(arg: str = ""):
     # Embedded task only: careful_share is the share of SFT targets in the worked
     # line-by-line style (the rest box the answer at once: the choice RL learns), and SFT sees
     # levels up to max_level only (0 = all); docs/results.md.
+    # checkpoint_every: SFT's own mid-run checkpoints (0 = a tenth of the run), so a kill resumes
     c.sft = ml_collections.ConfigDict(dict(steps=600, batch_size=64, lr=3e-3, warmup_steps=50,
-                                           base_dir="", careful_share=0.3, max_level=6))
+                                           base_dir="", careful_share=0.3, max_level=6,
+                                           checkpoint_every=0))
 
     # train_prompts > 0 also evaluates on that many training prompts (train_eval/…)
     c.eval = ml_collections.ConfigDict(dict(every=10, k=4, prompts=256, train_prompts=0))

@@ -151,7 +151,8 @@ def test_regime_holds_and_ada_balance_lifts_hard_families_more(tmp_path):
     in the results)."""
     import json
     base = tmp_path / "base"
-    _run("sft.py", tmp_path, f"--workdir={tmp_path}", "--config.log.progress=False")
+    _run("sft.py", tmp_path, f"--workdir={tmp_path}", f"--config.sft.base_dir={base}",
+         "--config.log.progress=False")
     report = json.load(open(base / "pass_rates.json"))
     assert report["prompts"] == 384 and report["k"] == 16
     assert report["share_p_lt_0.1"] >= 0.2 and report["share_p_gt_0.9"] >= 0.2
