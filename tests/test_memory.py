@@ -27,7 +27,7 @@ def test_live_bytes_when_learning_equal_the_estimate(tmp_path, mode, monkeypatch
     # Equal up to the trainer's PRNG keys and scalar counters, which the estimate leaves out
     # (measured: 124 bytes in refill, 218 in stream, of ~134 KB); both steps alike, so nothing
     # accumulates across steps, and the stream's slot caches (65 KB per device here, half the
-    total) are not resident.
+    # total) are not resident.
     for live in seen:
         assert 0 <= live.total - est["resident_learning"] <= 256, live.arrays[:20]
 
