@@ -224,17 +224,18 @@ FIELDS = {
 }
 
 
-def _leaves(d: dict, prefix: str = ""):
+def leaves(d: dict, prefix: str = ""):
+    """(dotted field, value) of every leaf of a nested dict (a config as JSON), in order."""
     for k, v in d.items():
         if isinstance(v, dict):
-            yield from _leaves(v, f"{prefix}{k}.")
+            yield from leaves(v, f"{prefix}{k}.")
         else:
             yield f"{prefix}{k}", v
 
 
 def config_fields(config) -> dict:
     """{dotted field: default} of a config, in its order."""
-    return dict(_leaves(json.loads(config.to_json_best_effort())))
+    return dict(leaves(json.loads(config.to_json_best_effort())))
 
 
 def _cell(v) -> str:

@@ -15,6 +15,8 @@ import logging
 import os
 import re
 
+from ada_jax.config_doc import leaves
+
 log = logging.getLogger(__name__)
 
 VARIANTS = ("algo", "model.name", "task.name", "smoke")  # get_config's key=value args
@@ -57,14 +59,6 @@ def _like(default, value):
     return value
 
 
-def _leaves(d: dict, prefix: str = ""):
-    for k, v in d.items():
-        if isinstance(v, dict):
-            yield from _leaves(v, f"{prefix}{k}.")
-        else:
-            yield f"{prefix}{k}", v
-
-
 def for_workdir(config, argv, workdir: str):
     """The config to run on `workdir`: `config` (as the command line built it: file, variant
     args, overrides) when the workdir has no config.json or the command line names other
@@ -78,7 +72,7 @@ def for_workdir(config, argv, workdir: str):
             saved = json.load(f)
     except (OSError, ValueError) as e:
         raise ValueError(f"{path} is unreadable ({e}): repair it or start a new workdir") from e
-    ran = {k: dict(_leaves(saved)).get(k) for k in VARIANTS}
+    ran = {k: dict(leaves(saved)).get(k) for k in VARIANTS}
     given = {k: _get(config, k) for k in VARIANTS}
     if explicit_spec(argv) is not None and ran != given:
         log.warning("--config=%s names other variants than the run in %s (%s); using it, not "
@@ -89,7 +83,7 @@ def for_workdir(config, argv, workdir: str):
     out = config.copy_and_resolve_references()
     overrides = override_fields(argv)
     unknown = []
-    for dotted, value in _leaves(saved):
+    for dotted, value in leaves(saved):
         try:
             default = _get(out, dotted)
         except (KeyError, AttributeError):
