@@ -42,6 +42,17 @@ def test_summary_row(tmp_path):
     assert plots.summary_row(d, at_tokens=25_000)["eval_at_tokens"] is None  # past the run
 
 
+def test_a_run_that_stopped_short_is_marked(tmp_path):
+    d = _run(tmp_path, "crashed", [0.3, 0.4, 0.5], [0, 0, 0], eff=0.5)  # 20 steps logged
+    assert plots.summary_row(d)["complete"] == "yes"  # no config.json: nothing to compare with
+    (tmp_path / "crashed" / "config.json").write_text(json.dumps({"rl": {"steps": 40}}))
+    assert plots.stopped_short(d) == "stopped at step 20 of 40"
+    row = plots.summary_row(d)
+    assert row["complete"] == "stopped at step 20 of 40" and row["steps"] == 20
+    (tmp_path / "crashed" / "config.json").write_text(json.dumps({"rl": {"steps": 20}}))
+    assert plots.summary_row(d)["complete"] == "yes"
+
+
 def test_cost_to_reach_and_the_cost_bar(tmp_path):
     """The seed-mean curve is interpolated linearly between evals; the bar divides by the
     reference's final cost (mean over its seeds)."""
