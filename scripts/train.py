@@ -1,10 +1,11 @@
-"""Train with RL on the configured task (default: Ada-Seq-balance, tiny model, embedded task).
+"""Train with RL on the configured task (default: Ada-Seq-balance, tiny model, family task).
 
-  python scripts/train.py                                    # the main job, ~7.5 min on 2 CPUs
+  python scripts/train.py                                    # the main job (docs/results.md)
   python scripts/train.py --config=configs/base.py:algo=grpo --config.rl.steps=100 \
       --workdir=/tmp/grpo
 
-The workdir holds the base policy (SFT'd once and reused), checkpoints (resumed
+The base policy is SFT'd once per SFT config and reused (cached, ada_jax.sft); the workdir
+holds checkpoints (resumed
 automatically), config.json, metrics.jsonl, TensorBoard events and plots. On a workdir that
 has a config.json, that is the config and `--config.x.y=…` flags go on top (ada_jax.run_config):
 
