@@ -5,8 +5,8 @@
       --workdir=/tmp/grpo
 
 The base policy is SFT'd once per SFT config and reused (cached, ada_jax.sft); the workdir
-holds checkpoints (resumed
-automatically), config.json, metrics.jsonl, TensorBoard events and plots. On a workdir that
+holds checkpoints (resumed automatically), config.json, metrics.jsonl, TensorBoard events and
+plots. On a workdir that
 has a config.json, that is the config and `--config.x.y=…` flags go on top (ada_jax.run_config):
 
   python scripts/train.py --workdir=/tmp/grpo --config.rl.steps=200   # resume, to step 200
