@@ -52,7 +52,9 @@ def main():
                 row[k] = "/".join(str(v) for v in vals)
         rows.append(row)
     print(plots.markdown_table(rows))
-    if args.bar:
+    if args.bar and args.bar not in dict(groups):
+        print(f"\n--bar {args.bar}: no such group (groups: {', '.join(dict(groups))})")
+    elif args.bar:
         print(f"\ncost to reach {args.bar}'s final held-out accuracy, / {args.bar}'s cost "
               f"(empty: never reached):")
         print(plots.markdown_table(plots.cost_bar(groups, args.bar)))
