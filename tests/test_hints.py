@@ -35,7 +35,8 @@ def test_sage_escalates_only_collapsed_prompts_and_counts_rescues():
         pos = [outcome.get(i, {}).get(level, 0) if b else 0 for i, b in enumerate(budgets)]
         toks = np.full((len(problems), 5), level)
         return _batch(pos), toks, np.ones_like(toks, bool), {"samples_total": int(
-            np.sum(budgets)), "generated_tokens": 10 * level}
+            np.sum(budgets)), "generated_tokens": 10 * level,
+            "samples_launched": int(np.sum(budgets)) + level}
 
     start = _batch([2, 0, 0, 0])
     toks0 = np.zeros((4, 5), int)
@@ -51,6 +52,7 @@ def test_sage_escalates_only_collapsed_prompts_and_counts_rescues():
     assert m["hint_rescued_share"] == 1 / 3 and m["hint_all_correct_share"] == 1 / 3
     assert m["hint_level_mean"] == (1 + 2 + 3) / 3
     assert m["samples_total"] == 12 + 8 + 4 and m["generated_tokens"] == 10 + 20 + 30
+    assert m["samples_launched"] == (12 + 1) + (8 + 2) + (4 + 3)  # the cost counts every re-roll
     after = selection.kept_metrics(batch)
     assert after["effective_prompt_ratio"] == 0.5 and after["all_wrong_after"] == 0.25
 
