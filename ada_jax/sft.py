@@ -191,7 +191,7 @@ def train_base(config, out_dir: str, mesh, tokenizer, init=None):
             toks, mask, loss_mask = sft_rows(tokenizer, problems, config.task.template, length,
                                              targets=sft_targets(config, problems, target_rng))
             params, opt_state, loss = step(params, opt_state, toks, mask, loss_mask)
-            if i % 50 == 0 or i == s.steps - 1:
+            if i % 10 == 0 or i == s.steps - 1:  # a host sync: every 10 steps, not each
                 bar.set_postfix(loss=f"{float(loss):.3f}")
             if (i + 1) % every == 0 and i + 1 < s.steps:
                 progress.save(i + 1, {"params": params, "opt": opt_state},
