@@ -145,7 +145,7 @@ def _run(script, tmp_path, *args):
 
 @pytest.mark.slow
 def test_regime_holds_and_ada_balance_lifts_hard_families_more(tmp_path):
-    """From the shipped recipe (slow: ~8 min idle): the base's tails and hard share, one reading per
+    """From the shipped recipe (slow: 2.5 min on 2 idle cores): the base's tails and hard share, one reading per
     response, and at matched steps Ada-Seq-balance lifts the hard families more than GRPO-n4
     (docs/results.md, 3 seeds: hard tier +0.43..+0.55 vs +0.09..+0.27 at step 30)."""
     import json
