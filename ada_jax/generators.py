@@ -41,12 +41,10 @@ class ModelGenerator:
 
     def prefill(self, params, prompt_BP, mask_BP):
         model = nnx.merge(self.graphdef, params)
-        B, P = prompt_BP.shape
-        last_B = jnp.full((B,), P - 1, jnp.int32)  # left-padded: every row's last real token
-        logits, cache = prefill_rows(model, prompt_BP, mask_BP, last_B, P,
-                                     self.sampling.prefill_chunk)
-        return dict(logits=logits, cache=cache,
-                    next_pos=jnp.sum(mask_BP, axis=1).astype(jnp.int32), P=jnp.int32(P))
+        P = prompt_BP.shape[1]
+        logits, cache, next_pos = sampling.prefill(model, prompt_BP, mask_BP, P,
+                                                   self.sampling.prefill_chunk)
+        return dict(logits=logits, cache=cache, next_pos=next_pos, P=jnp.int32(P))
 
     def init_slots(self, prompt_state, S):
         P = prompt_state["cache"]["valid"].shape[1]
@@ -87,8 +85,8 @@ class ModelGenerator:
         drawn_SN = jnp.arange(N)[None] < len_S[:, None]
         mask = jnp.concatenate([mask_BP[idx], drawn_SN], 1)
         tokens = jnp.concatenate([prompt_BP[idx], tokens_SN], 1)
-        logits, cache = prefill_rows(model, tokens, mask, P - 1 + len_S, P + N,
-                                     self.sampling.prefill_chunk)
+        logits, cache = sampling.prefill_rows(model, tokens, mask, P - 1 + len_S, P + N,
+                                              self.sampling.prefill_chunk)
         cache["pos"] = P + len_S
         return dict(cache=cache, logits=logits,
                     next_pos=jnp.sum(mask, axis=1).astype(jnp.int32))
@@ -135,43 +133,6 @@ class BernoulliGenerator:
             last = gen["steps"] + 1 >= oracle_lengths(prompt_S, seq_S, self.max_len)
             token = jnp.where(last, self.eos_id, token)
         return token, jnp.zeros(seq_S.shape, jnp.float32), dict(steps=gen["steps"] + live_S)
-
-
-def prefill_rows(model, tokens_BT, mask_BT, last_B, cache_len: int, chunk: int = 0):
-    """(logits at position last_B [B,V] float32, cache of cache_len positions with the T
-    tokens at 0..T-1): one forward pass over the rows. chunk > 0 runs `chunk` rows at a time
-    (rows j, j + n, j + 2n, … of n chunks, so each chunk spreads over batch-sharded devices),
-    bounding the float32 attention scores to [chunk, H, T, cache_len]; each chunk is written
-    into the one preallocated cache in place (a fori_loop), so no second copy of it is ever
-    made. Rows past B (when chunk does not divide it) are padding."""
-    B, T = tokens_BT.shape
-    cfg = model.cfg
-
-    def rows(tok, mask, last):
-        cache = model_lib.init_cache(cfg, tok.shape[0], cache_len)
-        logits, cache = model(tok, model_lib.positions_from_mask(mask), mask, cache,
-                              logits_at_BU=last[:, None])
-        return logits[:, 0], cache
-
-    if chunk <= 0 or chunk >= B:
-        return rows(tokens_BT, mask_BT, last_B)
-    n = -(-B // chunk)
-    pad = n * chunk - B
-
-    def split(x):  # [B, ...] -> [chunk, n, ...]: chunk j is [:, j]
-        return jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1)).reshape(chunk, n, *x.shape[1:])
-
-    tok, mask, last = split(tokens_BT), split(mask_BT), split(last_B)
-    out = jax.eval_shape(lambda: rows(tok[:, 0], mask[:, 0], last[:, 0]))
-    out = jax.tree.map(lambda x: jnp.zeros((chunk, n) + x.shape[1:], x.dtype), out)
-
-    def body(j, out):
-        got = rows(tok[:, j], mask[:, j], last[:, j])
-        return jax.tree.map(lambda o, g: jax.lax.dynamic_update_index_in_dim(o, g, j, 1), out,
-                            got)
-
-    out = jax.lax.fori_loop(0, n, body, out)
-    return jax.tree.map(lambda x: x.reshape((n * chunk,) + x.shape[2:])[:B], out)
 
 
 def oracle_lengths(prompt_S, seq_S, max_len: int):

@@ -120,39 +120,53 @@ def is_eos(token_B, eos_ids) -> jax.Array:
     return done
 
 
-def _prefill_rows(model, prompt_BP, prompt_mask_BP, cache_len: int):
-    B, P = prompt_BP.shape
-    cache = model_lib.init_cache(model.cfg, B, cache_len)
-    positions = model_lib.positions_from_mask(prompt_mask_BP)
-    last_B1 = jnp.full((B, 1), P - 1, jnp.int32)  # left-padded: every row's last real token
-    logits, cache = model(prompt_BP, positions, prompt_mask_BP, cache, logits_at_BU=last_B1)
-    return logits[:, 0], cache, jnp.sum(prompt_mask_BP, axis=1).astype(jnp.int32)
+def prefill_rows(model, tokens_BT, mask_BT, last_B, cache_len: int, chunk: int = 0):
+    """(logits at position last_B [B,V] float32, cache of cache_len positions with the T
+    tokens at 0..T-1): one forward pass over the rows. chunk > 0 runs `chunk` rows at a time
+    (rows j, j + n, j + 2n, … of n chunks, so each chunk spreads over batch-sharded devices),
+    bounding the float32 attention scores to [chunk, H, T, cache_len]; each chunk is written
+    into the one preallocated cache in place (a fori_loop), so no second copy of it is ever
+    made. Rows past B (when chunk does not divide it) are padding."""
+    B, T = tokens_BT.shape
+    cfg = model.cfg
+
+    def rows(tok, mask, last):
+        cache = model_lib.init_cache(cfg, tok.shape[0], cache_len)
+        logits, cache = model(tok, model_lib.positions_from_mask(mask), mask, cache,
+                              logits_at_BU=last[:, None])
+        return logits[:, 0], cache
+
+    if chunk <= 0 or chunk >= B:
+        return rows(tokens_BT, mask_BT, last_B)
+    n = -(-B // chunk)
+    pad = n * chunk - B
+
+    def split(x):  # [B, ...] -> [chunk, n, ...]: chunk j is [:, j]
+        return jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1)).reshape(chunk, n, *x.shape[1:])
+
+    tok, mask, last = split(tokens_BT), split(mask_BT), split(last_B)
+    out = jax.eval_shape(lambda: rows(tok[:, 0], mask[:, 0], last[:, 0]))
+    out = jax.tree.map(lambda x: jnp.zeros((chunk, n) + x.shape[1:], x.dtype), out)
+
+    def body(j, out):
+        got = rows(tok[:, j], mask[:, j], last[:, j])
+        return jax.tree.map(lambda o, g: jax.lax.dynamic_update_index_in_dim(o, g, j, 1), out,
+                            got)
+
+    out = jax.lax.fori_loop(0, n, body, out)
+    return jax.tree.map(lambda x: x.reshape((n * chunk,) + x.shape[2:])[:B], out)
+
+
 
 
 def prefill(model, prompt_BP, prompt_mask_BP, cache_len: int, chunk_rows: int = 0):
-    """Run the prompt through the model once: (last-position logits [B,V], cache, next pos [B]).
-
-    chunk_rows > 0 prefills that many rows at a time (a `lax.map` over ceil(B / chunk_rows)
-    chunks; the last is padded with empty rows), bounding the float32 attention scores to
-    [chunk_rows, H, P, cache_len]. Chunk j holds rows j, j + n, j + 2n, … (n chunks), so with
-    rows sharded over the mesh every chunk is spread over all devices.
-    """
-    B = prompt_BP.shape[0]
-    if chunk_rows <= 0 or chunk_rows >= B:
-        return _prefill_rows(model, prompt_BP, prompt_mask_BP, cache_len)
-    n = -(-B // chunk_rows)
-    pad = n * chunk_rows - B
-
-    def split(x):  # [B, ...] -> [n, chunk_rows, ...]
-        x = jnp.pad(x, ((0, pad),) + ((0, 0),) * (x.ndim - 1))
-        return jnp.swapaxes(x.reshape(chunk_rows, n, *x.shape[1:]), 0, 1)
-
-    def merge(x):  # [n, chunk_rows, ...] -> [B, ...]
-        return jnp.swapaxes(x, 0, 1).reshape(n * chunk_rows, *x.shape[2:])[:B]
-
-    out = jax.lax.map(lambda a: _prefill_rows(model, a[0], a[1], cache_len),
-                      (split(prompt_BP), split(prompt_mask_BP)))
-    return jax.tree.map(merge, out)
+    """Run the left-padded prompts through the model once: (last-position logits [B,V],
+    cache, next pos [B]); chunk_rows > 0 prefills that many rows at a time (prefill_rows)."""
+    B, P = prompt_BP.shape
+    last_B = jnp.full((B,), P - 1, jnp.int32)  # left-padded: every row's last real token
+    logits, cache = prefill_rows(model, prompt_BP, prompt_mask_BP, last_B, cache_len,
+                                 chunk_rows)
+    return logits, cache, jnp.sum(prompt_mask_BP, axis=1).astype(jnp.int32)
 
 
 def decode_step(model, logits_BV, key, cache, next_pos_B, live_B, cfg: SamplingConfig):
