@@ -234,7 +234,7 @@ def _collect_with_hints(ctx, params, problems, key, levels_state):
     before = {f"{k}_before_hints": v for k, v in selection.kept_metrics(batch).items()}
     batch, toks, mask, hmet = hints.sage(rerun, problems, batch, toks, mask, key,
                                          default_budgets(ctx, len(problems)))
-    for k in ("samples_total", "generated_tokens", "samples_launched"):
+    for k in hints.COUNTS:
         met[k] += hmet.pop(k)
     met.update(hmet, **before, **selection.kept_metrics(batch))  # what is trained on: post-hint
     return batch, toks, mask, met

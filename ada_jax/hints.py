@@ -38,6 +38,9 @@ def _mixed(batch) -> np.ndarray:
     return (pos > 0) & (pos < n)
 
 
+COUNTS = ("samples_total", "generated_tokens", "samples_launched")  # summed over re-rolls
+
+
 def sage(run_engine, problems, batch, toks, mask, key, budgets):
     """Escalate hint levels for collapsed prompts; returns (batch, toks, mask, metrics).
 
@@ -47,7 +50,7 @@ def sage(run_engine, problems, batch, toks, mask, key, budgets):
     collapsed = _all_wrong(batch)
     todo = collapsed.copy()
     level_used = np.zeros(len(problems), int)
-    extra = {"samples_total": 0, "generated_tokens": 0, "samples_launched": 0}
+    extra = dict.fromkeys(COUNTS, 0)
     for level in LEVELS:
         if not todo.any():
             break

@@ -21,10 +21,11 @@ def _eval_key(records):
     return keys[0] if keys else None
 
 
-def stopped_short(workdir: str) -> str:
+def stopped_short(workdir: str, recs: list[dict] | None = None) -> str:
     """"" for a run that reached its config's rl.steps, else "stopped at step N of M" (a crashed
-    or unfinished run must not read as complete in a table or a legend)."""
-    recs = load_metrics(workdir)
+    or unfinished run must not read as complete in a table or a legend). `recs`: its metrics,
+    when already loaded."""
+    recs = load_metrics(workdir) if recs is None else recs
     try:
         with open(os.path.join(workdir, "config.json")) as f:
             planned = json.load(f)["rl"]["steps"]
@@ -38,9 +39,10 @@ def plot_runs(workdirs: Sequence[str], out_dir: str, labels: Sequence[str] | Non
     """Draw the standard comparison figures; returns the PNG paths."""
     from matplotlib.figure import Figure  # no pyplot: leaves a notebook's backend alone
     os.makedirs(out_dir, exist_ok=True)
+    loaded = [load_metrics(w) for w in workdirs]
     runs = [((labels[i] if labels else os.path.basename(os.path.normpath(w)))
-             + (" (stopped short)" if stopped_short(w) else ""), load_metrics(w))
-            for i, w in enumerate(workdirs)]
+             + (" (stopped short)" if stopped_short(w, recs) else ""), recs)
+            for i, (w, recs) in enumerate(zip(workdirs, loaded))]
     figures = [
         ("eval_vs_step", "step", None, "eval accuracy"),
         ("eval_vs_tokens", "cum_generated_tokens", None, "eval accuracy"),
@@ -118,7 +120,7 @@ def summary_row(workdir: str, target: float | None = None,
         row[key[5:].split("/")[0]] = evals[-1][key]  # tier_hard from eval/tier_hard/avg@4
     steps = [r for r in recs if "effective_prompt_ratio" in r]
     row["steps"] = recs[-1].get("step", 0) if recs else 0
-    row["complete"] = stopped_short(workdir) or "yes"
+    row["complete"] = stopped_short(workdir, recs) or "yes"
     row.update(cost_samples=recs[-1].get("cost_samples", 0),
                cost_flop_tokens=recs[-1].get("cost_flop_tokens", 0))
     row.update(tokens=recs[-1].get("cum_generated_tokens", 0),
@@ -208,8 +210,11 @@ def plot_groups(groups: Sequence[tuple[str, Sequence[str]]], out_dir: str):
     response length vs step (the last two where logged). Returns PNG paths."""
     from matplotlib.figure import Figure
     os.makedirs(out_dir, exist_ok=True)
-    loaded = [(label + (" (a seed stopped short)" if any(map(stopped_short, dirs)) else ""),
-               [load_metrics(d) for d in dirs]) for label, dirs in groups]
+    loaded = []
+    for label, dirs in groups:
+        runs = [load_metrics(d) for d in dirs]
+        short = any(stopped_short(d, r) for d, r in zip(dirs, runs))
+        loaded.append((label + (" (a seed stopped short)" if short else ""), runs))
     k = next((_eval_key(r) for _, runs in loaded for r in runs if _eval_key(r)), None)
     tiers = sorted({key for _, runs in loaded for r in runs for rec in r for key in rec
                     if k and key.startswith("eval/tier_") and key.endswith(k[4:])})

@@ -37,6 +37,8 @@ import dataclasses
 import random
 import re
 
+import numpy as np
+
 from ada_jax.tasks.problem import Problem, problem_id, split_of
 
 READINGS = ("l", "r")  # l: as written; r: + read as - and - as +
@@ -223,7 +225,6 @@ def metrics(problems, rewards_PK, texts) -> dict:
     """Eval metrics of the family task: avg@k per tier (hard / mid / easy RL families and the
     controls), and the share of responses that follow one reading throughout
     (`one_reading_share`) and that open with their family's right marker, per tier."""
-    import numpy as np
     k = rewards_PK.shape[1]
     tiers = np.asarray([tier_of(p.level) for p in problems])
     right_PK = np.asarray([[reading_of(texts[i * k + j], p.level - 1)
