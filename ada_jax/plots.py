@@ -21,71 +21,172 @@ def _eval_key(records):
     return keys[0] if keys else None
 
 
+def load_config(workdir: str) -> dict:
+    """The run's config.json as a dict; {} when it is missing or unreadable (plots and tables
+    then fall back to folder names and bare metric names)."""
+    try:
+        with open(os.path.join(workdir, "config.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
 def stopped_short(workdir: str, recs: list[dict] | None = None) -> str:
     """"" for a run that reached its config's rl.steps, else "stopped at step N of M" (a crashed
     or unfinished run must not read as complete in a table or a legend). `recs`: its metrics,
     when already loaded."""
     recs = load_metrics(workdir) if recs is None else recs
-    try:
-        with open(os.path.join(workdir, "config.json")) as f:
-            planned = json.load(f)["rl"]["steps"]
-    except (OSError, KeyError, ValueError):
+    planned = load_config(workdir).get("rl", {}).get("steps")
+    if planned is None:
         return ""
     reached = recs[-1].get("step", 0) if recs else 0
     return "" if reached >= planned else f"stopped at step {reached} of {planned}"
 
 
-def plot_runs(workdirs: Sequence[str], out_dir: str, labels: Sequence[str] | None = None):
-    """Draw the standard comparison figures; returns the PNG paths."""
+ALGO_NAMES = {  # config.algo -> the name used in papers and docs
+    "grpo": "GRPO", "drgrpo": "Dr. GRPO", "rloo": "RLOO", "raft": "RAFT", "liteppo": "LitePPO",
+    "reinforce_pp": "REINFORCE++", "dapo": "DAPO", "ada_pos": "Ada-Seq-pos",
+    "ada_balance": "Ada-Seq-balance", "ada_est": "Ada-Est", "gvm": "GVM", "daro": "DARO",
+}
+
+
+def run_labels(workdirs: Sequence[str]) -> list[str]:
+    """Legend labels from each run's config.json: the algorithm's name (uniform sampling adds
+    its group size: GRPO-n16); runs sharing a name add their seed, or their folder when the
+    seeds are equal too. A run without config.json is named by its folder."""
+    folders = [os.path.basename(os.path.normpath(w)) for w in workdirs]
+    configs = [load_config(w) for w in workdirs]
+    names = []
+    for folder, c in zip(folders, configs):
+        name = ALGO_NAMES.get(c.get("algo"), c.get("algo") or folder)
+        if c.get("adaptive", {}).get("policy") == "uniform" and "n" in c.get("rl", {}):
+            name += f"-n{c['rl']['n']}"
+        names.append(name)
+    labels = []
+    for name, folder, c in zip(names, folders, configs):
+        twins = [c2 for n2, c2 in zip(names, configs) if n2 == name]
+        if len(twins) > 1 and name != folder:
+            seeds = [t.get("seed") for t in twins]
+            name += (f" (seed {c['seed']})" if "seed" in c and seeds.count(c["seed"]) == 1
+                     else f" ({folder})")
+        labels.append(name)
+    return labels
+
+
+def _joined(values) -> str:
+    """Distinct values in order, "/"-joined: one value when the runs agree."""
+    return "/".join(str(v) for v in dict.fromkeys(values))
+
+
+def metric_label(key: str, configs: Sequence[dict]) -> str:
+    """Axis label for an eval key, with what it was measured on, from the runs' configs:
+    `eval/avg@4` -> "held-out avg@4 (384 prompts, T = 1.0)"; `train_eval/…` on the training
+    prompts; `eval/tier_hard/avg@4` on the hard families. Other keys: AXIS_LABELS or the key."""
+    if not key.startswith(("eval/", "train_eval/")):
+        return AXIS_LABELS.get(key, key)
+    prefix, rest = key.split("/", 1)
+    where = "held-out" if prefix == "eval" else "training-prompt"
+    count = ("prompts" if prefix == "eval" else "train_prompts")
+    details = []
+    if rest.startswith("tier_"):  # a subset of the held-out prompts: its size is not logged
+        tier, rest = rest.split("/", 1)
+        where = f"{tier[5:].replace('_', ' ')} families: {where}"
+    elif all(count in c.get("eval", {}) for c in configs) and configs:
+        details.append(f"{_joined(c['eval'][count] for c in configs)} prompts")
+    temps = [c.get("sampling", {}).get("eval_temperature") for c in configs]
+    if configs and None not in temps:
+        details.append(f"T = {_joined(temps)}")
+    name = {"response_len": "response length, tokens", "careful_share": "careful share"}.get(
+        rest, rest)
+    return f"{where} {name}" + (f" ({', '.join(details)})" if details else "")
+
+
+def _title(labels: Sequence[str], configs: Sequence[dict], suffix: str = "") -> str:
+    """The runs compared (up to 4 named, else their count) and the task."""
+    names = " vs ".join(labels) if len(labels) <= 4 else f"{len(labels)} runs"
+    tasks = [c["task"]["name"] for c in configs if "name" in c.get("task", {})]
+    return names + (f", {_joined(tasks)} task" if tasks else "") + suffix
+
+
+RUN_FIGURES = [  # name, x key, y key (None: the held-out eval key), y label (None: from the key)
+    ("eval_vs_step", "step", None, None),
+    ("eval_vs_tokens", "cum_generated_tokens", None, None),
+    ("eval_vs_wall", "cum_wall", None, None),
+    ("reward_vs_step", "step", "reward_mean", "train pool reward (mean pass rate)"),
+    ("effective_prompt_ratio", "step", "effective_prompt_ratio", None),
+    ("all_correct_before", "step", "all_correct_before", "all-correct share (first n)"),
+    ("all_wrong_before", "step", "all_wrong_before", "all-wrong share (first n)"),
+    ("samples_per_prompt", "step", "samples_per_prompt_mean", "samples per prompt"),
+]
+
+
+def run_figures(workdirs: Sequence[str], labels: Sequence[str] | None = None) -> list:
+    """(name, matplotlib Figure) of each standard per-run figure with data, every run a line;
+    legends from `labels` or run_labels."""
     from matplotlib.figure import Figure  # no pyplot: leaves a notebook's backend alone
-    os.makedirs(out_dir, exist_ok=True)
     loaded = [load_metrics(w) for w in workdirs]
-    runs = [((labels[i] if labels else os.path.basename(os.path.normpath(w)))
-             + (" (stopped short)" if stopped_short(w, recs) else ""), recs)
-            for i, (w, recs) in enumerate(zip(workdirs, loaded))]
-    figures = [
-        ("eval_vs_step", "step", None, "eval accuracy"),
-        ("eval_vs_tokens", "cum_generated_tokens", None, "eval accuracy"),
-        ("eval_vs_wall", "cum_wall", None, "eval accuracy"),
-        ("reward_vs_step", "step", "reward_mean", "train pool reward"),
-        ("effective_prompt_ratio", "step", "effective_prompt_ratio", "effective prompt ratio"),
-        ("all_correct_before", "step", "all_correct_before", "all-correct share (first n)"),
-        ("all_wrong_before", "step", "all_wrong_before", "all-wrong share (first n)"),
-        ("samples_per_prompt", "step", "samples_per_prompt_mean", "samples per prompt"),
-    ]
-    paths = []
-    for name, x, key, ylabel in figures:
-        fig = Figure(figsize=(5, 3.5))
+    configs = [load_config(w) for w in workdirs]
+    labels = list(labels) if labels else run_labels(workdirs)
+    runs = [(label + (" (stopped short)" if stopped_short(w, recs) else ""), recs)
+            for label, w, recs in zip(labels, workdirs, loaded)]
+    k = next((_eval_key(r) for r in loaded if _eval_key(r)), None)
+    out = []
+    for name, x, key, ylabel in RUN_FIGURES:
+        fig = Figure(figsize=(5.5, 3.8))
         ax = fig.subplots()
         for label, recs in runs:
-            k = key or _eval_key(recs)
-            if k is None:
-                continue
-            pts = _series(recs, k, x)
+            k_run = key or _eval_key(recs)
+            pts = _series(recs, k_run, x) if k_run else np.zeros((0, 2))
             if len(pts):
                 ax.plot(pts[:, 0], pts[:, 1], marker="." if key is None else None, label=label)
-        paths.append(_save(fig, ax, x, ylabel, os.path.join(out_dir, f"{name}.png")))
-    return paths
+        if ax.lines:
+            _finish(fig, ax, x, ylabel or metric_label(key or k, configs),
+                    _title(labels, configs))
+            out.append((name, fig))
+    return out
+
+
+def plot_runs(workdirs: Sequence[str], out_dir: str, labels: Sequence[str] | None = None):
+    """Draw the standard comparison figures (run_figures) as PNGs; returns their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    return [_save(fig, os.path.join(out_dir, f"{name}.png"))
+            for name, fig in run_figures(workdirs, labels)]
 
 
 AXIS_LABELS = {  # metric key -> axis label
     "step": "RL step", "cum_generated_tokens": "generated tokens", "cum_wall": "RL wall time, s",
     "cost_samples": "cost: samples generated + trained",
     "cost_flop_tokens": "cost: generated + 3 x trained tokens",
+    "effective_prompt_ratio": "effective prompt ratio",
 }
 
 
-def _save(fig, ax, xlabel, ylabel, path) -> str:
-    """Label (readable names for metric keys, scientific ticks for large counts), grid, legend
-    (if any line), write the PNG; returns its path."""
-    if xlabel != "step":
-        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
-    ax.set_xlabel(AXIS_LABELS.get(xlabel, xlabel))
+def compact_number(v: float, _pos=None) -> str:
+    """Short tick text: 1500 -> 1.5k, 2.5e6 -> 2.5M, 3e9 -> 3B, 0.25 -> 0.25 (a matplotlib
+    FuncFormatter: no offset or x1e5 multiplier to read off the axis corner)."""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= scale:
+            return f"{v / scale:.3g}{suffix}"
+    return f"{v:.3g}"
+
+
+def _finish(fig, ax, xkey: str, ylabel: str, title: str) -> None:
+    """Axis labels (readable names for metric keys), at most 6 round, compact x ticks (whole
+    steps on a step axis), title, grid, legend (if any line), tight layout."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10],
+                                           integer=xkey == "step"))
+    ax.xaxis.set_major_formatter(FuncFormatter(compact_number))
+    ax.set_xlabel(AXIS_LABELS.get(xkey, xkey))
     ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=7)
     fig.tight_layout()
+
+
+def _save(fig, path) -> str:
     fig.savefig(path, dpi=110)
     return path
 
@@ -204,43 +305,40 @@ def run_summary(workdir: str) -> str:
     return "\n".join(lines)
 
 
-def plot_groups(groups: Sequence[tuple[str, Sequence[str]]], out_dir: str):
-    """Seed-averaged curves per method (mean line, ±1 sd band): held-out and training-prompt
-    eval vs step, generated tokens and wall time, effective-prompt ratio, careful share and
-    response length vs step (the last two where logged). Returns PNG paths."""
+def group_figures(groups: Sequence[tuple[str, Sequence[str]]]) -> list:
+    """(name, matplotlib Figure) of seed-averaged curves per method (mean line, ±1 sd band):
+    held-out and training-prompt eval vs step, generated tokens, costs and wall time,
+    effective-prompt ratio, per-tier accuracy, careful share and response length vs step (the
+    last three where logged). Figures with no line are left out."""
+    from matplotlib import colormaps
     from matplotlib.figure import Figure
-    os.makedirs(out_dir, exist_ok=True)
-    loaded = []
+    loaded, configs = [], []
     for label, dirs in groups:
         runs = [load_metrics(d) for d in dirs]
+        configs += [load_config(d) for d in dirs]
         short = any(stopped_short(d, r) for d, r in zip(dirs, runs))
         loaded.append((label + (" (a seed stopped short)" if short else ""), runs))
     k = next((_eval_key(r) for _, runs in loaded for r in runs if _eval_key(r)), None)
     tiers = sorted({key for _, runs in loaded for r in runs for rec in r for key in rec
                     if k and key.startswith("eval/tier_") and key.endswith(k[4:])})
-    figures = [("mean_eval_vs_step", "step", k, "held-out eval accuracy"),
-               ("mean_eval_vs_tokens", "cum_generated_tokens", k, "held-out eval accuracy"),
-               ("mean_eval_vs_cost", "cost_samples", k, "held-out eval accuracy"),
-               ("mean_eval_vs_flop_cost", "cost_flop_tokens", k, "held-out eval accuracy"),
-               *[(f"mean_{t[5:].split('/')[0]}_vs_step", "step", t,
-                  f"held-out accuracy, {t[10:].split('/')[0].replace('_', ' ')} families")
-                 for t in tiers],
-               ("mean_train_eval_vs_step", "step", k and "train_" + k,
-                "accuracy on training prompts"),
-               ("mean_train_eval_vs_tokens", "cum_generated_tokens", k and "train_" + k,
-                "accuracy on training prompts"),
-               ("mean_effective_prompt_ratio", "step", "effective_prompt_ratio",
-                "effective prompt ratio"),
-               ("mean_eval_vs_wall", "cum_wall", k, "held-out eval accuracy"),
-               ("mean_careful_share_vs_step", "step", "eval/careful_share",
-                "careful share (held-out samples)"),
-               ("mean_response_len_vs_step", "step", "eval/response_len",
-                "response length, tokens (held-out samples)")]
-    from matplotlib import colormaps
+    tk = k and "train_" + k
+    figures = [("mean_eval_vs_step", "step", k), ("mean_eval_vs_tokens", "cum_generated_tokens", k),
+               ("mean_eval_vs_cost", "cost_samples", k),
+               ("mean_eval_vs_flop_cost", "cost_flop_tokens", k),
+               *[(f"mean_{t[5:].split('/')[0]}_vs_step", "step", t) for t in tiers],
+               ("mean_train_eval_vs_step", "step", tk),
+               ("mean_train_eval_vs_tokens", "cum_generated_tokens", tk),
+               ("mean_effective_prompt_ratio", "step", "effective_prompt_ratio"),
+               ("mean_eval_vs_wall", "cum_wall", k),
+               ("mean_careful_share_vs_step", "step", "eval/careful_share"),
+               ("mean_response_len_vs_step", "step", "eval/response_len")]
     tab20 = colormaps["tab20"].colors
     colors = tab20[::2] + tab20[1::2]  # 20 distinct colours, the strong ones first
-    paths = []
-    for name, x, key, ylabel in figures:
+    seeds = max(len(dirs) for _, dirs in groups)
+    title = _title([label for label, _ in groups], configs,
+                   ", mean ± sd over seeds" if seeds > 1 else "")
+    out = []
+    for name, x, key in figures:
         fig = Figure(figsize=(5.5, 3.8))
         ax = fig.subplots()
         ax.set_prop_cycle(color=colors)
@@ -257,8 +355,16 @@ def plot_groups(groups: Sequence[tuple[str, Sequence[str]]], out_dir: str):
                 ax.fill_between(xs, ys.mean(0) - ys.std(0, ddof=1),
                                 ys.mean(0) + ys.std(0, ddof=1), color=line.get_color(), alpha=0.12)
         if ax.lines:
-            paths.append(_save(fig, ax, x, ylabel, os.path.join(out_dir, f"{name}.png")))
-    return paths
+            _finish(fig, ax, x, metric_label(key, configs), title)
+            out.append((name, fig))
+    return out
+
+
+def plot_groups(groups: Sequence[tuple[str, Sequence[str]]], out_dir: str):
+    """The seed-averaged figures (group_figures) as PNGs; returns their paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    return [_save(fig, os.path.join(out_dir, f"{name}.png"))
+            for name, fig in group_figures(groups)]
 
 
 def markdown_table(rows: Sequence[dict]) -> str:

@@ -26,7 +26,7 @@ def main():
                     help="a group label: each method's cost to reach that group's final "
                          "held-out accuracy, as a fraction of its final cost")
     args = ap.parse_args()
-    groups = [(os.path.basename(os.path.normpath(w)), [w]) for w in args.workdirs]
+    groups = list(zip(plots.run_labels(args.workdirs), ([w] for w in args.workdirs)))
     groups += [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.groups]
     if not groups:
         ap.error("give --workdirs or --groups")
