@@ -5,6 +5,7 @@ from each prompt's pass-rate history), gvm (a pilot call, then gradient-variance
 (more prompt batches until B mixed groups), and self-hinting (collapsed groups re-rolled under
 hints). Each returns (problems, Batch, prompt ids, prompt mask, metrics).
 """
+import dataclasses
 import functools
 import logging
 
@@ -66,6 +67,22 @@ def reward_data(config, tokenizer, problems) -> dict:
     return dict(answer_ids=jnp.asarray(ans), answer_len=jnp.asarray(ans_len))
 
 
+def everyone(problems: list) -> list:
+    """The whole batch from every process's block of it (process order: the one-process
+    batch); on one process `problems` itself. Small records (text), gathered as JSON."""
+    if jax.process_count() == 1:
+        return problems
+    return [Problem(**d) for part in sharding.allgather_json(
+        [dataclasses.asdict(p) for p in problems]) for d in part]
+
+
+def own_share(x):
+    """This process's block of a whole-batch list or array (the rows `sharding.process_rows`
+    gives it: block p of len(x) / process_count)."""
+    n = len(x) // jax.process_count()
+    return x[jax.process_index() * n:][:n]
+
+
 def _est_budgets(config, ids, history) -> np.ndarray:
     """Budgets of the prompts with these problem ids (the whole batch) from their history."""
     a = config.adaptive
@@ -125,15 +142,16 @@ def run_engine(ctx, params, problems, key, budgets=None, hint_texts=None):
         st = adaptive.run_host(params, jnp.asarray(toks), jnp.asarray(mask), budgets, key,
                                cfg=ctx.engine, gen_fn=ctx.generator,
                                score=_host_score(ctx, answers), group=c.rl.n)
-    st = st.replace(**sharding.readable({f: getattr(st, f) for f in (
-        "n_samples", "n_pos", "first_pos", "launched")}))
     drop = None
-    if c.adaptive.policy == "seq" and c.adaptive.at_budget == "drop":
+    if drops_unresolved(c):
         drop = ~adaptive._rule_met(ctx.engine, st.n_samples, st.n_pos)
-    batch = selection.select(st, ctx.group, drop_unresolved=drop)
-    batch = batch.replace(**sharding.readable({f: getattr(batch, f) for f in (
-        "len_BG", "reward_BG", "mask_BG", "version_BG")}))
+    st, batch = selection.select_readable(st, ctx.group, drop)
     return st, batch, toks, mask, selection.metrics(ctx.engine, st, batch, c.rl.n)
+
+
+def drops_unresolved(config) -> bool:
+    """Passive filtering at budget: Ada-Seq groups whose exit rule failed are masked out."""
+    return config.adaptive.policy == "seq" and config.adaptive.at_budget == "drop"
 
 
 def make_stream(ctx, params):
@@ -156,10 +174,15 @@ _NO_PROBLEM = Problem(id=0, question="", answer="")  # reward data of a free str
 
 def _stream_collect(ctx, params, iterator, key, st: dict):
     """Admit queued prompts into the stream's free rows (drawing prompt batches as needed; the
-    rest waits in st["pending"]), run it until this step's groups are complete, claim them."""
+    rest waits in st["pending"]), run it until this step's groups are complete, claim them.
+
+    On several processes each reads its own block of every batch drawn and the blocks are
+    gathered (`everyone`): every process keeps the whole table's bookkeeping alike (admits,
+    claims, checkpoint meta), while the engine state is laid out over every device and each
+    process decodes and scores the slots its own devices hold."""
     c, s = ctx.config, st["stream"]
     while len(st["pending"]) < s.free():
-        st["pending"] += next(iterator)
+        st["pending"] += everyone(next(iterator))
     new, st["pending"] = st["pending"][:s.free()], st["pending"][s.free():]
     if new:
         toks, mask = evaluate.encode_prompts(ctx.tokenizer, new, c.task.template,
@@ -171,8 +194,11 @@ def _stream_collect(ctx, params, iterator, key, st: dict):
               reward_data=reward_data(c, ctx.tokenizer, rows))
     else:
         s.run(params, key, score=_host_score(ctx, [p.answer for p in rows]))
-    got = s.claim(drop_unresolved=c.adaptive.policy == "seq" and c.adaptive.at_budget == "drop")
-    return got.items, got.batch, got.prompt_BP, got.mask_BP, got.metrics
+    got = s.claim(drop_unresolved=drops_unresolved(c))
+    toks, mask = got.prompt_BP, got.mask_BP
+    if jax.process_count() > 1:  # global arrays, as run_engine's (host copies on one process)
+        toks, mask = s.place(toks), s.place(mask)
+    return got.items, got.batch, toks, mask, got.metrics
 
 
 def _host_score(ctx, answers):
@@ -198,8 +224,7 @@ def collect(ctx, params, iterator, key, state):
         # history is the same on every process too.
         ids = [i for part in sharding.allgather_json([p.id for p in problems]) for i in part]
         budgets = _est_budgets(c, ids, state["est"])
-        mine = budgets[jax.process_index() * len(problems):][:len(problems)]
-        _, batch, toks, mask, met = run_engine(ctx, params, problems, key, mine)
+        _, batch, toks, mask, met = run_engine(ctx, params, problems, key, own_share(budgets))
         _update_est_history(c, ids, batch, state["est"])
         met["est_budget_max"] = int(budgets.max())
         return problems, batch, toks, mask, met
@@ -214,10 +239,15 @@ def collect(ctx, params, iterator, key, state):
 
 
 def _collect_with_hints(ctx, params, problems, key, levels_state):
+    """Self-hinting over the whole batch: hint levels and re-rolls are decided from replicated
+    counters on every process alike; each process samples its own rows (`own_share`)."""
     c = ctx.config
+    problems = everyone(problems)
+    share = lambda x: None if x is None else own_share(x)  # noqa: E731
 
     def rerun(probs, k, budgets, hint_texts):
-        _, b, t, m, met = run_engine(ctx, params, probs, k, budgets, hint_texts)
+        _, b, t, m, met = run_engine(ctx, params, share(probs), k, share(budgets),
+                                     share(hint_texts))
         return b, t, m, met
 
     if c.rl.hints == "sage_light":
@@ -249,26 +279,27 @@ def _dapo_collect(ctx, params, iterator, problems, key, state):
     rewards until B are collected. Past adaptive.dapo_max_gen_batches, dapo_at_cap="train"
     trains on the mixed groups found (the missing ones are masked-out groups, so shapes stay
     fixed), counts them (dapo_cap_hit, dapo_short_groups) and warns once per run; "error" stops
-    the run as verl does."""
+    the run as verl does. The kept-group count is global (read from replicated rewards), so on
+    several processes every process draws alike and agrees when the batch is full."""
     c = ctx.config
-    B, cap = len(problems), c.adaptive.dapo_max_gen_batches
-    kept, spare, met = [], [], {}
+    cap = c.adaptive.dapo_max_gen_batches
+    drawn, kept, spare, met = [], [], [], {}  # per generation batch; (batch, row) pairs
     for gen_batch in range(cap):
         if gen_batch:
             problems = next(iterator)
         _, batch, toks, mask, m = run_engine(ctx, params, problems,
                                              jax.random.fold_in(key, gen_batch))
+        drawn.append((everyone(problems), batch, toks, mask))
         # Shares and ratios describe the first (fresh) batch; costs add up over all.
         met = m if not met else {k: met[k] + m[k] if k in _SUMMED else met[k] for k in met}
         r, valid = np.asarray(batch.reward_BG), np.asarray(batch.mask_BG)
         n_pos = (r * valid).sum(1)
         is_mixed = (n_pos > 0) & (n_pos < valid.sum(1))
-        group = lambda i: (problems[i], jax.tree.map(lambda x: x[i], batch), toks[i],  # noqa
-                           mask[i])
-        kept.extend(group(i) for i in np.flatnonzero(is_mixed))
+        kept += [(gen_batch, i) for i in np.flatnonzero(is_mixed)]
+        B = len(is_mixed)
         if len(kept) >= B:
             break
-        spare = [group(i) for i in np.flatnonzero(~is_mixed)][:B]  # the latest batch's
+        spare = [(gen_batch, i) for i in np.flatnonzero(~is_mixed)][:B]  # the latest batch's
     short = max(B - len(kept), 0)
     met.update(dapo_gen_batches=gen_batch + 1, dapo_cap_hit=int(short > 0),
                dapo_short_groups=short)
@@ -285,14 +316,19 @@ def _dapo_collect(ctx, params, iterator, problems, key, state):
                         "run; raise config.adaptive.dapo_max_gen_batches to sample further.",
                         msg, short)
             state["dapo_warned"] = True
-        empty = lambda b: b.replace(mask_BG=jnp.zeros_like(b.mask_BG),  # noqa: E731
-                                    len_BG=jnp.zeros_like(b.len_BG),
-                                    reward_BG=jnp.zeros_like(b.reward_BG))
-        kept += [(p, empty(b), t, m) for p, b, t, m in spare[:short]]
-    kept = kept[:B]
-    batch = jax.tree.map(lambda *xs: jnp.stack(xs), *[k[1] for k in kept])
-    return ([k[0] for k in kept], batch, np.stack([k[2] for k in kept]),
-            np.stack([k[3] for k in kept]), met)
+    chosen = (kept + spare[:short])[:B]
+    flat = np.asarray([g * B + i for g, i in chosen], np.int32)  # rows of the drawn batches
+    real = jnp.asarray(np.arange(B) < len(kept))  # the rest: masked-out filler groups
+    take = lambda *xs: jnp.concatenate(xs)[flat]  # noqa: E731 (one gather per field)
+    batch = jax.tree.map(take, *[d[1] for d in drawn])
+    batch = batch.replace(mask_BG=batch.mask_BG & real[:, None],
+                          len_BG=jnp.where(real[:, None], batch.len_BG, 0),
+                          reward_BG=jnp.where(real[:, None], batch.reward_BG, 0.0))
+    batch = batch.replace(**sharding.readable({f: getattr(batch, f) for f in (
+        "len_BG", "reward_BG", "mask_BG", "version_BG", "pool_n_B", "pool_pos_B")}))
+    every = [p for d in drawn for p in d[0]]
+    return ([every[j] for j in flat], batch, take(*[d[2] for d in drawn]),
+            take(*[d[3] for d in drawn]), met)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature"))
@@ -314,13 +350,15 @@ def sample_grad_norms(graphdef, params, tokens, mask, loss_mask, *, prompt_len, 
 def _gvm_collect(ctx, params, problems, key):
     """GVM two-stage: a pilot of N' samples per prompt gives p_i and G_i (mean gradient norm of
     its correct samples); budgets N_i ∝ G_i/√(p_i + α/p_i^(β-1)) (0 where p_i = 0 or G_i = 0)
-    sum to gvm_budget_per_prompt·B; then the prompts are sampled again with those budgets."""
+    sum to gvm_budget_per_prompt·B; then the prompts are sampled again with those budgets.
+    Budgets are solved over the whole batch on every process alike; each process samples its
+    own rows with its share of them."""
     c, a = ctx.config, ctx.config.adaptive
-    B = len(problems)
     _, pilot, toks, mask, pmet = run_engine(ctx, params, problems, jax.random.fold_in(key, 0),
-                                            np.full(B, a.gvm_pilot))
+                                            np.full(len(problems), a.gvm_pilot))
+    B = len(pilot.pool_n_B)  # the whole batch (every process's rows)
     rows = training_rows(pilot, toks, mask, B * a.gvm_pilot)  # every pilot sample, no padding
-    norms = np.asarray(sample_grad_norms(
+    norms = sharding.to_host(sample_grad_norms(
         ctx.graphdef, params, rows["tokens"], rows["mask"], rows["loss_mask"],
         prompt_len=c.sampling.max_prompt_len, temperature=max(c.sampling.temperature, 1e-6)))
     valid = np.flatnonzero(np.asarray(pilot.mask_BG).reshape(-1))
@@ -334,7 +372,7 @@ def _gvm_collect(ctx, params, problems, key):
     budgets = objectives.gvm_allocation(p, g, a.gvm_budget_per_prompt * B, a.gvm_alpha,
                                         a.gvm_beta, n_min=0, n_max=ctx.group)
     _, batch, toks, mask, met = run_engine(ctx, params, problems, jax.random.fold_in(key, 1),
-                                           budgets)
+                                           own_share(budgets))
     for k in _SUMMED:
         met[k] += pmet[k]
     met.update(gvm_pilot_samples=pmet["samples_total"], gvm_zero_budget=int((budgets == 0).sum()),

@@ -221,6 +221,10 @@ FIELDS = {
     "checkpoint.start_over_if_unreadable": ("no readable checkpoint: start at step 0 instead "
                                             "of stopping", "—"),
     "log.progress": ("progress bars", "— / disable_tqdm (inverse)"),
+    "log.wandb": ("also log the metrics.jsonl scalars to Weights & Biases (process 0; "
+                  "needs `pip install wandb`)", "trainer.logger / report_to"),
+    "log.wandb_project": ("Weights & Biases project of log.wandb",
+                          "trainer.project_name / WANDB_PROJECT"),
 }
 
 

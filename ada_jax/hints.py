@@ -24,8 +24,8 @@ def _merge(batch, toks, mask, new_batch, new_toks, new_mask, take_B):
         sel = jnp.asarray(take_B).reshape((-1,) + (1,) * (a.ndim - 1))
         return jnp.where(sel, b, a)
     batch = jax.tree.map(pick, batch, new_batch)
-    toks = np.where(take_B[:, None], new_toks, toks)
-    mask = np.where(take_B[:, None], new_mask, mask)
+    toks = jnp.where(take_B[:, None], new_toks, toks)
+    mask = jnp.where(take_B[:, None], new_mask, mask)
     return batch, toks, mask
 
 

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from ada_jax import sharding
 from ada_jax.adaptive import NEG, POS, EngineConfig, EngineState, _rule_met
 
 
@@ -55,6 +56,17 @@ def select(st: EngineState, group: int, *, balanced: bool = True, drop_unresolve
                  len_BG=jnp.where(mask, pick(st.kept_len), 0),
                  reward_BG=jnp.where(mask, is_pos, 0).astype(jnp.float32), mask_BG=mask,
                  pool_n_B=st.n_samples, pool_pos_B=st.n_pos, version_BG=pick(st.kept_version))
+
+
+def select_readable(st: EngineState, group: int, drop_unresolved=None):
+    """(st, batch): `select`, with the per-prompt counters and the batch's small [B, G] fields
+    replicated where they span processes (`sharding.readable`), so the host code after it
+    (metrics, DAPO's mixed groups, hints) reads them alike on every process."""
+    st = st.replace(**sharding.readable({f: getattr(st, f) for f in (
+        "n_samples", "n_pos", "first_pos", "launched")}))
+    batch = select(st, group, drop_unresolved=drop_unresolved)
+    return st, batch.replace(**sharding.readable({f: getattr(batch, f) for f in (
+        "len_BG", "reward_BG", "mask_BG", "version_BG")}))
 
 
 def kept_metrics(batch: Batch) -> dict:

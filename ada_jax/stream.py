@@ -207,13 +207,10 @@ class Stream:
         args = (params, jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP),
                 jax.random.key(0))
         shapes = jax.eval_shape(init, *args)
-        full = light = self._replicated = None
+        full = light = None
+        self._mesh, self._rules = mesh, rules
         if mesh is not None:
-            self._replicated = NamedSharding(mesh, PartitionSpec())
-            def place(x):
-                return (sharding.batch_sharding(mesh, rules, x.shape) if x.ndim
-                        else self._replicated)
-            full = jax.tree.map(place, shapes)
+            full = jax.tree.map(self._sharding, shapes)
             light = full.replace(gen=None)
         self.st = jax.jit(lambda *a: init(*a).replace(gen=None), out_shardings=light)(*args)
         # Every step function returns the state with the layout it got, so each compiles once.
@@ -228,6 +225,24 @@ class Stream:
                                donate_argnames=("st",), out_shardings=(full, None))
         return self
 
+    def _sharding(self, x, replicated: bool = False):
+        """The layout of a [Q or S, …] engine array: its leading dimension over the rules'
+        batch axes (replicated where they do not divide it, and for scalars)."""
+        if replicated or not x.ndim:
+            return NamedSharding(self._mesh, PartitionSpec())
+        return sharding.batch_sharding(self._mesh, self._rules, x.shape)
+
+    def place(self, x, replicated: bool = False):
+        """A host array, the same on every process (the bookkeeping is), as a device array laid
+        out like the engine's rows: on several processes each process fills its own shards."""
+        if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):
+            return x  # a key (replicated by jit): no host copy to place
+        x = np.asarray(x)
+        if self._mesh is None:
+            return jnp.asarray(x)
+        return jax.make_array_from_callback(x.shape, self._sharding(x, replicated),
+                                            lambda index: x[index])
+
     @staticmethod
     def _init(params, prompt_QP, mask_QP, key, *, gen_fn, cfg, Q):
         prompt_state = gen_fn.prefill(params, prompt_QP, mask_QP)
@@ -237,10 +252,9 @@ class Stream:
     def arrays(self) -> dict:
         """The engine state (no slot caches; the PRNG key as raw data) and the resident
         prompts' tokens, as a checkpointable tree of arrays."""
-        rep = self._replicated
-        place = jnp.asarray if rep is None else lambda x: jax.device_put(x, rep)
         return {"engine": self.st.replace(key=jax.random.key_data(self.st.key)),
-                "prompt": place(self.prompt_QP), "mask": place(self.mask_QP)}
+                "prompt": self.place(self.prompt_QP, replicated=True),
+                "mask": self.place(self.mask_QP, replicated=True)}
 
     def meta(self, encode_item: Callable = lambda x: x) -> dict:
         """The host bookkeeping (JSON): calls so far, each row's admission call, budget and
@@ -308,9 +322,9 @@ class Stream:
         reset = fresh | (old if self.on_policy else np.zeros_like(old))
         self.restarted = int(np.sum(reset & ~fresh))
         self.fresh = np.zeros(self.Q, bool)
-        budget = jnp.asarray(np.where(resident, self.budget_Q, 0), jnp.int32)
+        budget = self.place(np.where(resident, self.budget_Q, 0).astype(np.int32))
         self._before = self._counters()
-        self.st = self._begin(self.st, jnp.asarray(reset), budget, jnp.int32(self.calls), key)
+        self.st = self._begin(self.st, self.place(reset), budget, jnp.int32(self.calls), key)
         need = min(self.B, int(resident.sum()))
         # Pace: decode at least `pace` x the mean decode steps of a call so far, so a call that
         # finds its groups already complete still starts the prompts it admits (otherwise
@@ -318,18 +332,18 @@ class Stream:
         until = jnp.int32(self._before["steps"]
                           + int(self.pace * self._before["steps"] / max(self.calls, 1)))
         age = np.where(old, self.calls - self.admit_call, 0)  # oldest sampled first
-        prio = jnp.asarray(age, jnp.float32)
+        prio = self.place(age.astype(np.float32))
         # A restarted prompt (on_policy) keeps its admission call, so it is due as before: it
         # is restarted once at most, never carried (and restarted) forever.
         horizon, need_H = due_needs(self.admit_call, resident, self.calls, self.max_lag,
                                     self.B)
-        more_args = (jnp.int32(need), jnp.asarray(horizon), jnp.asarray(need_H),
-                     jnp.asarray(resident), until)
-        prompt, mask = jnp.asarray(self.prompt_QP), jnp.asarray(self.mask_QP)
+        more_args = (jnp.int32(need), self.place(horizon), jnp.asarray(need_H),
+                     self.place(resident), until)
+        prompt, mask = self.place(self.prompt_QP), self.place(self.mask_QP)
         cfg, gen_fn = self.cfg, self.gen_fn
         if score is None:
-            self.st = self._run(params, prompt, mask, budget, prio, more_args, reward_data,
-                                self.st, cfg=cfg, gen_fn=gen_fn, reward_fn=reward_fn,
+            self.st = self._run(params, prompt, mask, budget, prio, more_args,
+                                jax.tree.map(self.place, reward_data), self.st, cfg=cfg, gen_fn=gen_fn, reward_fn=reward_fn,
                                 group=self.group)
         else:
             st = self._resume(params, prompt, mask, self.st, gen_fn=gen_fn)
@@ -349,7 +363,7 @@ class Stream:
         """This step's B groups: prompts admitted before the last call first, then by stopping
         order; their rows are freed."""
         st = self.st
-        active, done_at = np.asarray(st.active), np.asarray(st.done_at)
+        active, done_at = sharding.to_host(st.active), sharding.to_host(st.done_at)
         # Rows admitted since the last run hold their previous prompts' state: not claimable.
         sampled = (self.admit_call != EMPTY) & ~self.fresh
         if not sampled.any():
@@ -366,13 +380,13 @@ class Stream:
         if (self.admit_call[left] < self.calls - self.max_lag).any():
             raise RuntimeError(f"streaming: a prompt would be trained more than "
                                f"{self.max_lag} update(s) after its admission")
-        r = jnp.asarray(rows)
+        r = self.place(rows.astype(np.int32), replicated=True)
         sub = st.replace(**{f: getattr(st, f)[r] for f in (
             "kept_tokens", "kept_logp", "kept_len", "kept_prio", "kept_version", "n_samples",
             "n_pos", "first_pos", "launched")})
         drop = ~adaptive._rule_met(self.cfg, sub.n_samples, sub.n_pos) if drop_unresolved \
             else None
-        batch = selection.select(sub, self.group, drop_unresolved=drop)
+        sub, batch = selection.select_readable(sub, self.group, drop)
         met = selection.metrics(self.cfg, sub, batch, self.group)
         after = self._counters()
         d = {k: after[k] - self._before[k] for k in after}

@@ -82,7 +82,12 @@ def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
 
 # ----------------------------------------------------------------------------- logging
 class MetricsWriter:
-    """JSONL plus TensorBoard scalars. On resume the JSONL keeps the records of steps up to the
+    """metrics.jsonl, TensorBoard (`tb/`) and, with config.log.wandb, Weights & Biases.
+    Every number of a record goes to all three under its metrics.jsonl key (`eval/avg@4` stays
+    `eval/avg@4`: the summaries are written as protos, not through tensorboardX's add_scalar,
+    which renames it `eval/avg_4`); TensorBoard also gets the step's histograms (tags
+    `hist/…`) and the eval sample completions (text, `eval/samples/text_summary`).
+    On resume the JSONL keeps the records of steps up to the
     resumed one (none on a fresh start, not even step 0's eval: it is redone), rewritten
     atomically, so a resumed run's file equals a continuous one's. Every step up to the resumed
     one must have a readable record: a missing or garbled one would silently lose that step's
@@ -90,9 +95,10 @@ class MetricsWriter:
     On several processes only process 0 reads and writes (the metrics it is given are the
     whole batch's, the same on every process); the others' writer does nothing."""
 
-    def __init__(self, workdir: str, resume_step: int):
+    def __init__(self, workdir: str, resume_step: int, config=None):
         self.path = os.path.join(workdir, "metrics.jsonl")
-        self.tb, self.last, self.active = None, {}, jax.process_index() == 0
+        self.tb, self.wandb, self.last = None, None, {}
+        self.active = jax.process_index() == 0
         if not self.active:
             return
         kept, bad = {}, []  # step -> line; unreadable line numbers
@@ -117,23 +123,70 @@ class MetricsWriter:
                             self.path, bad, resume_step)
         self.last = json.loads(kept[resume_step]) if resume_step else {}
         _write_atomic(self.path, "".join(kept[k] for k in sorted(kept)))
+        if config is not None and config.log.wandb:
+            self.wandb = _start_wandb(config, workdir)
         try:
-            from tensorboardX import SummaryWriter
-            self.tb = SummaryWriter(os.path.join(workdir, "tb"))
+            from tensorboardX import FileWriter
+            self.tb = FileWriter(os.path.join(workdir, "tb"))
         except ImportError:  # pragma: no cover
             log.warning("tensorboardX missing: TensorBoard logging off")
 
-    def write(self, step: int, metrics: dict):
+    def write(self, step: int, metrics: dict, histograms: dict | None = None):
+        """`metrics` without its lists to metrics.jsonl, its finite numbers to TensorBoard and
+        W&B; `histograms` (name -> values) and the `…/samples` lists (run_evals) to
+        TensorBoard."""
         if not self.active:
             return
-        rec = {"step": step, **metrics}
+        rec = {"step": step, **{k: v for k, v in metrics.items() if not isinstance(v, list)}}
         with open(self.path, "a") as f:
             f.write(json.dumps(rec, sort_keys=True) + "\n")
+        scalars = {k: float(v) for k, v in rec.items()
+                   if k != "step" and isinstance(v, (int, float)) and np.isfinite(v)}
+        if self.wandb is not None:
+            self.wandb.log(scalars, step=step)
+        if self.tb is None:
+            return
+        from tensorboardX import summary
+        from tensorboardX.proto.summary_pb2 import Summary
+        self.tb.add_summary(Summary(value=[Summary.Value(tag=k, simple_value=v)
+                                           for k, v in scalars.items()]), step)
+        for k, v in (histograms or {}).items():
+            if len(v):
+                self.tb.add_summary(summary.histogram(f"hist/{k}", np.asarray(v, float),
+                                                      "auto"), step)
+        for k, v in metrics.items():
+            if k.endswith("/samples") and v:
+                self.tb.add_summary(summary.text(k, samples_markdown(v)), step)
+        self.tb.flush()
+
+    def close(self):
         if self.tb is not None:
-            for k, v in metrics.items():
-                if isinstance(v, (int, float)) and np.isfinite(v):
-                    self.tb.add_scalar(k, v, step)
-            self.tb.flush()
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def _start_wandb(config, workdir: str):
+    """A W&B run named after the workdir, with the config; wandb is imported only here (it is
+    not a requirement of the package)."""
+    try:
+        import wandb
+    except ImportError:
+        raise ImportError("config.log.wandb=True needs the wandb package: pip install wandb "
+                          "(or leave log.wandb False; TensorBoard logs to <workdir>/tb "
+                          "either way)") from None
+    return wandb.init(project=config.log.wandb_project, dir=workdir,
+                      name=os.path.basename(os.path.normpath(workdir)),
+                      config=json.loads(config.to_json_best_effort()))
+
+
+def samples_markdown(samples: list[dict]) -> str:
+    """Eval completions (evaluate's `samples`) as Markdown for TensorBoard's text tab: level,
+    reward and reference answer, then the question and the completion verbatim."""
+    block = lambda text: "\n".join("    " + line for line in text.splitlines())  # noqa: E731
+    return "\n\n".join(f"**level {s['level']}**, reward {s['reward']:g}, answer "
+                       f"`{s['answer']}`\n\nquestion:\n\n{block(s['question'])}\n\n"
+                       f"completion:\n\n{block(s['completion'])}" for s in samples)
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -195,19 +248,12 @@ def check_resume(config, workdir: str) -> None:
 
 def check_multihost(config, mesh) -> None:
     """On several processes: per-host data needs the step's prompts to split into one block
-    per process along the mesh's batch axes, per-host scoring the slots to split over every
-    device, and the collection policy to be one whose batch is assembled from per-process
-    rows (uniform, seq, est; refill or rounds)."""
+    per process along the mesh's batch axes, and per-host scoring the slots to split over
+    every device. Every policy, engine mode and hint scheduler runs (collect.py)."""
     n = jax.process_count()
     if n == 1:
         return
     a = config.adaptive
-    if a.policy not in ("uniform", "seq", "est") or a.mode == "stream" or config.rl.hints != "none":
-        raise ValueError(
-            f"config.adaptive.policy={a.policy!r}, adaptive.mode={a.mode!r}, rl.hints="
-            f"{config.rl.hints!r}: on {n} processes only policies uniform / seq / est in refill "
-            f"or rounds mode without hints are supported (per-host data); run the others on "
-            f"one process")
     try:
         sharding.process_rows(mesh, config.sharding_rules, config.rl.prompts_per_step)
     except ValueError as e:
@@ -253,13 +299,17 @@ def setup(config, workdir: str):
 
 def run_evals(ctx: Context, params, key) -> dict:
     """avg@k / pass@k on the held-out eval prompts (`eval/…`) and, when eval.train_prompts > 0,
-    on a fixed set of training prompts (`train_eval/…`: what RL optimises on a finite pool)."""
+    on a fixed set of training prompts (`train_eval/…`: what RL optimises on a finite pool);
+    `eval/samples`: up to 4 held-out completions spread over the levels (TensorBoard text)."""
     out = {}
     for prefix, problems in (("eval", ctx.eval_problems), ("train_eval", ctx.train_eval_problems)):
         if problems:
             ev = evaluate.evaluate(ctx.graphdef, params, ctx.tokenizer, problems, ctx.config,
-                                   jax.random.fold_in(key, len(out)))
+                                   jax.random.fold_in(key, len(out)),
+                                   samples_per_level=int(prefix == "eval"))
             out.update({f"{prefix}/{k}": v for k, v in ev.items() if not isinstance(v, list)})
+            if prefix == "eval":  # one per level: keep every ceil(levels / 4)-th
+                out["eval/samples"] = ev["samples"][::-(-len(ev["samples"]) // 4) or 1]
     return out
 
 
@@ -328,7 +378,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
                      hint=dict(meta.get("hint_levels", {})),
                      pending=[Problem(**d) for d in meta.get("pending", [])])
         log.info("resumed from step %d", start)
-    writer = MetricsWriter(workdir, start)
+    writer = MetricsWriter(workdir, start, c)
     _write_atomic(os.path.join(workdir, "config.json"),
                   config.to_json_best_effort(indent=1, sort_keys=True))
     # The reference policy for KL is the base policy (a copy: the learner's buffers are donated).
@@ -376,8 +426,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
             if lmet["skipped"]:
                 log.warning("step %d: non-finite loss or gradient; update skipped", step)
             met.update(lmet)
-            met["reward_mean"] = float(np.mean(np.asarray(batch.pool_pos_B)
-                                               / np.maximum(np.asarray(batch.pool_n_B), 1)))
+            pool_n_B = np.asarray(batch.pool_n_B)
+            pass_rate_B = np.asarray(batch.pool_pos_B) / np.maximum(pool_n_B, 1)
+            met["reward_mean"] = float(np.mean(pass_rate_B))
+            met["lr"] = learning_rate(c, step)
             lens = np.asarray(batch.len_BG)[np.asarray(batch.mask_BG)]
             met["response_length"] = float(lens.mean()) if lens.size else 0.0
             met["samples_trained"] = int(lens.size) * c.rl.ppo_epochs
@@ -394,7 +446,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
             done = step + 1
             if c.eval.every and (done % c.eval.every == 0 or done == c.rl.steps):
                 met.update(run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, done)))
-            writer.write(done, {k: v for k, v in met.items() if not isinstance(v, list)})
+            writer.write(done, met, {"pass_rate": pass_rate_B, "samples_per_prompt": pool_n_B,
+                                     "response_length": lens})
             # Saved after a skipped (non-finite) update too: the state is the previous, finite
             # one, and a re-run would otherwise repeat that step forever.
             if done % c.checkpoint.every == 0 or done == c.rl.steps:
@@ -407,6 +460,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
                                if f"eval/avg@{c.eval.k}" in met else {}))
     bar.close()
     ckpt.close()
+    writer.close()
     return met
 
 
@@ -427,6 +481,15 @@ def cost(totals: dict) -> dict:
     about a forward and a backward, 3 forwards; prompts are the same for every method)."""
     return {"cost_samples": totals["samples_launched"] + totals["samples_trained"],
             "cost_flop_tokens": totals["generated_tokens"] + 3 * totals["trained_tokens"]}
+
+
+def learning_rate(config, step: int) -> float:
+    """The policy's learning rate at the last optimizer update of RL step `step` (from 0):
+    learn.make_optimizer's schedule, linear warm-up over optim.warmup_steps updates, then
+    optim.lr; a step makes ppo_epochs x minibatches updates."""
+    o = config.optim
+    update = (step + 1) * config.rl.ppo_epochs * config.rl.minibatches - 1
+    return o.lr * min(1.0, update / o.warmup_steps) if o.warmup_steps else o.lr
 
 
 def careful_share(tokenizer, batch: selection.Batch) -> float:

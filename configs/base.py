@@ -204,7 +204,8 @@ def get_config(arg: str = ""):
     # exist but none is readable it stops unless start_over_if_unreadable.
     c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2, allow_config_change=False,
                                                   start_over_if_unreadable=False))
-    c.log = ml_collections.ConfigDict(dict(progress=True))
+    # wandb: also send the scalars to Weights & Biases (pip install wandb; imported only then)
+    c.log = ml_collections.ConfigDict(dict(progress=True, wandb=False, wandb_project="ada_jax"))
 
     if c.model.name in PRETRAINED or c.model.name == HF:  # the reference run (scaling.md §4)
         p = PRETRAINED.get(c.model.name, dict(template="", eos_token="", extra_eos_tokens=(),

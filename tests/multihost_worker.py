@@ -12,10 +12,11 @@ step: the tiny model sharded over the global (data=1, fsdp=4, tensor=2) mesh, on
   gathered results go to process_<i>.npz.
 train: `train.train_and_evaluate` on the sums in tests/data/arith (Ada-Seq-balance, the real
   math verifier pool, --source jsonl / parquet / tfds = the same problems as JSONL, Parquet
-  or a TFDS array_record dataset). Recorded per process in process_<i>.json, per step: the ids
-  of the problems this process read, the (prompt, sample) pairs its verifier pool scored, and
-  the whole kept batch (gathered); at the end the pool's n_scored; process 0 also writes the
-  params after each step (params.npz, step_<k>).
+  or a TFDS array_record dataset; --algo and --overrides for the other policies). Recorded
+  per process in process_<i>.json, per step: the ids of each prompt batch this process drew
+  (its block), the (prompt, sample) pairs its verifier pool scored, and the whole kept batch
+  (gathered); at the end the pool's n_scored; process 0 also writes the params after each
+  step (params.npz, step_<k>).
 """
 import argparse
 import json
@@ -33,6 +34,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from ada_jax import collect, learn, sharding, train
 from ada_jax import model as model_lib
 from ada_jax.sampling import SamplingConfig, sample
+from ada_jax.tasks import PromptIterator
 from configs import base
 from tests.helpers import TINY
 
@@ -102,16 +104,18 @@ def per_host(mesh) -> dict:
                 host_rows_seen=np.int32(seen), host_rows_out=sharding.to_host(out),
                 gathered=np.int32(sharding.allgather_json(jax.process_index())),
                 errors=np.asarray([_refused(mesh, {"rl.prompts_per_step": 6}),
-                                   _refused(mesh, {"adaptive.slots": 12}),
-                                   _refused(mesh, {"adaptive.policy": "dapo"})]))
+                                   _refused(mesh, {"adaptive.slots": 12})]),
+                accepted=np.asarray([_refused(mesh, changes) for changes in ACCEPTED]))
+
+
+# Nothing that runs on one process is refused on several.
+ACCEPTED = ({"adaptive.policy": "dapo"}, {"adaptive.policy": "gvm"}, {"adaptive.mode": "stream"},
+            {"rl.hints": "sage"}, {"rl.hints": "sage_light"})
 
 
 def _refused(mesh, changes: dict) -> str:
     """train.check_multihost's error for a config with `changes` ("" if none)."""
-    c = train_config("jsonl", 1, "", "")
-    for dotted, value in changes.items():
-        section, field = dotted.split(".")
-        c[section][field] = value
+    c = train_config("jsonl", 1, "", "", overrides=changes)
     try:
         train.check_multihost(c, mesh)
     except ValueError as e:
@@ -124,10 +128,10 @@ def _flat_params(tree) -> np.ndarray:
 
 
 def train_config(source: str, steps: int, base_dir: str, data_dir: str,
-                 algo: str = "ada_balance"):
+                 algo: str = "ada_balance", overrides: dict | None = None):
     """Ada-Seq-balance (or `algo`) on the 16 training sums: 8 prompts per step (one block per
     process), up to 4 samples each, 16 slots, a short SFT into the shared base_dir (made
-    once)."""
+    once); then `overrides` ({"section.field": value}, e.g. adaptive.mode=stream)."""
     c = base.get_config(f"algo={algo},task=" + ("tfds_files" if source == "tfds" else "files"))
     with c.unlocked():
         c.task.files = ARITH + (".parquet" if source == "parquet" else ".jsonl")
@@ -143,16 +147,20 @@ def train_config(source: str, steps: int, base_dir: str, data_dir: str,
         c.log.progress = False
         c.mesh.update(MESH)
         c.distributed.enabled = True
+        for dotted, value in (overrides or {}).items():
+            section, field = dotted.split(".")
+            c[section][field] = value
     return c
 
 
 def run_train(args) -> None:
     """train_and_evaluate with recorders around collect (problems read, kept batch), the host
     scorer (pairs scored) and the learner (final params)."""
-    rec = {"read": [], "scored": [], "kept": []}
+    rec = {"drawn": [], "scored": [], "kept": []}
     pools, params = [], {}
     make_pool, host_score, collect_fn, learn_fn = (collect.math_pool, collect._host_score,
                                                    collect.collect, learn.learn)
+    next_fn = PromptIterator.__next__
 
     def math_pool(config):
         pools.append(make_pool(config))
@@ -166,11 +174,16 @@ def run_train(args) -> None:
             return score(prompt_S, seq_S, tokens_SN, len_S)
         return scored
 
+    def recording_next(iterator):
+        problems = next_fn(iterator)
+        rec["drawn"][-1].append([p.id for p in problems])
+        return problems
+
     def recording_collect(ctx, params, iterator, key, state):
         rec["scored"].append([])
+        rec["drawn"].append([])
         out = collect_fn(ctx, params, iterator, key, state)
-        problems, batch = out[0], out[1]
-        rec["read"].append([p.id for p in problems])
+        batch = out[1]
         rec["kept"].append({k: sharding.to_host(getattr(batch, k)).tolist() for k in (
             "tokens_BGN", "len_BG", "mask_BG", "reward_BG", "pool_n_B", "pool_pos_B")})
         return out
@@ -182,7 +195,9 @@ def run_train(args) -> None:
 
     collect.math_pool, collect._host_score = math_pool, recording_score
     collect.collect, learn.learn = recording_collect, recording_learn
-    config = train_config(args.source, args.steps, args.base, args.data_dir, args.algo)
+    PromptIterator.__next__ = recording_next
+    config = train_config(args.source, args.steps, args.base, args.data_dir, args.algo,
+                          json.loads(args.overrides))
     train.train_and_evaluate(config, args.workdir)
     rec["pool_scored"] = pools[0].n_scored
     rec["process"], rec["processes"] = jax.process_index(), jax.process_count()
@@ -202,6 +217,7 @@ def main():
     parser.add_argument("--base", default="")
     parser.add_argument("--data_dir", default="")
     parser.add_argument("--algo", default="ada_balance")
+    parser.add_argument("--overrides", default="{}", help="JSON {section.field: value}")
     args = parser.parse_args()
     jax.config.update("jax_default_matmul_precision", "highest")
     sharding.maybe_initialize_distributed(ml_collections.ConfigDict(dict(  # as train.setup

@@ -13,6 +13,7 @@ devices must give what one process of 8 gives.
 """
 import json
 import os
+from collections import Counter
 import shutil
 import subprocess
 import sys
@@ -70,14 +71,14 @@ def test_two_processes_match_one(tmp_path):
         np.testing.assert_array_equal(got["host_rows_out"], want["host_rows_out"])
         np.testing.assert_array_equal(got["gathered"], [0, 1])
         # A batch or slot count that does not split over the processes is refused by name.
-        batch_error, slots_error, policy_error = got["errors"]
+        batch_error, slots_error = got["errors"]
         assert batch_error.startswith("config.rl.prompts_per_step=6: a batch of 6 rows does "
                                       "not split into one block per process") and (
             "use a multiple of 4" in batch_error)
         assert slots_error.startswith("config.adaptive.slots=12 must be a multiple of the 8 "
                                       "devices on 2 processes")
-        assert policy_error.startswith("config.adaptive.policy='dapo'")
-    assert list(want["errors"]) == ["", "", ""]  # one process: nothing to split
+        assert list(got["accepted"]) == [""] * 5  # every policy, stream, hints: not refused
+    assert list(want["errors"]) == ["", ""]  # one process: nothing to split
     np.testing.assert_array_equal(want["rows"], [0, 8])
     np.testing.assert_array_equal(want["batch"], np.arange(8)[:, None] * np.ones((1, 3)))
     np.testing.assert_array_equal(want["host_rows_seen"], np.arange(16))
@@ -86,10 +87,11 @@ def test_two_processes_match_one(tmp_path):
 
 
 # ----------------------------------------------------------------------------- training
-def _train(n, run_dir, workdir, shared, steps, source, algo="ada_balance"):
+def _train(n, run_dir, workdir, shared, steps, source, algo="ada_balance", overrides=None):
     return launch(n, run_dir, "train", f"--workdir={workdir}", f"--steps={steps}",
                   f"--source={source}", f"--base={shared / 'base'}",
-                  f"--data_dir={shared / 'tfds'}", f"--algo={algo}")
+                  f"--data_dir={shared / 'tfds'}", f"--algo={algo}",
+                  f"--overrides={json.dumps(overrides or {})}")
 
 
 @pytest.fixture(scope="module")
@@ -122,15 +124,18 @@ def _check_run(reference, out, workdir, n, steps, first=0):
     (one,), recs = _records(ref_out, 1), _records(out, n)
     for s in range(steps):
         r = first + s
-        reads = [rec["read"][s] for rec in recs]
-        assert [len(x) for x in reads] == [BATCH // n] * n
-        # Disjoint blocks, in process order, that together are the one-process batch.
-        assert [i for x in reads for i in x] == one["read"][r]
-        assert len({i for x in reads for i in x}) == BATCH
-        scored = [[tuple(pair) for pair in rec["scored"][s]] for rec in recs]
-        assert all(scored) and all(len(set(x)) == len(x) for x in scored)
-        assert sum(len(x) for x in scored) == len(one["scored"][r])  # nothing scored twice
-        assert set().union(*map(set, scored)) == {tuple(p) for p in one["scored"][r]}
+        # Each prompt batch drawn (one per step, or as many as DAPO / the stream need): every
+        # process drew its own block, disjoint, in process order, together the one-process batch.
+        assert [len(rec["drawn"][s]) for rec in recs] == [len(one["drawn"][r])] * n
+        for d, want in enumerate(one["drawn"][r]):
+            blocks = [rec["drawn"][s][d] for rec in recs]
+            assert [len(x) for x in blocks] == [len(want) // n] * n
+            assert [i for x in blocks for i in x] == want
+        # What each verifier pool scored: its own share (no pair twice across processes where
+        # the one process scored it once), together what the one process scored.
+        scored = [Counter(tuple(pair) for pair in rec["scored"][s]) for rec in recs]
+        assert all(scored) and sum(scored, Counter()) == Counter(
+            tuple(pair) for pair in one["scored"][r])
         for rec in recs:  # the kept batch, gathered
             assert rec["kept"][s] == one["kept"][r]
     # Each pool saw exactly what its process scored, a share of the whole.
@@ -150,13 +155,17 @@ def _check_run(reference, out, workdir, n, steps, first=0):
     return recs
 
 
+def _shares(recs) -> str:
+    return (f"prompts drawn per step {[[sum(map(len, d)) for d in r['drawn']] for r in recs]}, "
+            f"completions scored per pool {[r['pool_scored'] for r in recs]}")
+
+
 @pytest.mark.slow
 def test_two_processes_train_like_one(reference, tmp_path):
     shared = reference[0]
     out = _train(2, tmp_path, tmp_path / "work", shared, 2, "parquet")
     recs = _check_run(reference, out, tmp_path / "work", 2, 2)
-    print("2 processes: prompts read per step", [[len(x) for x in r["read"]] for r in recs],
-          "completions scored per pool", [r["pool_scored"] for r in recs])
+    print("2 processes:", _shares(recs))
 
 
 @pytest.mark.slow
@@ -174,10 +183,8 @@ def test_four_processes_train_like_one_and_resume(reference, tmp_path):
     again = _check_run(reference, resumed, work, 4, 1, first=2)
     on_two = _train(2, tmp_path / "resumed_on_2", tmp_path / "work_on_2", shared, 3, "tfds")
     fewer = _check_run(reference, on_two, tmp_path / "work_on_2", 2, 1, first=2)
-    print("4 processes: prompts read per step", [[len(x) for x in r["read"]] for r in recs],
-          "completions scored per pool", [r["pool_scored"] for r in recs],
-          "resumed step 3", [r["pool_scored"] for r in again],
-          "resumed on 2 processes", [r["pool_scored"] for r in fewer])
+    print("4 processes:", _shares(recs), "; resumed step 3:", _shares(again),
+          "; resumed on 2 processes:", _shares(fewer))
 
 
 @pytest.mark.slow
@@ -188,3 +195,56 @@ def test_two_processes_ada_est_like_one(reference, tmp_path):
     one = _train(1, tmp_path / "one", tmp_path / "one" / "work", shared, 2, "jsonl", "ada_est")
     out = _train(2, tmp_path / "two", tmp_path / "two" / "work", shared, 2, "jsonl", "ada_est")
     _check_run((shared, one, tmp_path / "one" / "work"), out, tmp_path / "two" / "work", 2, 2)
+
+
+# The policies whose batch is more than one engine call on the step's own prompts: the
+# stream (prompts outlive a step), DAPO (more prompt batches until B mixed groups), GVM (a
+# pilot, then budgets) and self-hinting (collapsed groups re-rolled under hints).
+POLICIES = {
+    "stream": ("ada_balance", {"adaptive.mode": "stream"}),
+    "dapo": ("dapo", {}),
+    "gvm": ("gvm", {"adaptive.gvm_pilot": 2, "adaptive.gvm_budget_per_prompt": 2}),
+    "sage": ("grpo", {"rl.hints": "sage"}),
+}
+
+
+@pytest.fixture(scope="module")
+def one_process(reference):
+    """Each policy's one-process run, 3 steps (made on first use)."""
+    shared, runs = reference[0], {}
+
+    def get(policy):
+        if policy not in runs:
+            run_dir = shared / f"one_{policy}"
+            runs[policy] = (shared, _train(1, run_dir, run_dir / "work", shared, 3, "jsonl",
+                                           *POLICIES[policy]), run_dir / "work")
+        return runs[policy]
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_every_policy_on_two_processes_like_one(one_process, tmp_path, policy):
+    ref = one_process(policy)
+    out = _train(2, tmp_path, tmp_path / "work", ref[0], 3, "parquet", *POLICIES[policy])
+    recs = _check_run(ref, out, tmp_path / "work", 2, 3)
+    print(f"{policy} on 2 processes:", _shares(recs))
+
+
+@pytest.mark.slow
+def test_stream_on_four_processes_resumes_on_four_and_on_two(one_process, tmp_path):
+    """Each process checkpoints its shards of the stream's engine state (and process 0 the
+    bookkeeping every process holds alike); a restart on 4 processes, or on 2, continues the
+    one-process run exactly."""
+    ref, work = one_process("stream"), tmp_path / "work"
+    shared, (algo, overrides) = ref[0], POLICIES["stream"]
+    recs = _check_run(ref, _train(4, tmp_path / "first", work, shared, 2, "tfds", algo,
+                                  overrides), work, 4, 2)
+    shutil.copytree(work, tmp_path / "work_on_2")
+    again = _check_run(ref, _train(4, tmp_path / "resumed", work, shared, 3, "tfds", algo,
+                                   overrides), work, 4, 1, first=2)
+    fewer = _check_run(ref, _train(2, tmp_path / "on_2", tmp_path / "work_on_2", shared, 3,
+                                   "tfds", algo, overrides), tmp_path / "work_on_2", 2, 1,
+                       first=2)
+    print("stream on 4 processes:", _shares(recs), "; resumed step 3:", _shares(again),
+          "; resumed on 2 processes:", _shares(fewer))
