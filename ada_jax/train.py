@@ -87,9 +87,9 @@ class MetricsWriter:
     `eval/avg@4`: the summaries are written as protos, not through tensorboardX's add_scalar,
     which renames it `eval/avg_4`); TensorBoard also gets the step's histograms (tags
     `hist/…`) and the eval sample completions (text, `eval/samples/text_summary`).
-    On resume the JSONL keeps the records of steps up to the
-    resumed one (none on a fresh start, not even step 0's eval: it is redone), rewritten
-    atomically, so a resumed run's file equals a continuous one's. Every step up to the resumed
+    On resume the JSONL keeps the records of steps up to the resumed one (none on a fresh
+    start, not even step 0's eval: it is redone), rewritten atomically, so a resumed run's
+    file equals a continuous one's. Every step up to the resumed
     one must have a readable record: a missing or garbled one would silently lose that step's
     metrics and restart the cumulative counts, so it is an error.
     On several processes only process 0 reads and writes (the metrics it is given are the
