@@ -518,10 +518,12 @@ def run_host(params, prompt_BP, mask_BP, budget_B, key, *, cfg: EngineConfig, ge
     """Same engine with a host reward: score(prompt_S, seq_S, tokens_SN, len_S) -> r_S.
 
     Only finished slots' rewards are read (others may be anything)."""
+    # Read through sharding.to_host (several processes: one waited-for program each), and
+    # before _host_begin, so that no two programs with collectives run at once.
+    limit = int(_max_chunks(cfg, sharding.to_host(budget_B)))
     prompt_state, st = _host_begin(params, prompt_BP, mask_BP, budget_B, key, cfg=cfg,
                                    gen_fn=gen_fn)
-    limit = int(_max_chunks(cfg, budget_B))
-    while bool(jnp.any(st.active)) and int(st.chunks) < limit:
+    while sharding.to_host(st.active).any() and int(st.chunks) < limit:
         st = _host_decode(cfg, gen_fn, params, prompt_state, budget_B, st)
         st = _host_absorb(cfg, budget_B, group, st, host_rewards(st, score))
     return st

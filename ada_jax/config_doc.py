@@ -66,6 +66,13 @@ FIELDS = {
     "distributed.num_processes": ("processes (with coordinator_address)", "— / num_processes"),
     "distributed.process_id": ("this process's index (with coordinator_address)",
                                "— / machine_rank"),
+    "distributed.initialization_timeout_s": ("seconds every process waits at start for all "
+                                             "the others to join", "— / ddp_timeout"),
+    "distributed.heartbeat_timeout_s": ("seconds without a heartbeat after which a process is "
+                                        "declared dead and the others stop",
+                                        "actor_rollout_ref.nccl_timeout / ddp_timeout"),
+    "distributed.shutdown_timeout_s": ("seconds a finished process waits at exit for the others",
+                                       "—"),
     # sampling
     "sampling.temperature": ("rollout sampling temperature (also the learner's log-prob "
                              "temperature)", "rollout.temperature / temperature"),

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ada_jax import advantages, losses, selection
+from ada_jax import advantages, losses, selection, sharding
 from ada_jax import model as model_lib
 
 
@@ -59,6 +59,8 @@ def training_rows(batch: selection.Batch, toks_BP, mask_BP, rows: int):
     prompt+completion tokens [R, P+N], input and loss masks, old log-probs, and the packing
     (`flat` index into [B·G], `real` flag) that `pack` uses to place per-sample values."""
     B, G, N = batch.tokens_BGN.shape
+    # Replicated first (one program on several processes), so the gathers below are local.
+    batch, toks_BP, mask_BP = sharding.readable((batch, toks_BP, mask_BP))
     valid = np.flatnonzero(np.asarray(batch.mask_BG).reshape(-1))
     if len(valid) > rows:
         raise ValueError(f"{len(valid)} kept samples exceed the {rows} training rows per step")

@@ -10,7 +10,9 @@ Multi-host (one process per host or per GPU, `jax.distributed`): each process re
 rows of a step's prompt batch (`process_rows`) and contributes them to the global array
 (`global_batch`); host-side work over [S, …] slot arrays runs per process on the rows its own
 devices hold (`host_rows`); small results every process needs are replicated on device
-(`readable`) or gathered (`allgather_json`).
+(`readable`, `to_host`) or gathered (`allgather_json`). Each of these cross-process moves is
+one jitted program, dispatched once its inputs are computed and finished before it returns
+(`_relaid`), so none is left in flight beside the step's programs (docs/scaling.md §5f).
 """
 import contextlib
 import functools
@@ -24,7 +26,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,14 @@ def maybe_initialize_distributed(dist_config) -> None:
         kwargs = dict(coordinator_address=dist_config.coordinator_address,
                       num_processes=dist_config.num_processes,
                       process_id=dist_config.process_id)
-    jax.distributed.initialize(**kwargs)  # no args: auto-detect on TPU pods / SLURM
+    for field, arg in _TIMEOUTS.items():  # a field left out: JAX's default
+        if field in dist_config:
+            seconds = dist_config[field]
+            if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
+                raise ValueError(f"config.distributed.{field}={seconds!r}: must be a positive "
+                                 f"integer (seconds)")
+            kwargs[arg] = seconds
+    jax.distributed.initialize(**kwargs)  # no address: auto-detect on TPU pods / SLURM
     if jax.process_count() > 1:
         sys.excepthook = _exit_at_once
     log.info("jax.distributed: process %d of %d, %d local / %d global devices",
@@ -53,11 +61,29 @@ def maybe_initialize_distributed(dist_config) -> None:
                  jax.device_count())
 
 
+# config.distributed field -> jax.distributed.initialize argument
+_TIMEOUTS = {"initialization_timeout_s": "initialization_timeout",
+             "heartbeat_timeout_s": "heartbeat_timeout_seconds",
+             "shutdown_timeout_s": "shutdown_timeout_seconds"}
+# How a collective fails when a peer process has gone (gloo on CPU; NCCL, ICI elsewhere)
+_PEER_GONE = ("gloo", "nccl", "connection", "socket", "broken pipe", "unavailable")
+
+
 def _exit_at_once(*exc_info) -> None:
-    """Uncaught exception on one of several processes: print it and exit now. A normal exit
-    would wait (minutes) at JAX's shutdown barrier for peers that wait on this process; exiting
-    lets the launcher (srun, launch_local.sh) stop the others."""
+    """Uncaught exception on one of several processes: print it, say what it means, and exit
+    now. A normal exit would wait (minutes) at JAX's shutdown barrier for peers that wait on
+    this process; exiting lets the launcher (srun, launch_local.sh) stop the others, and a
+    peer blocked in a collective with this process fails at once (its connection closes)."""
     sys.__excepthook__(*exc_info)
+    text = str(exc_info[1]).lower()
+    if isinstance(exc_info[1], jax.errors.JaxRuntimeError) and any(w in text for w in _PEER_GONE):
+        why = ("a collective with the other processes failed, most likely because another "
+               "process died (see its log). Run the same command again to resume from the last "
+               "checkpoint.")
+    else:
+        why = f"the {exc_info[0].__name__} above."
+    print(f"ada_jax: process {jax.process_index()} of {jax.process_count()} stops, and with it "
+          f"the job: {why}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(1)
@@ -206,9 +232,10 @@ def _relayout(shardings):
 
 
 def _relaid(arrays: list, shardings: list) -> list:
-    """The arrays in the given shardings, moved by one program and waited for. On CPU, gloo
-    collectives of several programs in flight at once have been seen to hang; one program,
-    finished before the next is dispatched, keeps them in order."""
+    """The arrays in the given shardings, moved by one program: dispatched once the arrays are
+    computed, and waited for. On CPU, a gloo all-gather once hung among a dozen eager collective
+    programs in flight; these moves never leave one in flight."""
+    jax.block_until_ready(arrays)
     return list(jax.block_until_ready(_relayout(tuple(shardings))(tuple(arrays))))
 
 
@@ -230,23 +257,39 @@ def readable(tree):
 
 
 def to_host(x) -> np.ndarray:
-    """A global array as numpy on every process (process_allgather where it spans hosts)."""
-    if isinstance(x, jax.Array) and not (x.is_fully_addressable or x.is_fully_replicated):
-        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(x)
+    """A global array as numpy on every process (a replicated copy, `readable`, where it
+    spans hosts)."""
+    return np.asarray(readable(x))
+
+
+@functools.lru_cache(maxsize=None)
+def _processes_mesh() -> Mesh:
+    """Every device, one mesh row per process (in process order)."""
+    devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    return Mesh(np.asarray(devices).reshape(jax.process_count(), -1), ("process", "local"))
+
+
+def _gathered(local: np.ndarray) -> np.ndarray:
+    """[process_count, …]: every process's `local` (the same shape on each), stacked in
+    process order by one all-gather program (`readable`)."""
+    n = jax.process_count()
+    rows = jax.make_array_from_process_local_data(
+        NamedSharding(_processes_mesh(), PartitionSpec("process")), local[None],
+        (n,) + local.shape)
+    return np.asarray(readable(rows))
 
 
 def allgather_json(obj) -> list:
     """[obj of process 0, obj of process 1, …] for a JSON-serialisable obj ([obj] on one
-    process): two small all-gathers, a length and the padded UTF-8 bytes."""
+    process): two small all-gathers, the lengths and the UTF-8 bytes (padded to a power of two,
+    so a handful of program shapes serve every call)."""
     if jax.process_count() == 1:
         return [obj]
     data = np.frombuffer(json.dumps(obj).encode(), np.uint8)
-    sizes = np.asarray(multihost_utils.process_allgather(np.int32(data.size))).reshape(-1)
-    buf = np.zeros(int(sizes.max()), np.uint8)
+    sizes = _gathered(np.int32([data.size]))[:, 0]
+    buf = np.zeros(1 << int(sizes.max()).bit_length(), np.uint8)
     buf[:data.size] = data
-    everyone = np.asarray(multihost_utils.process_allgather(buf)).reshape(len(sizes), -1)
-    return [json.loads(bytes(row[:k]).decode()) for row, k in zip(everyone, sizes)]
+    return [json.loads(bytes(row[:k]).decode()) for row, k in zip(_gathered(buf), sizes)]
 
 
 def host_rows(fn: Callable[..., np.ndarray], *arrays: jax.Array) -> jax.Array:

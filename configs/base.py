@@ -137,8 +137,12 @@ def get_config(arg: str = ""):
         ("heads", "tensor"), ("kv_heads", "tensor"), ("mlp", "tensor"),
         ("head_dim", None), ("layers", None), ("length", None),
     ]
+    # Timeouts of jax.distributed (seconds): waiting for every process at start; a process
+    # whose heartbeat stops this long is declared dead and the others stop; waiting for every
+    # process at exit (docs/scaling.md §5g, "What happens when a process dies").
     c.distributed = ml_collections.ConfigDict(dict(
-        enabled=False, coordinator_address="", num_processes=1, process_id=0))
+        enabled=False, coordinator_address="", num_processes=1, process_id=0,
+        initialization_timeout_s=300, heartbeat_timeout_s=100, shutdown_timeout_s=300))
 
     c.sampling = ml_collections.ConfigDict(dict(
         temperature=1.0, top_k=0, top_p=1.0, max_prompt_len=48, max_new_tokens=112,

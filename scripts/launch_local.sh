@@ -14,8 +14,9 @@
 #
 # Process 0 prints to the terminal; every process i logs to $LAUNCH_LOG_DIR/process_i.log
 # (default: a new directory under /tmp, named on stderr). When a process fails the others are
-# stopped (they would wait for it forever) and the script exits with its status. On a machine
-# with GPUs, process i uses GPU i (as one task per GPU under srun).
+# stopped at once (the launcher names the failed process in each one's log) and the script
+# exits with its status (128 + N for signal N). On a machine with GPUs, process i uses GPU i
+# (as one task per GPU under srun).
 set -u
 usage="usage: scripts/launch_local.sh N COMMAND [ARGS...]"
 n=${1:-}
@@ -38,10 +39,11 @@ trap 'stop_all; exit 130' INT TERM
 for ((i = 0; i < n; i++)); do
   task_env=(SLURM_JOB_ID=$$ SLURM_STEP_NODELIST=localhost SLURM_STEP_NUM_NODES=1
             SLURM_NTASKS="$n" SLURM_PROCID="$i" SLURM_LOCALID="$i" JAX_COORDINATOR_PORT="$port")
+  : > "$logs/process_$i.log"  # then appended to (O_APPEND): the launcher writes there too
   if ((i == 0)); then
-    setsid env "${task_env[@]}" "$@" > >(tee "$logs/process_0.log") 2>&1 &
+    setsid env "${task_env[@]}" "$@" > >(tee -a "$logs/process_0.log") 2>&1 &
   else
-    setsid env "${task_env[@]}" "$@" > "$logs/process_$i.log" 2>&1 &
+    setsid env "${task_env[@]}" "$@" >> "$logs/process_$i.log" 2>&1 &
   fi
   pids+=($!)
 done
@@ -55,8 +57,12 @@ while ((${#running[@]})); do
   read -ra running <<< "${running[*]}"
   if ((rc != 0)); then
     status=$rc
-    echo "launch_local: a process exited with status $rc; stopping the others" \
-         "(logs in $logs)" >&2
+    for i in "${!pids[@]}"; do [[ ${pids[$i]} == "$done_pid" ]] && failed=$i; done
+    why="process $failed exited with status $rc$( ((rc > 128)) && echo " (signal $((rc - 128)))")"
+    echo "launch_local: $why; stopping the others (logs in $logs)" >&2
+    for i in "${!pids[@]}"; do  # each survivor's log says why it stopped
+      ((i != failed)) && echo "launch_local: $why; stopping process $i" >> "$logs/process_$i.log"
+    done
     stop_all
     break
   fi
