@@ -2,11 +2,15 @@
 
   python colab/make_notebooks.py          # rewrites colab/*.ipynb (no outputs)
 
-Every notebook starts with the same setup cell: it finds the repository the notebook sits in
-(or $ADA_JAX_ROOT), installs it with pip only when `ada_jax` does not import, and puts the
-repository root on sys.path (for `configs/`). ADA_JAX_NOTEBOOK_SMOKE=1 shrinks every notebook
-to seconds (random init, synthetic reward, tiny dims, few Monte-Carlo draws): that is what
-tests/test_notebooks.py runs. Notebook code is calls into the library and plotting only.
+Every notebook opens with an "Open in Colab" badge and the same setup cell. The cell finds the
+repository: $ADA_JAX_ROOT, else the checkout the notebook runs in (the nearest folder at or
+above the working directory holding setup.py and ada_jax/); in a fresh Colab runtime (no
+checkout, `google.colab` imported) it clones REPO_URL into ./ada_jax. It pip-installs the
+repository (editable, with its dependencies) when no `ada_jax` distribution is installed, and
+puts the root first on sys.path, so `configs/` and a fresh install import without a restart.
+ADA_JAX_NOTEBOOK_SMOKE=1 shrinks every notebook to seconds (random init, synthetic reward,
+tiny dims, few Monte-Carlo draws): that is what tests/test_notebooks.py runs. Notebook code is
+calls into the library and plotting only.
 """
 import os
 import textwrap
@@ -15,28 +19,52 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The repository the badges open and a fresh Colab runtime clones (a placeholder: there is no
+# public copy yet). A fork changes these two lines and re-runs this script.
+REPO_URL = "https://github.com/ada-jax/ada_jax"
+BRANCH = "main"
 
 SETUP = r'''
-# Setup. In Colab, first clone the repository and enter its colab/ folder, e.g.
-#   !git clone <repository url> ada_jax && %cd ada_jax/colab
-# (or set ADA_JAX_ROOT to the checkout). ADA_JAX_NOTEBOOK_SMOKE=1 makes the notebook run in
-# seconds (what the tests do).
+# Setup: find the repository (a fresh Colab runtime clones REPO_URL), install it once per
+# runtime, put it first on sys.path. If pip replaced a package the runtime had already
+# imported (pip says so), restart the session and run all again: nothing is cloned or
+# installed twice. ADA_JAX_ROOT names another checkout; ADA_JAX_NOTEBOOK_SMOKE=1 runs the
+# notebook in seconds (what the tests do).
+REPO_URL = "<REPO_URL>"
+
+import importlib.metadata
 import os
+import subprocess
 import sys
 
+
+def find_root(path):
+    """The checkout at or above `path` (setup.py and ada_jax/ side by side), else None."""
+    while not (os.path.isfile(os.path.join(path, "setup.py"))
+               and os.path.isdir(os.path.join(path, "ada_jax"))):
+        if os.path.dirname(path) == path:
+            return None
+        path = os.path.dirname(path)
+    return path
+
+
 SMOKE = os.environ.get("ADA_JAX_NOTEBOOK_SMOKE", "0") == "1"
-ROOT = os.path.abspath(os.environ.get("ADA_JAX_ROOT", ".."))
-if not os.path.exists(os.path.join(ROOT, "setup.py")):
-    raise FileNotFoundError(f"no setup.py in {ROOT}: open this notebook from the repository's "
-                            "colab/ folder or set ADA_JAX_ROOT to the checkout")
+ROOT = find_root(os.path.abspath(os.environ.get("ADA_JAX_ROOT", os.getcwd())))
+if ROOT is None and "google.colab" in sys.modules:  # fresh Colab runtime: clone into ./ada_jax
+    ROOT = os.path.abspath("ada_jax")
+    if find_root(ROOT) != ROOT:
+        subprocess.check_call(["git", "clone", "--depth=1", REPO_URL, ROOT])
+if ROOT is None or find_root(ROOT) != ROOT:
+    raise FileNotFoundError(f"no ada_jax checkout at or above {os.getcwd()}: open this notebook "
+                            "from a clone of the repository or set ADA_JAX_ROOT to one")
 try:
-    import ada_jax  # noqa: F401  (already installed: skip pip)
-except ImportError:
-    %pip install -q -e "{ROOT}"
+    importlib.metadata.version("ada_jax")
+except importlib.metadata.PackageNotFoundError:  # once per runtime: dependencies too
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-e", ROOT])
 if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)  # configs/ is not an installed package; also a fresh install
+    sys.path.insert(0, ROOT)  # configs/ is no package; a fresh install imports without restart
 print("smoke mode" if SMOKE else "full mode", "| repository:", ROOT)
-'''
+'''.replace("<REPO_URL>", REPO_URL)
 
 # The tiny dims the smoke mode uses (tests/test_train.py's SMALL_MODEL).
 SMOKE_OVERRIDES = r'''
@@ -455,9 +483,21 @@ print("workdir:", WORKDIR, sorted(os.listdir(WORKDIR)))
 NOTEBOOKS = {"quickstart": QUICKSTART, "theory": THEORY, "inspect_run": INSPECT}
 
 
+def badge(name: str):
+    """The first cell: an "Open in Colab" badge for colab/`name`.ipynb at REPO_URL."""
+    colab = REPO_URL.replace("https://github.com/", "https://colab.research.google.com/github/")
+    return _md(f'''
+    [![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({colab}/blob/{BRANCH}/colab/{name}.ipynb)
+
+    Runs top to bottom in a fresh Colab runtime: the setup cell clones the repository
+    ({REPO_URL}) and installs it.
+    ''')
+
+
 def build(name: str):
     """The notebook `name` as an nbformat node: deterministic cell ids, no outputs."""
-    nb = new_notebook(cells=[nbformat.from_dict(dict(c)) for c in NOTEBOOKS[name]])
+    cells = [badge(name), *NOTEBOOKS[name]]
+    nb = new_notebook(cells=[nbformat.from_dict(dict(c)) for c in cells])
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"{name}-{i:02d}"
     nb.metadata = {

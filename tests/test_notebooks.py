@@ -1,6 +1,9 @@
-"""The Colab notebooks: generated from colab/make_notebooks.py, and each runs headless end to end
-in smoke mode (ADA_JAX_NOTEBOOK_SMOKE=1: seconds-long training, few Monte-Carlo draws)."""
+"""The Colab notebooks: generated from colab/make_notebooks.py, each runs headless end to end
+in smoke mode (ADA_JAX_NOTEBOOK_SMOKE=1: seconds-long training, few Monte-Carlo draws), and
+their setup cell clones and installs the repository in a simulated fresh Colab runtime."""
+import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -29,12 +32,87 @@ def test_committed_notebooks_match_the_generator():
                        for c in committed.cells if c.cell_type == "code"), name
 
 
-def test_setup_cell_installs_only_when_ada_jax_is_missing():
-    """The guarded `%pip install` is valid IPython inside the except block."""
-    from IPython.core.inputtransformer2 import TransformerManager
-    src = TransformerManager().transform_cell(make_notebooks.SETUP)
-    compile(src, "setup", "exec")
-    assert "run_line_magic('pip'" in src and "except ImportError:" in src
+# Runs the setup cell in a fresh interpreter with nothing installed (python -I -S: no
+# site-packages), twice, from argv's cwd. `git clone` is a copy of this checkout's package
+# (no network) and `pip install` writes only the ada_jax distribution's metadata into a
+# scratch site folder, so the second run finds it installed. Prints what happened as JSON.
+_FRESH_RUNTIME = r'''
+import json, os, shutil, subprocess, sys, types
+setup, cwd, colab, repo, site = json.loads(sys.argv[1])
+if colab:
+    sys.modules["google.colab"] = types.ModuleType("google.colab")
+sys.path.append(site)
+calls = []
+
+
+def check_call(cmd, **kwargs):
+    calls.append(cmd)
+    if cmd[:2] == ["git", "clone"]:
+        shutil.copytree(os.path.join(repo, "ada_jax"), os.path.join(cmd[-1], "ada_jax"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(os.path.join(repo, "setup.py"), cmd[-1])
+    elif cmd[1:4] == ["-m", "pip", "install"]:
+        info = os.path.join(site, "ada_jax-0.1.0.dist-info")
+        os.makedirs(info)
+        with open(os.path.join(info, "METADATA"), "w") as f:
+            f.write("Metadata-Version: 2.1\nName: ada_jax\nVersion: 0.1.0\n")
+
+
+subprocess.check_call = check_call
+os.chdir(cwd)
+roots = []
+for _ in range(2):
+    scope = {}
+    exec(setup, scope)
+    roots.append(scope["ROOT"])
+import ada_jax
+print(json.dumps(dict(roots=roots, package=ada_jax.__file__, calls=calls)))
+'''
+
+
+def _fresh_runtime(cwd, colab, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    arg = json.dumps([make_notebooks.SETUP, str(cwd), colab, ROOT, str(site)])
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", _FRESH_RUNTIME, arg],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_setup_cell_in_a_fresh_colab_runtime(tmp_path):
+    """Colab's cwd is /content, with no checkout: the cell clones REPO_URL into ./ada_jax,
+    pip-installs it once, and ada_jax imports from the clone without a restart."""
+    content = tmp_path / "content"
+    content.mkdir()
+    got = _fresh_runtime(content, True, tmp_path)
+    clone = str(content / "ada_jax")
+    assert got["roots"] == [clone, clone]
+    assert got["package"] == os.path.join(clone, "ada_jax", "__init__.py")
+    assert [c[:3] for c in got["calls"]] == [["git", "clone", "--depth=1"],
+                                             [sys.executable, "-m", "pip"]]
+    assert got["calls"][0][-2:] == [make_notebooks.REPO_URL, clone]
+    assert got["calls"][1][-2:] == ["-e", clone]
+
+
+def test_setup_cell_in_a_checkout(tmp_path):
+    """From the checkout's colab/ folder (as the tests run it) ROOT is the checkout, never
+    `/`, and nothing is cloned; outside a checkout and outside Colab the cell stops."""
+    got = _fresh_runtime(COLAB, False, tmp_path)
+    assert got["roots"] == [ROOT, ROOT] and ROOT != os.sep
+    assert got["package"] == os.path.join(ROOT, "ada_jax", "__init__.py")
+    assert not [c for c in got["calls"] if c[0] == "git"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with pytest.raises(AssertionError, match="FileNotFoundError: no ada_jax checkout"):
+        _fresh_runtime(elsewhere, False, elsewhere)
+
+
+def test_every_notebook_opens_with_a_colab_badge():
+    for name in NOTEBOOKS:
+        first = make_notebooks.build(name).cells[0]
+        assert first.cell_type == "markdown" and "colab-badge.svg" in first.source, name
+        assert f"/blob/{make_notebooks.BRANCH}/colab/{name}.ipynb" in first.source, name
 
 
 def _kernel_env(tmp_path):
