@@ -318,17 +318,22 @@ def _dapo_collect(ctx, params, iterator, problems, key, state):
             state["dapo_warned"] = True
     chosen = (kept + spare[:short])[:B]
     flat = np.asarray([g * B + i for g, i in chosen], np.int32)  # rows of the drawn batches
-    real = jnp.asarray(np.arange(B) < len(kept))  # the rest: masked-out filler groups
-    take = lambda *xs: jnp.concatenate(xs)[flat]  # noqa: E731 (one gather per field)
-    batch = jax.tree.map(take, *[d[1] for d in drawn])
-    batch = batch.replace(mask_BG=batch.mask_BG & real[:, None],
-                          len_BG=jnp.where(real[:, None], batch.len_BG, 0),
-                          reward_BG=jnp.where(real[:, None], batch.reward_BG, 0.0))
-    batch = batch.replace(**sharding.readable({f: getattr(batch, f) for f in (
-        "len_BG", "reward_BG", "mask_BG", "version_BG", "pool_n_B", "pool_pos_B")}))
+    batch, toks, mask = jax.block_until_ready(_dapo_assemble(
+        [d[1:] for d in drawn], flat, np.arange(B) < len(kept)))
+    batch = selection.readable_batch(batch)
     every = [p for d in drawn for p in d[0]]
-    return ([every[j] for j in flat], batch, take(*[d[2] for d in drawn]),
-            take(*[d[3] for d in drawn]), met)
+    return [every[j] for j in flat], batch, toks, mask, met
+
+
+@jax.jit
+def _dapo_assemble(drawn, flat, real_B):
+    """(batch, toks, mask) of rows `flat` of the drawn (batch, toks, mask)s stacked, the groups
+    past the kept ones (real_B false) masked out: one program (on several processes a gather
+    across them, waited for by the caller)."""
+    batch, toks, mask = jax.tree.map(lambda *xs: jnp.concatenate(xs)[flat], *drawn)
+    real = real_B[:, None]
+    return batch.replace(mask_BG=batch.mask_BG & real, len_BG=jnp.where(real, batch.len_BG, 0),
+                         reward_BG=jnp.where(real, batch.reward_BG, 0.0)), toks, mask
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature"))

@@ -13,15 +13,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ada_jax.selection import readable_batch
 from ada_jax.tasks import hint as make_hint
 
 LEVELS = (1, 2, 3)
 
 
+@jax.jit
 def _merge(batch, toks, mask, new_batch, new_toks, new_mask, take_B):
-    """Rows of the new batch where take_B, else the old ones."""
+    """Rows of the new batch where take_B, else the old ones (one program)."""
     def pick(a, b):
-        sel = jnp.asarray(take_B).reshape((-1,) + (1,) * (a.ndim - 1))
+        sel = take_B.reshape((-1,) + (1,) * (a.ndim - 1))
         return jnp.where(sel, b, a)
     batch = jax.tree.map(pick, batch, new_batch)
     toks = jnp.where(take_B[:, None], new_toks, toks)
@@ -59,7 +61,9 @@ def sage(run_engine, problems, batch, toks, mask, key, budgets):
         hb, htoks, hmask, met = run_engine(problems, jax.random.fold_in(key, level), b, hints)
         for k in extra:
             extra[k] += met[k]
-        batch, toks, mask = _merge(batch, toks, mask, hb, htoks, hmask, todo)
+        batch, toks, mask = jax.block_until_ready(_merge(batch, toks, mask, hb, htoks, hmask,
+                                                         todo))
+        batch = readable_batch(batch)
         level_used[todo] = level
         todo = todo & _all_wrong(hb)
     n = max(int(collapsed.sum()), 1)

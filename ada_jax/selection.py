@@ -64,9 +64,14 @@ def select_readable(st: EngineState, group: int, drop_unresolved=None):
     (metrics, DAPO's mixed groups, hints) reads them alike on every process."""
     st = st.replace(**sharding.readable({f: getattr(st, f) for f in (
         "n_samples", "n_pos", "first_pos", "launched")}))
-    batch = select(st, group, drop_unresolved=drop_unresolved)
-    return st, batch.replace(**sharding.readable({f: getattr(batch, f) for f in (
-        "len_BG", "reward_BG", "mask_BG", "version_BG")}))
+    return st, readable_batch(select(st, group, drop_unresolved=drop_unresolved))
+
+
+def readable_batch(batch: Batch) -> Batch:
+    """The batch with its small fields (all but tokens and log-probs) replicated where they
+    span processes (`sharding.readable`): host code reads them alike on every process."""
+    return batch.replace(**sharding.readable({f: getattr(batch, f) for f in (
+        "len_BG", "reward_BG", "mask_BG", "version_BG", "pool_n_B", "pool_pos_B")}))
 
 
 def kept_metrics(batch: Batch) -> dict:

@@ -145,6 +145,21 @@ def _host_absorb(budget_Q, more_args, st, r_S, *, cfg, group: int):
     return st, _more(st, *more_args)
 
 
+_CLAIMED = ("kept_tokens", "kept_logp", "kept_len", "kept_prio", "kept_version", "n_samples",
+            "n_pos", "first_pos", "launched")  # what selection reads of a claimed row
+
+
+def _claimed_rows(fields: dict, rows) -> dict:
+    """The claimed rows of the engine's per-prompt arrays: one program, waited for (on
+    several processes a gather across them; none may overlap another's collectives)."""
+    return jax.block_until_ready(_take_rows(fields, rows))
+
+
+@jax.jit
+def _take_rows(fields, rows):
+    return {k: v[rows] for k, v in fields.items()}
+
+
 def _begin_call(st, reset_Q, budget_Q, version, key):
     return _reset_rows(st, reset_Q, budget_Q).replace(version=version, key=key)
 
@@ -380,10 +395,8 @@ class Stream:
         if (self.admit_call[left] < self.calls - self.max_lag).any():
             raise RuntimeError(f"streaming: a prompt would be trained more than "
                                f"{self.max_lag} update(s) after its admission")
-        r = self.place(rows.astype(np.int32), replicated=True)
-        sub = st.replace(**{f: getattr(st, f)[r] for f in (
-            "kept_tokens", "kept_logp", "kept_len", "kept_prio", "kept_version", "n_samples",
-            "n_pos", "first_pos", "launched")})
+        sub = st.replace(**_claimed_rows({f: getattr(st, f) for f in _CLAIMED},
+                                         self.place(rows.astype(np.int32), replicated=True)))
         drop = ~adaptive._rule_met(self.cfg, sub.n_samples, sub.n_pos) if drop_unresolved \
             else None
         sub, batch = selection.select_readable(sub, self.group, drop)

@@ -32,6 +32,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ada_jax import collect, learn, sharding, train
+from ada_jax.checkpoint import Checkpointer
 from ada_jax import model as model_lib
 from ada_jax.sampling import SamplingConfig, sample
 from ada_jax.tasks import PromptIterator
@@ -153,6 +154,10 @@ def train_config(source: str, steps: int, base_dir: str, data_dir: str,
     return c
 
 
+class Preempted(Exception):
+    """Raised on every process right after the same checkpoint (--stop_after)."""
+
+
 def run_train(args) -> None:
     """train_and_evaluate with recorders around collect (problems read, kept batch), the host
     scorer (pairs scored) and the learner (final params)."""
@@ -160,7 +165,7 @@ def run_train(args) -> None:
     pools, params = [], {}
     make_pool, host_score, collect_fn, learn_fn = (collect.math_pool, collect._host_score,
                                                    collect.collect, learn.learn)
-    next_fn = PromptIterator.__next__
+    next_fn, collecting = PromptIterator.__next__, [None]
 
     def math_pool(config):
         pools.append(make_pool(config))
@@ -176,12 +181,14 @@ def run_train(args) -> None:
 
     def recording_next(iterator):
         problems = next_fn(iterator)
-        rec["drawn"][-1].append([p.id for p in problems])
+        if iterator is collecting[0]:  # not SFT's iterator
+            rec["drawn"][-1].append([p.id for p in problems])
         return problems
 
     def recording_collect(ctx, params, iterator, key, state):
         rec["scored"].append([])
         rec["drawn"].append([])
+        collecting[0] = iterator
         out = collect_fn(ctx, params, iterator, key, state)
         batch = out[1]
         rec["kept"].append({k: sharding.to_host(getattr(batch, k)).tolist() for k in (
@@ -196,9 +203,19 @@ def run_train(args) -> None:
     collect.math_pool, collect._host_score = math_pool, recording_score
     collect.collect, learn.learn = recording_collect, recording_learn
     PromptIterator.__next__ = recording_next
+    save_fn = Checkpointer.save
+
+    def save_then_stop(ckpt, step, *a, **kw):  # a preemption right after checkpoint `step`
+        save_fn(ckpt, step, *a, **kw)
+        if step == args.stop_after:
+            raise Preempted
+    Checkpointer.save = save_then_stop
     config = train_config(args.source, args.steps, args.base, args.data_dir, args.algo,
                           json.loads(args.overrides))
-    train.train_and_evaluate(config, args.workdir)
+    try:
+        train.train_and_evaluate(config, args.workdir)
+    except Preempted:
+        pass
     rec["pool_scored"] = pools[0].n_scored
     rec["process"], rec["processes"] = jax.process_index(), jax.process_count()
     with open(os.path.join(args.out, f"process_{jax.process_index()}.json"), "w") as f:
@@ -218,6 +235,8 @@ def main():
     parser.add_argument("--data_dir", default="")
     parser.add_argument("--algo", default="ada_balance")
     parser.add_argument("--overrides", default="{}", help="JSON {section.field: value}")
+    parser.add_argument("--stop_after", type=int, default=-1,
+                        help="stop as if preempted right after saving this step")
     args = parser.parse_args()
     jax.config.update("jax_default_matmul_precision", "highest")
     sharding.maybe_initialize_distributed(ml_collections.ConfigDict(dict(  # as train.setup
