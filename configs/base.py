@@ -60,6 +60,15 @@ PRETRAINED = {
 HF = "hf"
 HF_SLOTS = 1024
 
+
+def default_stream_lag(slots_per_prompt: float) -> int:
+    """adaptive.stream_max_lag for a stream at S/B slots per prompt, as the configs that stream
+    by default set it and scripts/bench_adaptive.py measures it: 2 from S/B = 4 up, else 1.
+    At most (lag + 1) x B prompts are in progress, and at lag 1 and S/B >= 4 each must hold
+    2+ samples past those its rule surely needs (issue 21; docs/benchmarks.md, "Streaming")."""
+    return 2 if slots_per_prompt >= 4 else 1
+
+
 # Algorithm presets: which advantage estimator and which sampling policy of the engine.
 ALGOS = {
     "grpo": dict(advantage="grpo", policy="uniform", n=4),
@@ -225,13 +234,13 @@ def get_config(arg: str = ""):
         # device on 8 devices, the reference learner's ≈6k tokens per GPU (docs/scaling.md §4).
         c.rl.update(steps=400, prompts_per_step=512, minibatches=4, microbatches=32)
         # >= 4 slots per prompt: per-step refill idles (slot utilisation 0.75 at 4, 0.61 at 8)
-        # and launches 1.2-1.35x its pools; streaming (lag 1) keeps ~0.9 busy and launches no
-        # more (docs/benchmarks.md, "Streaming"; stream_max_lag=3 cuts the waste further at
-        # the cost of staler samples). Sequential policies only.
-        # Streaming runs at lag 2 (issue 21): 2B prompts admitted ahead, their caches counted
-        # by scripts/memory_estimate.py.
-        if p["slots"] >= 4 * c.rl.prompts_per_step and c.adaptive.policy in ("seq", "uniform"):
-            c.adaptive.update(mode="stream", stream_max_lag=2)
+        # and launches 1.2-1.35x its pools; streaming keeps >= 0.9 busy and launches fewer
+        # (docs/benchmarks.md, "Streaming"), at the lag `default_stream_lag` gives (2 here: 2B
+        # prompts admitted ahead, their caches counted by scripts/memory_estimate.py).
+        # Sequential policies only.
+        spp = p["slots"] / c.rl.prompts_per_step
+        if spp >= 4 and c.adaptive.policy in ("seq", "uniform"):
+            c.adaptive.update(mode="stream", stream_max_lag=default_stream_lag(spp))
         c.optim.lr = 1e-6
         c.checkpoint.every = 50
         c.eval.every = 50

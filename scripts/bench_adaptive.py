@@ -25,12 +25,15 @@ step costs, idle slots included); kept length vs ada_rounds (a length bias of th
 "vs grpo4" ratios divide by the faster GRPO-n4 variant at the same S; "steps" ratios are the
 same ratios from decode-step counts alone (noise-free; the two differ by per-refill overhead).
 Then streaming (ada_jax/stream.py) over consecutive steps at S/B = 1, 2, 4, 8 beside per-step
-refill: slot utilisation, samples launched vs the oracle and vs the pools (a launch-order pool
-is the one-at-a-time process's own draw on the same outcomes: launched / pool is the waste
-without the noise of N), time per token vs GRPO-n4, the share of trained samples one step
-off-policy. Then (full run) a frontier of refill over overcommit x S/B and of streaming over
-max lag x overcommit at S/B = 4, 8, and the compiled memory of the jitted engine at N_max = 32
-and 256. The last stdout line is one JSON object.
+refill, each S/B at the max lag the configs stream it at (configs/base.py default_stream_lag:
+1 below S/B = 4, 2 from 4 up; --stream_lag sets one for all): slot utilisation, samples
+launched vs the oracle and vs the pools (a launch-order pool is the one-at-a-time process's own
+draw on the same outcomes: launched / pool is the waste without the noise of N), time per token
+vs GRPO-n4 (wall, and in decode steps: the load-independent headline), the share of trained
+samples one step off-policy. Then (full run) a frontier of refill over overcommit x S/B and of
+streaming over max lag x overcommit at S/B = 4, 8, and the compiled memory of the jitted engine
+at N_max = 32 and 256. The last stdout line is one JSON object; its stream_* keys are the
+worst case over the streaming ratios (stream_samples_vs_oracle_max_sb4: over S/B <= 4).
 
   python scripts/bench_adaptive.py           # B=32, S/B = 4 and 1, 5 reps, frontier (2-4 min)
   python scripts/bench_adaptive.py --quick   # B=16, S/B = 4 and 1, 2 reps, one GRPO-n4 variant,
@@ -60,7 +63,7 @@ from ada_jax import objectives  # noqa: E402
 from ada_jax import sampling, selection  # noqa: E402
 from ada_jax import stream  # noqa: E402
 from ada_jax.rewards import synthetic  # noqa: E402
-from configs.base import MODELS  # noqa: E402
+from configs.base import MODELS, default_stream_lag  # noqa: E402
 
 GROUP, K_POS, K_NEG, M, R = 4, 2, 2, 8, 4
 
@@ -200,16 +203,23 @@ def compare(rows):
     return by
 
 
+def stream_lag(a, slots) -> int:
+    """The max lag a stream runs at S slots: --stream_lag, else the configs' default at this S/B
+    (configs/base.py `default_stream_lag`)."""
+    return a.stream_lag or default_stream_lag(slots / a.prompts)
+
+
 def stream_steps(env, a, slots, oracle_B, steps: int, warmup: int = 2, lag=None,
                  overcommit: float = A.EngineConfig.overcommit):
-    """Ada-Seq-balance streaming (ada_jax/stream.py, B + lag x B resident prompts), consecutive
-    steps at S slots; the queue cycles through the B bench prompts (prompt serial % B). After
-    `warmup` steps (compilation, filling the table), sums over `steps` timed ones: tokens,
-    decode steps, wall, samples launched for the claimed prompts vs their oracle E[N] and vs
-    their pools (launch order: a pool is exactly the one-at-a-time process's draw on the same
-    outcomes, so launched / pool is the same ratio without the sampling noise of N), and the
-    share of trained samples launched under an earlier policy version."""
-    B, lag = a.prompts, a.stream_lag if lag is None else lag
+    """Ada-Seq-balance streaming (ada_jax/stream.py, B + lag x B resident prompts; lag None =
+    `stream_lag`), consecutive steps at S slots; the queue cycles through the B bench prompts
+    (prompt serial % B). After `warmup` steps (compilation, filling the table), sums over
+    `steps` timed ones: tokens, decode steps, wall, samples launched for the claimed prompts vs
+    their oracle E[N] and vs their pools (launch order: a pool is exactly the one-at-a-time
+    process's draw on the same outcomes, so launched / pool is the same ratio without the
+    sampling noise of N), and the share of trained samples launched under an earlier policy
+    version."""
+    B, lag = a.prompts, stream_lag(a, slots) if lag is None else lag
     cfg = A.EngineConfig(slots=slots, max_new_tokens=a.new_tokens, keep=GROUP,
                          exit_rule="balance", k_pos=K_POS, k_neg=K_NEG, mode="refill",
                          min_pool=GROUP, overcommit=overcommit)
@@ -320,8 +330,10 @@ def main():
     ap.add_argument("--memory_nmax", default="32,256", help="N_max values of the memory table")
     ap.add_argument("--stream_ratios", default="1,2,4,8",
                     help="S/B ratios of the streaming table ('' = none)")
-    ap.add_argument("--stream_lag", type=int, default=1,
-                    help="streaming: max updates a trained sample may lag (ahead = lag x B)")
+    ap.add_argument("--stream_lag", type=int, default=0,
+                    help="streaming: max updates a trained sample may lag (ahead = lag x B; "
+                         "0 = the configs' default at each S/B, configs/base.py "
+                         "default_stream_lag)")
     ap.add_argument("--stream_steps", type=int, default=None,
                     help="timed streaming steps per ratio (default 8, quick 4)")
     ap.add_argument("--stream_frontier", default=None,
@@ -425,18 +437,20 @@ def main():
         for r in (st, rows["ada_refill"]):
             r.update(slots_per_prompt=spp, baseline=g["method"], **per_token_vs(r, g))
             stream_rows.append(r)
-        print(f"  stream S/B={spp}: util {st['slot_utilisation']:.3f} (refill "
+        print(f"  stream S/B={spp} lag {st['lag']}: util {st['slot_utilisation']:.3f} (refill "
               f"{rows['ada_refill']['slot_utilisation']:.3f}), launched/oracle "
               f"{st['samples_vs_oracle']:.3f} (refill "
               f"{rows['ada_refill']['samples_vs_oracle']:.3f}),"
-              f" time/token vs {g['method']} {st['time_per_token_vs_grpo4']:.2f} (refill "
-              f"{rows['ada_refill']['time_per_token_vs_grpo4']:.2f}), off-policy share "
+              f" time/token vs {g['method']} {st['time_per_token_vs_grpo4']:.2f}, decode steps "
+              f"{st['steps_per_token_vs_grpo4']:.2f} (refill "
+              f"{rows['ada_refill']['time_per_token_vs_grpo4']:.2f}, "
+              f"{rows['ada_refill']['steps_per_token_vs_grpo4']:.2f}), off-policy share "
               f"{st['off_policy_share']:.2f}", flush=True)
     if stream_rows:
         print("\nStreaming vs per-step refill (Ada-Seq-balance, same prompts):")
         print(fmt_table(stream_rows, [
             ("S/B", lambda r: str(r["slots_per_prompt"])), ("method", lambda r: r["method"]),
-            ("step s", lambda r: f"{r['step_s']:.3f}"),
+            ("lag", lambda r: str(r.get("lag", "-"))), ("step s", lambda r: f"{r['step_s']:.3f}"),
             ("slot util", lambda r: f"{r['slot_utilisation']:.3f}"),
             ("launched / oracle", lambda r: f"{r['samples_vs_oracle']:.3f}"),
             ("launched / pool", lambda r: f"{r['launched_vs_pool']:.3f}"),
@@ -499,16 +513,21 @@ def main():
         out.update(
             stream_slot_utilisation_min=r4(min(r["slot_utilisation"] for r in streams)),
             stream_samples_vs_oracle_max=r4(max(r["samples_vs_oracle"] for r in streams)),
+            stream_samples_vs_oracle_max_sb4=r4(max(
+                [r["samples_vs_oracle"] for r in streams if r["slots_per_prompt"] <= 4],
+                default=0.0)),
+            stream_vs_grpo4_decode_steps_per_token_max=r4(max(r["steps_per_token_vs_grpo4"]
+                                                              for r in streams)),
             stream_vs_grpo4_time_per_token_max=r4(max(r["time_per_token_vs_grpo4"]
                                                       for r in streams)),
             stream_launched_vs_pool_max=r4(max(r["launched_vs_pool"] for r in streams)),
             stream_off_policy_share_max=r4(max(r["off_policy_share"] for r in streams)),
-            stream_max_lag=a.stream_lag,
+            stream_max_lag={str(r["slots_per_prompt"]): r["lag"] for r in streams},
             stream_by_slots_per_prompt={
-                str(r["slots_per_prompt"]): {k: r4(r[k]) for k in (
+                str(r["slots_per_prompt"]): dict(lag=r["lag"], **{k: r4(r[k]) for k in (
                     "slot_utilisation", "samples_vs_oracle", "launched_vs_pool",
                     "time_per_token_vs_grpo4", "steps_per_token_vs_grpo4", "off_policy_share",
-                    "step_s")}
+                    "step_s")})
                 for r in streams})
     if stream_frontier:
         out["stream_frontier"] = [

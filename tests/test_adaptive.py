@@ -461,7 +461,7 @@ def test_bench_adaptive_full_path_prints_json():
     out = subprocess.run(
         [sys.executable, os.path.join(root, "scripts", "bench_adaptive.py"), "--prompts", "4",
          "--ratios", "1", "--reps", "1", "--new_tokens", "4", "--frontier", "1",
-         "--overcommits", "0.75", "--memory_nmax", "32", "--stream_ratios", "2",
+         "--overcommits", "0.75", "--memory_nmax", "32", "--stream_ratios", "2,4",
          "--stream_steps", "1", "--stream_frontier", "2", "--stream_lags", "2",
          "--stream_overcommits", "0.5"],
         capture_output=True, text=True, cwd=root, timeout=600)
@@ -471,6 +471,22 @@ def test_bench_adaptive_full_path_prints_json():
     assert "ada_refill_completion_step_s" in res["by_slots_per_prompt"]["1"]
     assert set(res["memory_temp_mb"]) == {"refill_32", "rounds_32"}
     assert 0 < res["stream_slot_utilisation_min"] <= 1 and res["stream_samples_vs_oracle_max"] > 0
-    assert set(res["stream_by_slots_per_prompt"]) == {"2"}
+    assert set(res["stream_by_slots_per_prompt"]) == {"2", "4"}
+    assert res["stream_max_lag"] == {"2": 1, "4": 2}  # each S/B at the configs' default lag
+    assert res["stream_samples_vs_oracle_max_sb4"] == res["stream_samples_vs_oracle_max"]
+    assert res["stream_vs_grpo4_decode_steps_per_token_max"] > 0
     assert res["stream_launched_vs_pool_max"] >= 1  # pools follow launch order
     assert [(f["lag"], f["overcommit"]) for f in res["stream_frontier"]] == [(2, 0.5)]
+
+
+def test_stream_lag_default_is_one_rule():
+    """The configs that stream by default and the bench take the max lag from one rule."""
+    assert [base.default_stream_lag(r) for r in (1, 2, 4, 8)] == [1, 1, 2, 2]
+    streams = 0
+    for name in base.PRETRAINED:
+        c = base.get_config(f"algo=ada_balance,model={name}")
+        if c.adaptive.mode == "stream":
+            streams += 1
+            assert c.adaptive.stream_max_lag == base.default_stream_lag(
+                c.adaptive.slots / c.rl.prompts_per_step)
+    assert streams
