@@ -136,6 +136,13 @@ def _prefill(params, prompt_QP, mask_QP, *, gen_fn):
     return gen_fn.prefill(params, prompt_QP, mask_QP)
 
 
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _call_bounds(st, budget_Q, more_args, *, cfg):
+    """(chunk limit, whether to decode at all) of a host-scored call, in one program (on
+    several processes reductions across them, read before the next program is sent)."""
+    return _limit(cfg, st, budget_Q), _more(st, *more_args)
+
+
 def _host_decode(params, prompt_state, budget_Q, old_Q, st, *, cfg, gen_fn):
     return adaptive._launch_and_decode(cfg, gen_fn, params, prompt_state, budget_Q, st, old_Q)
 
@@ -358,13 +365,13 @@ class Stream:
         cfg, gen_fn = self.cfg, self.gen_fn
         if score is None:
             self.st = self._run(params, prompt, mask, budget, prio, more_args,
-                                jax.tree.map(self.place, reward_data), self.st, cfg=cfg, gen_fn=gen_fn, reward_fn=reward_fn,
-                                group=self.group)
+                                jax.tree.map(self.place, reward_data), self.st, cfg=cfg,
+                                gen_fn=gen_fn, reward_fn=reward_fn, group=self.group)
         else:
+            limit, more = map(int, jax.device_get(jax.block_until_ready(
+                _call_bounds(self.st, budget, more_args, cfg=cfg))))
             st = self._resume(params, prompt, mask, self.st, gen_fn=gen_fn)
             prompt_state = _prefill(params, prompt, mask, gen_fn=gen_fn)
-            limit = int(_limit(cfg, st, budget))
-            more = bool(_more(st, *more_args))
             while more and int(st.chunks) < limit:
                 st = self._decode(params, prompt_state, budget, prio, st, cfg=cfg, gen_fn=gen_fn)
                 r = adaptive.host_rewards(st, score)

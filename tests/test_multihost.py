@@ -139,7 +139,6 @@ def _check_run(reference, out, workdir, n, steps, first=0):
         # the one process scored it once), together what the one process scored.
         scored = [Counter(tuple(pair) for pair in rec["scored"][s]) for rec in recs]
         assert sum(scored, Counter()) == Counter(tuple(pair) for pair in one["scored"][r])
-        assert all(scored) or not one["scored"][r]  # (a stream's last call may decode nothing)
         for rec in recs:  # the kept batch, gathered
             assert rec["kept"][s] == one["kept"][r]
     # Each pool saw exactly what its process scored, a share of the whole.
