@@ -274,6 +274,19 @@ def get_config(arg: str = ""):
         c.eval.k = 2
         c.task.train_size = 256
         c.task.eval_size = 16
+        if c.model.tokenizer == "families":  # the default task on the tiny / small model
+            # Learning visible in one short run: 8 prompts, one per hard family, are SFT's
+            # data (80 steps: mostly their families' wrong reading) and RL's every step, at
+            # lr 1e-3; eval k=32 on them (train_eval/) and on 8 held-out prompts of the same
+            # families. Reward 0.06 -> 0.51, train_eval 0.04 -> 0.56, held-out right marker
+            # 0.04 -> 0.38, held-out accuracy 0.05 -> 0.09 (8 prompts teach little
+            # arithmetic); 37 s on 2 CPU cores (tests/test_smoke.py).
+            c.sampling.max_new_tokens = 24  # a response is 17 tokens and EOS
+            c.task.train_size = 8
+            c.sft.update(steps=80, lr=6e-3, warmup_steps=5)
+            c.rl.update(steps=6, prompts_per_step=8)
+            c.optim.update(lr=1e-3, warmup_steps=1)
+            c.eval.update(k=32, train_prompts=8)
 
     from ada_jax.config_check import validate  # local import: keep configs importable alone
     validate(c, overrides_pending=True)  # model=hf: init_from comes with the overrides
