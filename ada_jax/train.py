@@ -166,16 +166,21 @@ class MetricsWriter:
             self.wandb.finish()
 
 
-def _start_wandb(config, workdir: str):
-    """A W&B run named after the workdir, with the config; wandb is imported only here (it is
-    not a requirement of the package)."""
+def _wandb():
+    """The wandb module, imported only when config.log.wandb asks for it (it is not a
+    requirement of the package)."""
     try:
         import wandb
     except ImportError:
         raise ImportError("config.log.wandb=True needs the wandb package: pip install wandb "
                           "(or leave log.wandb False; TensorBoard logs to <workdir>/tb "
                           "either way)") from None
-    return wandb.init(project=config.log.wandb_project, dir=workdir,
+    return wandb
+
+
+def _start_wandb(config, workdir: str):
+    """A W&B run named after the workdir, with the config."""
+    return _wandb().init(project=config.log.wandb_project, dir=workdir,
                       name=os.path.basename(os.path.normpath(workdir)),
                       config=json.loads(config.to_json_best_effort()))
 
@@ -345,6 +350,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
     the last step's metrics. The workdir's config.json is compared first (check_resume) and
     rewritten only once every check has passed."""
     validate(config)
+    if config.log.wandb:
+        _wandb()  # a missing package stops the run now, not after SFT
     created = _make_dirs(workdir)
     try:
         check_resume(config, workdir)

@@ -113,4 +113,7 @@ def test_wandb_missing_is_a_clear_error(tmp_path, monkeypatch):
     c = _config("grpo", **{"log.wandb": True})
     with pytest.raises(ImportError, match="log.wandb=True needs the wandb package: pip install"):
         train.MetricsWriter(str(tmp_path), 0, c)
+    with pytest.raises(ImportError, match="needs the wandb package"):  # at once: no SFT first
+        train.train_and_evaluate(c, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
     train.MetricsWriter(str(tmp_path), 0, _config("grpo")).close()  # off by default
