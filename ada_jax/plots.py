@@ -282,9 +282,9 @@ def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], reference: str) -> lis
 
 
 def run_summary(workdir: str) -> str:
-    """A few lines for the console: held-out accuracy (per tier on the family task), careful
-    share (embedded task) and response length at the first and last eval, and what the run
-    cost."""
+    """A few lines for the console: held-out accuracy (per tier and right-marker share on the
+    family task), accuracy on the training prompts (eval.train_prompts), careful share
+    (embedded task) and response length at the first and last eval, and what the run cost."""
     recs = load_metrics(workdir)
     k = _eval_key(recs)
     evals = [r for r in recs if k and k in r]
@@ -295,7 +295,9 @@ def run_summary(workdir: str) -> str:
              f"{first[k]:.3f} -> step {last['step']} {last[k]:.3f} ({last[k] - first[k]:+.3f})"]
     order = ("hard", "mid", "easy", "control_hard", "control_easy")
     tiers = [(f"eval/tier_{t}{k[4:]}", f"  {t.replace('_', ' ')} families") for t in order]
-    for key, name in (*tiers, ("eval/careful_share", "careful share"),
+    for key, name in (*tiers, ("eval/right_marker_share", "right-marker share"),
+                      (f"train_eval/{k[5:]}", f"training prompts {k[5:]}"),
+                      ("eval/careful_share", "careful share"),
                       ("eval/response_len", "response length (tokens)")):
         if key in first and key in last:
             lines.append(f"{name}: {first[key]:.2f} -> {last[key]:.2f}")

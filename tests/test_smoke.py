@@ -16,10 +16,10 @@ def test_smoke_run_learns(tmp_path):
     env = dict(os.environ, XLA_FLAGS=" ".join(
         f for f in os.environ.get("XLA_FLAGS", "").split()
         if not f.startswith("--xla_force_host_platform_device_count")))
-    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"),
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"),
                     f"--config={ROOT}/configs/base.py:smoke=True", f"--workdir={tmp_path}",
                     "--plots=false", "--config.log.progress=false"],
-                   env=env, check=True, capture_output=True, timeout=600)
+                   env=env, check=True, capture_output=True, text=True, timeout=600)
     with open(tmp_path / "metrics.jsonl") as f:
         records = [json.loads(line) for line in f]
     evals = [r for r in records if "eval/avg@32" in r]
@@ -29,3 +29,5 @@ def test_smoke_run_learns(tmp_path):
     assert rewards[-1] > rewards[0] + 0.25, rewards
     assert last["train_eval/avg@32"] > first["train_eval/avg@32"] + 0.3, evals
     assert last["eval/right_marker_share"] > first["eval/right_marker_share"] + 0.15, evals
+    # The console summary shows what rose, not only the held-out accuracy.
+    assert "training prompts avg@32: " in proc.stdout and "right-marker share: " in proc.stdout
