@@ -156,14 +156,10 @@ _CLAIMED = ("kept_tokens", "kept_logp", "kept_len", "kept_prio", "kept_version",
             "n_pos", "first_pos", "launched")  # what selection reads of a claimed row
 
 
-def _claimed_rows(fields: dict, rows) -> dict:
-    """The claimed rows of the engine's per-prompt arrays: one program, waited for (on
-    several processes a gather across them; none may overlap another's collectives)."""
-    return jax.block_until_ready(_take_rows(fields, rows))
-
-
 @jax.jit
-def _take_rows(fields, rows):
+def _claimed_rows(fields: dict, rows) -> dict:
+    """The claimed rows of the engine's per-prompt arrays, in one program (on several
+    processes a gather across them: the caller waits for it)."""
     return {k: v[rows] for k, v in fields.items()}
 
 
@@ -385,7 +381,7 @@ class Stream:
         """This step's B groups: prompts admitted before the last call first, then by stopping
         order; their rows are freed."""
         st = self.st
-        active, done_at = sharding.to_host(st.active), sharding.to_host(st.done_at)
+        active, done_at = map(np.asarray, sharding.readable((st.active, st.done_at)))
         # Rows admitted since the last run hold their previous prompts' state: not claimable.
         sampled = (self.admit_call != EMPTY) & ~self.fresh
         if not sampled.any():
@@ -402,8 +398,9 @@ class Stream:
         if (self.admit_call[left] < self.calls - self.max_lag).any():
             raise RuntimeError(f"streaming: a prompt would be trained more than "
                                f"{self.max_lag} update(s) after its admission")
-        sub = st.replace(**_claimed_rows({f: getattr(st, f) for f in _CLAIMED},
-                                         self.place(rows.astype(np.int32), replicated=True)))
+        sub = st.replace(**jax.block_until_ready(_claimed_rows(
+            {f: getattr(st, f) for f in _CLAIMED}, self.place(rows.astype(np.int32),
+                                                              replicated=True))))
         drop = ~adaptive._rule_met(self.cfg, sub.n_samples, sub.n_pos) if drop_unresolved \
             else None
         sub, batch = selection.select_readable(sub, self.group, drop)
