@@ -202,16 +202,19 @@ def _still_needed(cfg: EngineConfig, n, n_pos, t0, J: int):
     return jnp.where(certain, 1.0, jnp.clip(q, 0.0, 1.0))
 
 
-def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B, priority_B=None):
+def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B, priority_B=None,
+                   overcommit_B=None):
     """Hand free slots to (prompt, next sample) candidates, most likely needed first.
 
     Candidate j of prompt i is needed iff the prompt has not stopped on the samples launched
     before it (fewer than min_pool, or the rule still fails): the pool, those finished past it
     (launch order: outcomes known) and the t = running + j still unknown (`_still_needed`,
     since the rule only gets easier with more samples).
-    Candidates need probability >= 1 - overcommit and must fit the budget; ties (e.g. the
-    certain ones) go round-robin over prompts, except that among equally likely candidates
-    those of `priority_B` prompts go first (streaming: the older resident prompts). Returns
+    Candidates need probability >= 1 - overcommit (`overcommit_B` per prompt if given, else
+    the config's) and must fit the budget; ties (e.g. the certain ones) go round-robin over
+    prompts. `priority_B` is added to each prompt's candidates' probabilities, so a prompt of
+    priority 1 has all its candidates placed before any of a priority-0 prompt, and 1e-3 only
+    breaks ties (streaming: the prompts due this call, then the older ones). Returns
     (start_S, prompt_S, seq_S, started_B, whether some candidate got no slot).
     """
     B, S = st.n_samples.shape[0], st.slot_prompt.shape[0]
@@ -222,12 +225,13 @@ def _assign_refill(cfg: EngineConfig, st: EngineState, budget_B, priority_B=None
     n, n_pos = st.n_samples + known, st.n_pos + jnp.sum(st.ring_done & st.ring_pos, axis=1)
     t = (st.launched - n)[:, None] + j  # samples still running ahead of candidate j, plus j
     q = _still_needed(cfg, n, n_pos, st.launched - n, J)
+    over = cfg.overcommit if overcommit_B is None else overcommit_B[:, None]
     ok = (st.active[:, None] & (t < (budget_B - n)[:, None])
-          & (q >= 1.0 - min(max(cfg.overcommit, 0.0), 1.0) - 1e-6))
+          & (q >= 1.0 - jnp.clip(over, 0.0, 1.0) - 1e-6))
     if _launch_order(cfg):  # launch indices past the pool must fit the ring
         ok = ok & (t + known[:, None] < _window(cfg))
     if priority_B is not None:
-        q = q + 1e-3 * priority_B[:, None]
+        q = q + priority_B[:, None]
     score = jnp.where(ok, q - 1e-6 * j, -1.0).reshape(-1)
     K = min(S, B * J)
     top, idx = jax.lax.top_k(score, K)  # descending; within a prompt a prefix of j
@@ -294,7 +298,7 @@ def _decode_chunk(cfg, gen_fn, params, prompt_state, st: EngineState, max_steps,
 
 
 def _launch_and_decode(cfg: EngineConfig, gen_fn, params, prompt_state, budget_B,
-                       st: EngineState, priority_B=None):
+                       st: EngineState, priority_B=None, overcommit_B=None):
     """First half of a chunk: assign free slots, restart them, decode."""
     if cfg.mode == "rounds":
         start, prompt = _assign(cfg, st, jnp.where(st.active, st.quota, 0))
@@ -304,7 +308,8 @@ def _launch_and_decode(cfg: EngineConfig, gen_fn, params, prompt_state, budget_B
         same = start[:, None] & start[None, :] & (prompt[:, None] == prompt[None, :])
         seq = seq + jnp.sum(jnp.tril(same, -1), axis=1)
     else:
-        start, prompt, seq, started_B, unplaced = _assign_refill(cfg, st, budget_B, priority_B)
+        start, prompt, seq, started_B, unplaced = _assign_refill(cfg, st, budget_B, priority_B,
+                                                                   overcommit_B)
     gen = gen_fn.restart(prompt_state, st.gen, start, prompt)
     st = st.replace(
         slot_prompt=prompt, slot_seq=seq, gen=gen,

@@ -12,7 +12,8 @@ admitted ahead, A <= max_lag x B). Each call:
    length has passed (so a call that finds its groups already complete still starts the
    prompts it admitted).
    Free slots go to whichever resident prompt most needs a sample, older prompts first among
-   equals (`_assign_refill`'s priority), so slots do not idle behind a straggler;
+   equals, so slots do not idle behind a straggler; a prompt further from its due call
+   speculates less, and with many slots the prompts due now go first (`launch_order`);
 3. `claim` takes the step's B groups, oldest admission first, then earliest stop, and frees
    their rows.
 Samples still running at the update continue under the new params; their behaviour log-probs
@@ -114,7 +115,7 @@ def _resume(params, prompt_QP, mask_QP, st, *, gen_fn):
                                         st.slot_tokens, st.slot_len))
 
 
-def _run(params, prompt_QP, mask_QP, budget_Q, prio_Q, more_args, reward_data, st, *, cfg,
+def _run(params, prompt_QP, mask_QP, budget_Q, order_Q, more_args, reward_data, st, *, cfg,
          gen_fn, reward_fn, group: int):
     """Decode until the step's groups are complete, in one while_loop (jittable reward); the
     slot caches exist only inside."""
@@ -123,7 +124,7 @@ def _run(params, prompt_QP, mask_QP, budget_Q, prio_Q, more_args, reward_data, s
     limit = _limit(cfg, st, budget_Q)
 
     def body(st):
-        st = adaptive._launch_and_decode(cfg, gen_fn, params, prompt_state, budget_Q, st, prio_Q)
+        st = adaptive._launch_and_decode(cfg, gen_fn, params, prompt_state, budget_Q, st, *order_Q)
         r = reward_fn(reward_data, st.slot_prompt, st.slot_seq, st.slot_tokens, st.slot_len)
         return adaptive._absorb(cfg, budget_Q, group, st, r)
 
@@ -143,8 +144,8 @@ def _call_bounds(st, budget_Q, more_args, *, cfg):
     return _limit(cfg, st, budget_Q), _more(st, *more_args)
 
 
-def _host_decode(params, prompt_state, budget_Q, old_Q, st, *, cfg, gen_fn):
-    return adaptive._launch_and_decode(cfg, gen_fn, params, prompt_state, budget_Q, st, old_Q)
+def _host_decode(params, prompt_state, budget_Q, order_Q, st, *, cfg, gen_fn):
+    return adaptive._launch_and_decode(cfg, gen_fn, params, prompt_state, budget_Q, st, *order_Q)
 
 
 def _host_absorb(budget_Q, more_args, st, r_S, *, cfg, group: int):
@@ -205,6 +206,7 @@ class Stream:
         self.cfg, self.gen_fn, self.group, self.on_policy = cfg, gen_fn, group, on_policy
         self.pace, self.max_lag, self.total_calls = pace, max_lag, calls
         self.B, self.Q, self.P = prompts, prompts + ahead, prompt_len
+        self.due_first = cfg.slots >= 2 * (max_lag + 1) * prompts  # `launch_order`
         Q = self.Q
         self.items: list = [None] * Q
         self.admit_call = np.full(Q, EMPTY, np.int64)
@@ -304,6 +306,22 @@ class Stream:
         return dict(zip(("steps", "tokens", "cut", "chunks"), map(int, got)))
 
     # ------------------------------------------------------------------ a step
+    def launch_order(self, horizon_Q, resident_Q):
+        """(priority_Q, overcommit_Q) of the engine's slot assignment (`_assign_refill`).
+        A prompt with h more calls before it is due may speculate only (max_lag + 1 - h) /
+        (max_lag + 1) of the overcommit: its outcomes will come in before it must stop, so a
+        sample launched now should be surer to be needed. Older prompts go first among
+        equals; with `due_first` (slots >= 2 x the (max_lag + 1) x B prompts in progress)
+        every candidate of a prompt due this call goes before any other's: a call ends when
+        its due prompts have stopped, and with that many slots finishing them early shortens
+        it, where with fewer it would take slots from samples surely needed
+        (docs/benchmarks.md, "Who samples first")."""
+        h = np.clip(horizon_Q, 0, self.max_lag)
+        age = np.where(resident_Q, self.max_lag - h, 0)
+        priority = (self.due_first & resident_Q & (h == 0)) + 1e-3 * age
+        overcommit = self.cfg.overcommit * (self.max_lag + 1 - h) / (self.max_lag + 1)
+        return priority.astype(np.float32), overcommit.astype(np.float32)
+
     def free(self) -> int:
         """How many prompts `admit` takes now: the free rows, and once the run's `calls` are
         known no more than the remaining calls will claim (B each) beyond those resident."""
@@ -349,18 +367,17 @@ class Stream:
         # they would all be due in the next call, which then waits for their stragglers).
         until = jnp.int32(self._before["steps"]
                           + int(self.pace * self._before["steps"] / max(self.calls, 1)))
-        age = np.where(old, self.calls - self.admit_call, 0)  # oldest sampled first
-        prio = self.place(age.astype(np.float32))
         # A restarted prompt (on_policy) keeps its admission call, so it is due as before: it
         # is restarted once at most, never carried (and restarted) forever.
         horizon, need_H = due_needs(self.admit_call, resident, self.calls, self.max_lag,
                                     self.B)
+        order = tuple(map(self.place, self.launch_order(horizon, resident)))
         more_args = (jnp.int32(need), self.place(horizon), jnp.asarray(need_H),
                      self.place(resident), until)
         prompt, mask = self.place(self.prompt_QP), self.place(self.mask_QP)
         cfg, gen_fn = self.cfg, self.gen_fn
         if score is None:
-            self.st = self._run(params, prompt, mask, budget, prio, more_args,
+            self.st = self._run(params, prompt, mask, budget, order, more_args,
                                 jax.tree.map(self.place, reward_data), self.st, cfg=cfg,
                                 gen_fn=gen_fn, reward_fn=reward_fn, group=self.group)
         else:
@@ -369,7 +386,8 @@ class Stream:
             st = self._resume(params, prompt, mask, self.st, gen_fn=gen_fn)
             prompt_state = _prefill(params, prompt, mask, gen_fn=gen_fn)
             while more and int(st.chunks) < limit:
-                st = self._decode(params, prompt_state, budget, prio, st, cfg=cfg, gen_fn=gen_fn)
+                st = self._decode(params, prompt_state, budget, order, st, cfg=cfg,
+                                  gen_fn=gen_fn)
                 r = adaptive.host_rewards(st, score)
                 st, more = self._absorb(budget, more_args, st, r, cfg=cfg, group=self.group)
                 more = bool(more)

@@ -288,3 +288,61 @@ def test_resumed_slot_caches_equal_decoded_ones(dtype, tol):
                                    atol=tol, rtol=0)
     np.testing.assert_allclose(np.asarray(r["logits"])[run], np.asarray(g["logits"])[run],
                                atol=tol, rtol=0)
+
+
+def _fresh_state(B, S):
+    """The fields `_assign_refill` reads, for B prompts with nothing launched and S free slots."""
+    from types import SimpleNamespace
+    z = jnp.zeros((B,), jnp.int32)
+    return SimpleNamespace(n_samples=z, n_pos=z, launched=z, active=jnp.ones((B,), bool),
+                           ring_done=jnp.zeros((B, A._RING), bool),
+                           ring_pos=jnp.zeros((B, A._RING), bool),
+                           slot_prompt=jnp.full((S,), -1, jnp.int32),
+                           slot_seq=jnp.zeros((S,), jnp.int32))
+
+
+def test_assign_refill_per_prompt_overcommit_and_priority():
+    """overcommit_B sets each prompt's bar 1 - overcommit on P(needed) (the Jeffreys
+    predictive: 1, 1, 1, 1, 0.859, 0.766, 0.697, 0.645, … for a fresh balance-2/2 prompt), and
+    a prompt of priority 1 has every candidate placed before any of a priority-0 prompt."""
+    cfg = A.EngineConfig(slots=64, max_new_tokens=9, keep=4, exit_rule="balance", k_pos=2,
+                         k_neg=2, min_pool=4, mode="refill")
+    q = np.asarray(A._still_needed(cfg, jnp.zeros(1), jnp.zeros(1), jnp.zeros(1), 12))[0]
+    np.testing.assert_allclose(q[4:8], [0.859, 0.766, 0.697, 0.645], atol=2e-3)
+    st, budget = _fresh_state(3, 64), jnp.full((3,), 32, jnp.int32)
+    for over, want in [(0.0, 4), (0.2, 5), (0.25, 6), (0.36, 8)]:  # q >= 1 - over: a prefix
+        _, _, _, started, _ = A._assign_refill(cfg, st, budget,
+                                               overcommit_B=jnp.asarray([over, 0.0, 0.5]))
+        assert int(started[0]) == want == int(np.sum(q >= 1 - over - 1e-6))
+        assert int(started[1]) == 4  # certain only
+    # 6 free slots, prompt 2 first: it takes them all, its speculative ones over 0's certain.
+    st = _fresh_state(3, 6)
+    _, prompt, seq, started, _ = A._assign_refill(
+        cfg, st, budget, priority_B=jnp.asarray([1e-3, 0.0, 1.0]),
+        overcommit_B=jnp.asarray([0.75, 0.75, 0.75]))
+    assert np.asarray(started).tolist() == [0, 0, 6]
+    assert sorted(np.asarray(seq).tolist()) == list(range(6))
+    # Among equals, certain candidates go round-robin; 1e-3 (older) puts prompt 0's first.
+    _, _, _, started, _ = A._assign_refill(cfg, st, budget)
+    assert np.asarray(started).tolist() == [2, 2, 2]
+    _, _, _, started, _ = A._assign_refill(cfg, st, budget,
+                                           priority_B=jnp.asarray([1e-3, 0.0, 0.0]))
+    assert np.asarray(started).tolist() == [4, 1, 1]
+
+
+@pytest.mark.parametrize("lag,slots", [(1, 16), (1, 8), (2, 24), (2, 23), (3, 32)])
+def test_launch_order_due_first_and_speculation_by_window_left(lag, slots):
+    """A row with h calls left may speculate (lag + 1 - h) / (lag + 1) of the overcommit;
+    older rows go first among equals (1e-3 x age), and with slots >= 2 x (lag + 1) x B the
+    due rows (horizon 0) before all others (priority >= 1)."""
+    s = _stream(B=4, ahead=4 * lag, slots=slots, max_lag=lag, overcommit=0.6)
+    assert s.due_first == (slots >= 2 * (lag + 1) * 4)
+    horizon = np.asarray([0, lag, lag + 1] + list(range(1, lag)))
+    resident = horizon <= lag
+    prio, over = s.launch_order(horizon, resident)
+    age = lag - np.minimum(horizon, lag)
+    want_prio = np.where(resident, s.due_first * (horizon == 0) + 1e-3 * age, 0)
+    np.testing.assert_allclose(prio, want_prio, rtol=1e-6)
+    h = np.minimum(horizon, lag)
+    np.testing.assert_allclose(over, 0.6 * (lag + 1 - h) / (lag + 1), rtol=1e-6)
+    assert over[0] == pytest.approx(0.6) and over[1] == pytest.approx(0.6 / (lag + 1))
