@@ -13,7 +13,7 @@ admitted ahead, A <= max_lag x B). Each call:
    prompts it admitted).
    Free slots go to whichever resident prompt most needs a sample, older prompts first among
    equals, so slots do not idle behind a straggler; a prompt further from its due call
-   speculates less, and with many slots the prompts due now go first (`launch_order`);
+   speculates less, and with many slots the prompts due now go first (`launch_priority`);
 3. `claim` takes the step's B groups, oldest admission first, then earliest stop, and frees
    their rows.
 Samples still running at the update continue under the new params; their behaviour log-probs
@@ -206,7 +206,7 @@ class Stream:
         self.cfg, self.gen_fn, self.group, self.on_policy = cfg, gen_fn, group, on_policy
         self.pace, self.max_lag, self.total_calls = pace, max_lag, calls
         self.B, self.Q, self.P = prompts, prompts + ahead, prompt_len
-        self.due_first = cfg.slots >= 2 * (max_lag + 1) * prompts  # `launch_order`
+        self.due_first = cfg.slots >= 2 * (max_lag + 1) * prompts  # `launch_priority`
         Q = self.Q
         self.items: list = [None] * Q
         self.admit_call = np.full(Q, EMPTY, np.int64)
@@ -306,7 +306,7 @@ class Stream:
         return dict(zip(("steps", "tokens", "cut", "chunks"), map(int, got)))
 
     # ------------------------------------------------------------------ a step
-    def launch_order(self, horizon_Q, resident_Q):
+    def launch_priority(self, horizon_Q, resident_Q):
         """(priority_Q, overcommit_Q) of the engine's slot assignment (`_assign_refill`).
         A prompt with h more calls before it is due may speculate only (max_lag + 1 - h) /
         (max_lag + 1) of the overcommit: its outcomes will come in before it must stop, so a
@@ -371,7 +371,7 @@ class Stream:
         # is restarted once at most, never carried (and restarted) forever.
         horizon, need_H = due_needs(self.admit_call, resident, self.calls, self.max_lag,
                                     self.B)
-        order = tuple(map(self.place, self.launch_order(horizon, resident)))
+        order = tuple(map(self.place, self.launch_priority(horizon, resident)))
         more_args = (jnp.int32(need), self.place(horizon), jnp.asarray(need_H),
                      self.place(resident), until)
         prompt, mask = self.place(self.prompt_QP), self.place(self.mask_QP)

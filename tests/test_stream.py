@@ -331,7 +331,7 @@ def test_assign_refill_per_prompt_overcommit_and_priority():
 
 
 @pytest.mark.parametrize("lag,slots", [(1, 16), (1, 8), (2, 24), (2, 23), (3, 32)])
-def test_launch_order_due_first_and_speculation_by_window_left(lag, slots):
+def test_launch_priority_due_first_and_speculation_by_window_left(lag, slots):
     """A row with h calls left may speculate (lag + 1 - h) / (lag + 1) of the overcommit;
     older rows go first among equals (1e-3 x age), and with slots >= 2 x (lag + 1) x B the
     due rows (horizon 0) before all others (priority >= 1)."""
@@ -339,7 +339,7 @@ def test_launch_order_due_first_and_speculation_by_window_left(lag, slots):
     assert s.due_first == (slots >= 2 * (lag + 1) * 4)
     horizon = np.asarray([0, lag, lag + 1] + list(range(1, lag)))
     resident = horizon <= lag
-    prio, over = s.launch_order(horizon, resident)
+    prio, over = s.launch_priority(horizon, resident)
     age = lag - np.minimum(horizon, lag)
     want_prio = np.where(resident, s.due_first * (horizon == 0) + 1e-3 * age, 0)
     np.testing.assert_allclose(prio, want_prio, rtol=1e-6)
