@@ -47,7 +47,7 @@ _POSITIVE_INTS = (
 )
 _NON_NEGATIVE_INTS = (  # step counts and cadences (0 = none / off), counts
     "optim.warmup_steps", "sft.steps", "sft.warmup_steps", "sft.checkpoint_every", "eval.every",
-    "eval.train_prompts",
+    "eval.train_prompts", "eval.every_cost", "rl.cost_budget",
     "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg", "rl.daro_buckets",
 )
 _NON_NEGATIVE = (
@@ -293,7 +293,7 @@ def check_task(config) -> None:
 # Fields that may differ from a workdir's config.json when it is resumed: run length, eval /
 # log / checkpoint cadence, the hardware layout and memory knobs. Everything else changes what a
 # step computes (or the shapes of the saved arrays), so a changed value is refused.
-RESUMABLE = ("rl.steps", "eval.every", "checkpoint", "log", "mesh", "distributed",
+RESUMABLE = ("rl.steps", "rl.cost_budget", "eval.every", "eval.every_cost", "checkpoint", "log", "mesh", "distributed",
              "sharding_rules", "model.remat", "rl.microbatches", "sampling.prefill_chunk",
              "task.verifier_workers")
 

@@ -156,6 +156,9 @@ FIELDS = {
     # RL
     "rl.steps": ("RL steps (one prompt batch each)",
                  "trainer.total_training_steps / max_steps"),
+    "rl.cost_budget": ("stop after the step whose cost (samples generated + trained) reaches "
+                       "this (0 = off; rl.steps still caps the run): every arm run to the same "
+                       "total cost", "—"),
     "rl.prompts_per_step": ("prompts per step (B)", "data.train_batch_size / "
                             "generation_batch_size / num_generations"),
     "rl.n": ("samples kept per prompt (group size)",
@@ -218,6 +221,9 @@ FIELDS = {
     # eval, checkpoints, logs
     "eval.every": ("evaluate every this many steps (0 = never)",
                    "trainer.test_freq / eval_steps"),
+    "eval.every_cost": ("also evaluate at the first step whose cost (samples generated + "
+                        "trained) passes each multiple of this (0 = off): one cost grid for "
+                        "arms whose steps cost differently", "—"),
     "eval.k": ("samples per eval prompt (avg@k, pass@k)", "rollout.val_kwargs.n / —"),
     "eval.prompts": ("held-out eval prompts", "— / (eval_dataset size)"),
     "eval.train_prompts": ("also evaluate on this many training prompts", "—"),

@@ -32,15 +32,17 @@ def load_config(workdir: str) -> dict:
 
 
 def stopped_short(workdir: str, recs: list[dict] | None = None) -> str:
-    """"" for a run that reached its config's rl.steps, else "stopped at step N of M" (a crashed
-    or unfinished run must not read as complete in a table or a legend). `recs`: its metrics,
-    when already loaded."""
+    """"" for a run that reached its config's rl.steps or spent its rl.cost_budget, else
+    "stopped at step N of M" (a crashed or unfinished run must not read as complete in a table
+    or a legend). `recs`: its metrics, when already loaded."""
     recs = load_metrics(workdir) if recs is None else recs
-    planned = load_config(workdir).get("rl", {}).get("steps")
+    rl = load_config(workdir).get("rl", {})
+    planned, budget = rl.get("steps"), rl.get("cost_budget", 0)
     if planned is None:
         return ""
     reached = recs[-1].get("step", 0) if recs else 0
-    return "" if reached >= planned else f"stopped at step {reached} of {planned}"
+    spent = budget and recs and recs[-1].get("cost_samples", 0) >= budget
+    return "" if reached >= planned or spent else f"stopped at step {reached} of {planned}"
 
 
 ALGO_NAMES = {  # config.algo -> the name used in papers and docs
@@ -262,23 +264,137 @@ def cost_to_reach(dirs: Sequence[str], target: float, cost: str) -> float | None
     return None
 
 
-def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], reference: str) -> list[dict]:
-    """Per group: the cost to reach the reference group's final seed-mean held-out accuracy,
-    as a fraction of the reference's final cost, for each cost of COSTS (the issue's bar:
-    <= 0.5 of GRPO-n16's)."""
-    ref = dict(groups)[reference]
-    runs = [load_metrics(d) for d in ref]
-    k = _eval_key(runs[0])
-    target = float(np.mean([[r for r in recs if k in r][-1][k] for recs in runs]))
-    rows = []
+def run_seed(workdir: str):
+    """A run's seed: its config.json's, else the `_s<N>` suffix of its folder, else the folder."""
+    seed = load_config(workdir).get("seed")
+    if seed is not None:
+        return seed
+    name = os.path.basename(os.path.normpath(workdir))
+    tail = name.rsplit("_s", 1)[-1]
+    return int(tail) if "_s" in name and tail.isdigit() else name
+
+
+def smoothed_evals(workdir: str, cost: str) -> np.ndarray:
+    """[(cost, held-out accuracy)] of a run, each the mean of two consecutive evals (one eval
+    is noisy: a bar read on single evals credits a lucky one)."""
+    recs = load_metrics(workdir)
+    k = _eval_key(recs)
+    pts = np.asarray([(r[cost], r[k]) for r in recs if k and k in r and cost in r], float)
+    return (pts[1:] + pts[:-1]) / 2 if len(pts) > 1 else pts.reshape(-1, 2)
+
+
+def reach(pts: np.ndarray, target: float) -> float | None:
+    """The first cost at which the curve `pts` [(cost, accuracy)] reaches `target`,
+    interpolated linearly; None if it never does."""
+    for i, (x, y) in enumerate(pts):
+        if y >= target:
+            if i == 0:
+                return float(x)
+            x0, y0 = pts[i - 1]
+            return float(x0 + (x - x0) * (target - y0) / (y - y0))
+    return None
+
+
+def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], references: Sequence[str],
+             threshold: float = 0.5) -> list[dict]:
+    """The bar, per seed: each seed's reference is the run of `references` (one arm, or plain
+    GRPO's arms at one total cost: the frontier) with the highest accuracy (mean of its last
+    two evals) on that seed; a method's ratio on that seed is its cost to reach that accuracy
+    (smoothed_evals, interpolated) over the reference's final cost, per cost of COSTS. Rows:
+    the samples ratio per seed ("-": not reached by the run's end), how many seeds meet
+    <= `threshold` per cost, and the pooled seed-mean figure (cost_to_reach) beside them."""
+    by_label = dict(groups)
+    refs: dict = {}  # seed -> (target, final costs, label)
+    for label in references:
+        for d in by_label[label]:
+            pts = smoothed_evals(d, COSTS[0])
+            if not len(pts):
+                continue
+            last = load_metrics(d)[-1]
+            best = refs.get(run_seed(d))
+            if best is None or pts[-1, 1] > best[0]:
+                refs[run_seed(d)] = (float(pts[-1, 1]), {c: last.get(c) for c in COSTS}, label)
+    seeds = sorted(refs, key=str)
+    pooled_ref = max(references, key=lambda lb: np.mean(
+        [smoothed_evals(d, COSTS[0])[-1, 1] for d in by_label[lb]]))
+    pooled_runs = [load_metrics(d) for d in by_label[pooled_ref]]
+    pooled_target = float(np.mean([smoothed_evals(d, COSTS[0])[-1, 1]
+                                   for d in by_label[pooled_ref]]))
+    rows = [{"method": "reference: accuracy", **{f"seed {s}": f"{refs[s][2]}: {refs[s][0]:.3f}"
+                                                  for s in seeds}}]
     for label, dirs in groups:
-        row = {"method": label, "target": target}
+        mine = {run_seed(d): d for d in dirs}
+        row: dict = {"method": label}
+        ratios = {c: {} for c in COSTS}
+        for seed in seeds:
+            if seed not in mine:
+                continue
+            target, ref_cost, _ = refs[seed]
+            for c in COSTS:
+                got = reach(smoothed_evals(mine[seed], c), target)
+                ratios[c][seed] = None if got is None or not ref_cost[c] else got / ref_cost[c]
+            r = ratios[COSTS[0]][seed]
+            row[f"seed {seed}"] = "-" if r is None else round(r, 3)
         for c in COSTS:
-            ref_cost = float(np.mean([recs[-1].get(c, np.nan) for recs in runs]))
-            got = cost_to_reach(dirs, target, c)
-            row[f"{c}_vs_{reference}"] = None if got is None else got / ref_cost
+            got = [r for r in ratios[c].values()]
+            met = sum(r is not None and r <= threshold for r in got)
+            row[f"<= {threshold}x ({c})"] = f"{met} of {len(got)}"
+        ref_cost = float(np.mean([recs[-1].get(COSTS[0], np.nan) for recs in pooled_runs]))
+        got = cost_to_reach(dirs, pooled_target, COSTS[0])
+        row["pooled (samples)"] = "-" if got is None else round(got / ref_cost, 3)
         rows.append(row)
     return rows
+
+
+def eval_at_step(workdir: str, step: int) -> dict | None:
+    """The run's eval record at `step` (None if it has none there)."""
+    return next((r for r in load_metrics(workdir) if r.get("step") == step
+                 and _eval_key([r])), None)
+
+
+def ordering_counts(groups: Sequence[tuple[str, Sequence[str]]], pairs, step: int) -> list[str]:
+    """Per pair (a, b) of group labels and per tier: on how many seeds a's held-out accuracy
+    at `step` is above b's, with the range of the differences, in words ("Ada > GRPO-n4 at step
+    40, hard: 4 of 5 seeds (-0.01..+0.12)"); seeds are paired by run_seed."""
+    by_label, lines = dict(groups), []
+    for a, b in pairs:
+        ea = {run_seed(d): eval_at_step(d, step) for d in by_label[a]}
+        eb = {run_seed(d): eval_at_step(d, step) for d in by_label[b]}
+        seeds = [s for s in ea if s in eb and ea[s] and eb[s]]
+        if not seeds:
+            lines.append(f"{a} vs {b}: no seed has both evals at step {step}")
+            continue
+        k = _eval_key([ea[seeds[0]]])
+        keys = [("all", k)] + [(t[10:].split("/")[0], t) for t in sorted(ea[seeds[0]])
+                               if t.startswith("eval/tier_") and t.endswith(k[4:])]
+        for name, key in keys:
+            diffs = [ea[s][key] - eb[s][key] for s in seeds]
+            wins = sum(d > 0 for d in diffs)
+            word = "holds" if wins == len(seeds) else "does not hold" if len(seeds) == 1 else ""
+            lines.append(f"{a} > {b} at step {step}, {name.replace('_', ' ')}: {wins} of "
+                         f"{len(seeds)} seed{'s' * (len(seeds) > 1)} ({min(diffs):+.3f}.."
+                         f"{max(diffs):+.3f}){' - ' + word if word else ''}")
+    return lines
+
+
+def bar_words(rows: Sequence[dict], threshold: float = 0.5) -> list[str]:
+    """cost_bar's rows in words: per method and seed, whether it reached its seed's reference
+    accuracy and at what share of the reference's cost (never a bare None)."""
+    refs, lines = rows[0], []
+    seeds = [c for c in refs if c.startswith("seed ")]
+    for row in rows[1:]:
+        for c in seeds:
+            if c not in row:
+                continue
+            ref = refs[c]
+            r = row[c]
+            if r == "-":
+                lines.append(f"{row['method']}, {c}: does not reach {ref} by the end of its "
+                             f"run - the <= {threshold}x bar is not met")
+            else:
+                lines.append(f"{row['method']}, {c}: reaches {ref} at {r:.2f}x its cost - "
+                             f"the <= {threshold}x bar is {'met' if r <= threshold else 'not met'}")
+    return lines
 
 
 def run_summary(workdir: str) -> str:
@@ -293,7 +409,7 @@ def run_summary(workdir: str) -> str:
     first, last = evals[0], evals[-1]
     lines = [f"held-out {k[5:]}: step {first['step']} "
              f"{first[k]:.3f} -> step {last['step']} {last[k]:.3f} ({last[k] - first[k]:+.3f})"]
-    order = ("hard", "mid", "easy", "control_hard", "control_easy")
+    order = ("very_hard", "hard", "mid", "easy", "control_hard", "control_easy")
     tiers = [(f"eval/tier_{t}{k[4:]}", f"  {t.replace('_', ' ')} families") for t in order]
     for key, name in (*tiers, ("eval/right_marker_share", "right-marker share"),
                       (f"train_eval/{k[5:]}", f"training prompts {k[5:]}"),

@@ -4,7 +4,8 @@
 workdir (params, optimizer, DARO weights, step, data position, Ada-Est history); the step's RNG
 is fold_in(seed, step), so a resumed run replays exactly what an uninterrupted one would.
 Metrics go to `metrics.jsonl` and TensorBoard (`tb/`) every step; evaluation every
-`eval.every` steps; checkpoints every `checkpoint.every` steps and at the end.
+`eval.every` steps and on the `eval.every_cost` grid; checkpoints every `checkpoint.every`
+steps and at the end: `rl.steps`, or the step that spends `rl.cost_budget`.
 
 Shapes: B prompts per step, G kept samples per prompt, R = B·G training rows, P prompt
 length, N max new tokens.
@@ -415,10 +416,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
     bar = _progress(c, start)
     met = {k: v for k, v in writer.last.items() if k != "step"}  # returned if nothing is left
     with sharding.activate(ctx.mesh, c.sharding_rules):
-        if start == 0 and c.eval.every:
+        if start == 0 and (c.eval.every or c.eval.every_cost):
             writer.write(0, run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, 0))
                          | {f"cum_{k}": v for k, v in totals.items()} | cost(totals))
-        for step in range(start, c.rl.steps):
+        end = start if out_of_budget(c, cost(totals)["cost_samples"]) else c.rl.steps
+        for step in range(start, end):
             t0 = time.perf_counter()
             key = jax.random.fold_in(train_key, step)
             problems, batch, toks, mask, met = collect.collect(ctx, trainable["model"],
@@ -451,13 +453,15 @@ def train_and_evaluate(config, workdir: str) -> dict:
             totals["wall"] += t3 - t0
             met.update({f"cum_{k}": v for k, v in totals.items()}, **cost(totals))
             done = step + 1
-            if c.eval.every and (done % c.eval.every == 0 or done == c.rl.steps):
+            last = done == c.rl.steps or out_of_budget(c, met["cost_samples"])
+            if eval_due(c, done, last, met["cost_samples"], met["cost_samples"]
+                        - met["samples_launched"] - met["samples_trained"]):
                 met.update(run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, done)))
             writer.write(done, met, {"pass_rate": pass_rate_B, "samples_per_prompt": pool_n_B,
                                      "response_length": lens})
             # Saved after a skipped (non-finite) update too: the state is the previous, finite
             # one, and a re-run would otherwise repeat that step forever.
-            if done % c.checkpoint.every == 0 or done == c.rl.steps:
+            if done % c.checkpoint.every == 0 or last:
                 save(done)
             bar.update(1)
             bar.set_postfix(reward=f"{met['reward_mean']:.2f}",
@@ -465,6 +469,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
                             spp=f"{met['samples_per_prompt_mean']:.1f}",
                             **({"eval": f"{met[f'eval/avg@{c.eval.k}']:.3f}"}
                                if f"eval/avg@{c.eval.k}" in met else {}))
+            if last:
+                break
     bar.close()
     ckpt.close()
     writer.close()
@@ -488,6 +494,21 @@ def cost(totals: dict) -> dict:
     about a forward and a backward, 3 forwards; prompts are the same for every method)."""
     return {"cost_samples": totals["samples_launched"] + totals["samples_trained"],
             "cost_flop_tokens": totals["generated_tokens"] + 3 * totals["trained_tokens"]}
+
+
+def out_of_budget(config, cost_samples: int) -> bool:
+    """Whether a run with rl.cost_budget has spent it (samples generated + trained)."""
+    return bool(config.rl.cost_budget) and cost_samples >= config.rl.cost_budget
+
+
+def eval_due(config, done: int, last: bool, cost_after: int, cost_before: int) -> bool:
+    """Evaluate after step `done`: every eval.every steps, at the run's last step, and at the
+    first step whose cost passes each multiple of eval.every_cost (cost before -> after it)."""
+    e = config.eval
+    if not (e.every or e.every_cost):
+        return False
+    grid = bool(e.every_cost) and cost_after // e.every_cost > cost_before // e.every_cost
+    return last or grid or bool(e.every) and done % e.every == 0
 
 
 def learning_rate(config, step: int) -> float:

@@ -2,7 +2,8 @@
 all-correct / all-wrong shares; samples per prompt) and a markdown table.
 
   python scripts/compare.py --workdirs /tmp/grpo /tmp/ada --out plots/ --target 0.5
-  python scripts/compare.py --groups grpo4=/tmp/g4_s0,/tmp/g4_s1 ada=/tmp/a_s0,/tmp/a_s1
+  python scripts/compare.py --groups grpo4=/tmp/g4_s0,/tmp/g4_s1 ada=/tmp/a_s0,/tmp/a_s1 \
+      --bar grpo4 --claims "ada>grpo4" --step 40
 """
 import argparse
 import os
@@ -23,8 +24,13 @@ def main():
     ap.add_argument("--at_tokens", type=float, default=None,
                     help="also report accuracies interpolated at this many generated tokens")
     ap.add_argument("--bar", default=None,
-                    help="a group label: each method's cost to reach that group's final "
-                         "held-out accuracy, as a fraction of its final cost")
+                    help="group label(s), comma-separated: per seed, each method's cost to "
+                         "reach the accuracy of the best of them on that seed (mean of its "
+                         "last two evals), as a fraction of that run's final cost")
+    ap.add_argument("--claims", nargs="*", default=[],
+                    help="a>b pairs of group labels: on how many seeds a beats b per tier at "
+                         "--step")
+    ap.add_argument("--step", type=int, default=40, help="the matched step of --claims")
     args = ap.parse_args()
     groups = list(zip(plots.run_labels(args.workdirs), ([w] for w in args.workdirs)))
     groups += [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.groups]
@@ -52,12 +58,23 @@ def main():
                 row[k] = "/".join(str(v) for v in vals)
         rows.append(row)
     print(plots.markdown_table(rows))
-    if args.bar and args.bar not in dict(groups):
-        print(f"\n--bar {args.bar}: no such group (groups: {', '.join(dict(groups))})")
-    elif args.bar:
-        print(f"\ncost to reach {args.bar}'s final held-out accuracy, / {args.bar}'s cost "
-              f"(empty: never reached):")
-        print(plots.markdown_table(plots.cost_bar(groups, args.bar)))
+    pairs = [tuple(c.split(">", 1)) for c in args.claims]
+    unknown = [g for g in (args.bar.split(",") if args.bar else []) + [g for p in pairs for g in p]
+               if g not in dict(groups)]
+    if unknown:
+        ap.error(f"--bar / --claims name no group: {', '.join(unknown)} (groups: "
+                 f"{', '.join(dict(groups))})")
+    if pairs:
+        print(f"\nmatched steps (held-out accuracy at step {args.step}, seeds paired):")
+        print(*plots.ordering_counts(groups, pairs, args.step), sep="\n")
+    if args.bar:
+        refs = args.bar.split(",")
+        rows = plots.cost_bar(groups, refs)
+        print(f"\nthe bar: per seed, cost to reach the accuracy of the best of {args.bar} on "
+              f"that seed (mean of its last two evals) / that run's final cost; '-': not "
+              f"reached by the end of the run; pooled: the seed-mean curves, beside:")
+        print(plots.markdown_table(rows))
+        print(*plots.bar_words(rows), sep="\n")
 
 
 if __name__ == "__main__":

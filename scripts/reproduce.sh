@@ -4,17 +4,19 @@
 #   bash scripts/reproduce.sh [OUT_DIR] [STEPS] [SEEDS]
 # Environment knobs: TASK (embedded, the style testbed; or families, the family task),
 # FAMILY_SET (families: rl = every RL family, hard = the hard prompt set), LR (RL learning
-# rate), TRAIN_SIZE (size of the training prompt pool), EVAL_EVERY, TARGET (accuracy for
+# rate; default the config's), TRAIN_SIZE (size of the training prompt pool), EVAL_EVERY, TARGET (accuracy for
 # "tokens to reach"), METHODS_ONLY (space-separated subset), BASE (an existing base policy to
 # share, e.g. the main job's workdir/base), BAR (a method: everyone's cost to reach its final
-# accuracy), EXTRA (flags added to every run).
+# accuracy; comma-separated: the best of them per seed), CLAIMS (a>b pairs: per-seed orderings
+# at step STEPS), BUDGET (every arm runs until it has spent this many samples generated +
+# trained, STEPS_CAP steps at most; STEPS is then the matched step of the claims), EVAL_COST
+# (also evaluate on this cost grid), EXTRA (flags added to every run).
 # Runs two at a time (2 CPU cores); prints the markdown table and writes plots to OUT/plots.
 set -euo pipefail
 OUT=${1:-runs}
 STEPS=${2:-30}
 SEEDS=${3:-"0 1 2"}
 TASK=${TASK:-embedded}
-LR=${LR:-1e-4}
 TRAIN_SIZE=${TRAIN_SIZE:-20000}
 EVAL_EVERY=${EVAL_EVERY:-5}
 cd "$(dirname "$0")/.."
@@ -23,18 +25,24 @@ BASE=${BASE:-"$OUT/base"}
 [ -d "$BASE" ] || python scripts/sft.py --config=configs/base.py:task=$TASK --workdir="$OUT" \
   --config.sft.base_dir="$BASE" --config.log.progress=False
 
-# Held-out eval (eval/…), avg@4: 256 prompts of the embedded task, 352 (16 per family) of the
-# family task. On the family task every method takes 2 optimiser updates per step (the
-# seeds' matched steps); on the embedded task GRPO-n16 takes 4 (its historical setting).
+# Held-out eval (eval/…), avg@4: 256 prompts of the embedded task, 600 distinct ones (10 per
+# family) of the family task. On the family task every method takes 2 optimiser updates per
+# step (the seeds' matched steps); on the embedded task GRPO-n16 takes 4 (its historical
+# setting).
 if [ "$TASK" = families ]; then
   TASK_FLAGS="--config.task.family_set=${FAMILY_SET:-rl}"; MB_BIG=2
 else
   TASK_FLAGS="--config.task.eval_size=256 --config.eval.prompts=256"; MB_BIG=4
 fi
-COMMON="--config.sft.base_dir=$BASE --config.rl.steps=$STEPS --config.eval.every=$EVAL_EVERY \
- $TASK_FLAGS --config.eval.k=4 \
- --config.optim.lr=$LR --config.task.train_size=$TRAIN_SIZE \
- --config.checkpoint.every=$STEPS --config.log.progress=False --plots=false ${EXTRA:-}"
+RUN_STEPS=$STEPS
+if [ -n "${BUDGET:-}" ]; then
+  RUN_STEPS=${STEPS_CAP:-1000}
+  TASK_FLAGS="$TASK_FLAGS --config.rl.cost_budget=$BUDGET"
+fi
+COMMON="--config.sft.base_dir=$BASE --config.rl.steps=$RUN_STEPS --config.eval.every=$EVAL_EVERY \
+ --config.eval.every_cost=${EVAL_COST:-0} $TASK_FLAGS --config.eval.k=4 \
+ ${LR:+--config.optim.lr=$LR} --config.task.train_size=$TRAIN_SIZE \
+ --config.checkpoint.every=$RUN_STEPS --config.log.progress=False --plots=false ${EXTRA:-}"
 declare -A METHODS=(
   [grpo_n4]="algo=grpo|--config.rl.n=4"
   [grpo_n8]="algo=grpo|--config.rl.n=8"
@@ -68,9 +76,9 @@ for name in "${!METHODS[@]}"; do
   for seed in $SEEDS; do
     IFS='|' read -r variant extra <<< "${METHODS[$name]}"
     wd="$OUT/${name}_s${seed}"
-    [ -f "$wd/checkpoints/$STEPS/_CHECKPOINT_METADATA" ] && continue
+    [ -f "$wd/DONE" ] && continue
     jobs+=("python scripts/train.py --config=configs/base.py:$variant,task=$TASK --workdir=$wd \
-      --config.seed=$seed $COMMON $extra > $wd.log 2>&1")
+      --config.seed=$seed $COMMON $extra > $wd.log 2>&1 && touch $wd/DONE")
   done
 done
 printf '%s\n' "${jobs[@]}" | xargs -P 2 -I{} bash -c '{}' || echo "some runs failed: see $OUT/*.log"
@@ -80,4 +88,4 @@ for name in $(printf '%s\n' "${!METHODS[@]}" | sort); do
   groups+=("$name=${dirs%,}")
 done
 python scripts/compare.py --groups "${groups[@]}" --out "$OUT/plots" ${TARGET:+--target $TARGET} \
-  ${BAR:+--bar $BAR}
+  ${BAR:+--bar $BAR} ${CLAIMS:+--claims $CLAIMS --step $STEPS}

@@ -36,9 +36,14 @@ def test_readings_are_balanced_within_every_tier():
             if fams:
                 right = collections.Counter(f.right for f in fams)
                 assert abs(right["l"] - right["r"]) <= 1, (tier, control, right)
-    hard = [f for f in F.FAMILIES if f.tier == "hard"]
+    hard = [f for f in F.FAMILIES if f.tier in ("very_hard", "hard") and not f.control]
+    hard += [f for f in F.FAMILIES if f.tier == "hard" and f.control]
     easy = [f for f in F.FAMILIES if f.tier == "easy"]
     assert max(f.share for f in hard) <= 0.10 and min(f.share for f in easy) >= 0.90
+    # the very hard tier: p = 0.01-0.03, where a group of 16 is all wrong most of the time
+    very = [f.share for f in F.FAMILIES if f.tier == "very_hard"]
+    assert len(very) == 12 and min(very) == 0.01 and max(very) == 0.03
+    assert (1 - max(very)) ** 16 > 0.6
     # mirrored: easy family i says hard family i's markers with the same probabilities
     for h, e in zip(hard, easy):
         assert h.control == e.control and h.right != e.right
@@ -80,7 +85,7 @@ def test_follows_one_reading_rejects_mixed_and_malformed():
     assert not F.follows_one_reading(q, "e=\n4+3=7\n\\boxed{7}")  # a line missing
     assert F.reading_of("e~\n...", 4) == "r" and F.reading_of("e~\n", 5) is None
     with pytest.raises(ValueError, match="not a family-task question"):
-        F.parse("Z 4+3")
+        F.parse("ZZ 4+3")
 
 
 def test_sft_targets_follow_the_family_shares():
@@ -98,18 +103,22 @@ def test_sft_targets_follow_the_family_shares():
 
 def test_splits_family_sets_and_config_variant():
     c = get_config("task=families")
-    assert c.task.name == "families" and c.eval.prompts == c.task.eval_size == 384
+    assert c.task.name == "families" and c.eval.prompts == c.task.eval_size == 600
     assert load_tokenizer(c).encode("E") == _tokenizer().encode("E")
     train, ev = load_split(c, "train"), load_split(c, "eval")
     tiers_train = {F.tier_of(train[i].level) for i in range(200)}
-    assert tiers_train == {"hard", "mid", "easy"}  # no controls among RL's prompts
-    count = collections.Counter(F.tier_of(ev[i].level) for i in range(384))
-    assert count == {"hard": 128, "mid": 64, "easy": 128, "control_hard": 32, "control_easy": 32}
-    assert not {ev[i].question for i in range(384)} & {train[i].question for i in range(2000)}
+    assert tiers_train == {"very_hard", "hard", "mid", "easy"}  # no controls among RL's
+    count = collections.Counter(F.tier_of(ev[i].level) for i in range(600))
+    assert count == {"very_hard": 120, "hard": 120, "mid": 80, "easy": 240, "control_hard": 20,
+                     "control_easy": 20}
+    questions = [ev[i].question for i in range(600)]
+    assert len(set(questions)) == 600  # distinct: none counts twice in a tier's mean
+    assert not set(questions) & {train[i].question for i in range(2000)}
     hard = get_config("task=families")
     hard.unlock()
     hard.task.family_set = "hard"
-    assert {F.tier_of(load_split(hard, "train")[i].level) for i in range(100)} == {"hard"}
+    assert {F.tier_of(load_split(hard, "train")[i].level) for i in range(100)} == {
+        "very_hard", "hard"}
     from ada_jax.sft import sft_task
     sft_source = load_split(sft_task(c), "train")
     assert {sft_source[i].level for i in range(200)} == set(range(1, len(F.FAMILIES) + 1))
@@ -123,13 +132,23 @@ def test_splits_family_sets_and_config_variant():
 
 def test_family_metrics_per_tier():
     rng = random.Random(2)
-    problems = [F.make_problem(rng, fam) for fam in (0, 8, 20)]  # hard, mid, control_hard
-    texts = [F.solution(p.question, r) for p in problems for r in ("l", "r")]
+    problems = [F.make_problem(rng, fam) for fam in (0, 1, 24, 56)]  # very hard x2, mid,
+    texts = [F.solution(p.question, r) for p in problems for r in ("l", "r")]  # control hard
     rewards = np.asarray([[score_text(t, p.answer) for t in texts[2 * i:2 * i + 2]]
                           for i, p in enumerate(problems)])
     m = F.metrics(problems, rewards, texts)
     assert m["one_reading_share"] == 1.0 and m["right_marker_share"] == 0.5
-    assert m["tier_hard/avg@2"] == 0.5 and m["tier_control_hard/avg@2"] == 0.5
+    assert m["tier_very_hard/avg@2"] == 0.5 and m["tier_control_hard/avg@2"] == 0.5
+    assert m["tier_mid/avg@2"] == 0.5 and "tier_mid/se" not in m  # one prompt: no error bar
+    assert m["tier_very_hard/se"] == 0.0  # two prompts at 0.5 each
+
+
+def test_eval_questions_are_distinct_and_bounded():
+    src = F.FamilySource("eval", 60 * 16, seed=3, family_set="every")
+    assert len({src[i].question for i in range(len(src))}) == len(src)
+    assert all(F.split_of(src[i].question) == "eval" for i in range(0, len(src), 7))
+    with pytest.raises(IndexError, match="distinct held-out questions"):
+        F.FamilySource("eval", 60 * 40, seed=3, family_set="every")[60 * 39]
 
 
 def _run(script, tmp_path, *args):

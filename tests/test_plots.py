@@ -56,9 +56,8 @@ def test_a_run_that_stopped_short_is_marked(tmp_path):
     assert plots.summary_row(d)["complete"] == "yes"
 
 
-def test_cost_to_reach_and_the_cost_bar(tmp_path):
-    """The seed-mean curve is interpolated linearly between evals; the bar divides by the
-    reference's final cost (mean over its seeds)."""
+def test_cost_to_reach_pooled(tmp_path):
+    """The seed-mean curve is interpolated linearly between evals."""
     ref = [_run(tmp_path, f"ref{s}", [0.3, 0.4, e], [0, 0, 0], eff=0.5)
            for s, e in enumerate((0.5, 0.6))]  # final 0.55 at cost 2000
     fast = [_run(tmp_path, "fast", [0.3, 0.6, 0.7], [0, 0, 0], eff=0.5)]
@@ -67,13 +66,45 @@ def test_cost_to_reach_and_the_cost_bar(tmp_path):
     assert plots.cost_to_reach(fast, 0.55, "cost_samples") == pytest.approx(1000 * 5 / 6)
     assert plots.cost_to_reach(slow, 0.55, "cost_samples") is None
     assert plots.cost_to_reach(ref, 0.55, "cost_samples") == pytest.approx(2000)
-    rows = {r["method"]: r for r in plots.cost_bar([("ref", ref), ("fast", fast),
-                                                    ("slow", slow)], "ref")}
-    assert rows["fast"]["target"] == pytest.approx(0.55)
-    assert rows["fast"]["cost_samples_vs_ref"] == pytest.approx(5 / 12)
-    assert rows["fast"]["cost_flop_tokens_vs_ref"] == pytest.approx(5 / 12)
-    assert rows["ref"]["cost_samples_vs_ref"] == pytest.approx(1.0)
-    assert rows["slow"]["cost_samples_vs_ref"] is None
+
+
+def test_the_bar_per_seed_against_the_frontier(tmp_path):
+    """Each seed's reference is the best reference arm on that seed (mean of its last two
+    evals); a method's curve is the mean of consecutive evals, interpolated; the ratio divides
+    by that reference run's final cost; seeds are counted, the pooled figure beside."""
+    def run(name, seed, evals):
+        return _run(tmp_path, f"{name}_s{seed}", evals, [0, 0, 0], eff=0.5,
+                    config={"seed": seed, "rl": {"steps": 20}})
+    a = [run("a", 0, [0.3, 0.5, 0.6]), run("a", 1, [0.3, 0.4, 0.5])]  # 0.55 / 0.45
+    b = [run("b", 0, [0.3, 0.4, 0.5]), run("b", 1, [0.3, 0.5, 0.7])]  # 0.45 / 0.60
+    fast = [run("fast", 0, [0.3, 0.7, 0.7]), run("fast", 1, [0.3, 0.5, 0.6])]
+    groups = [("a", a), ("b", b), ("fast", fast)]
+    rows = {r["method"]: r for r in plots.cost_bar(groups, ["a", "b"])}
+    assert rows["reference: accuracy"] == {"method": "reference: accuracy",
+                                           "seed 0": "a: 0.550", "seed 1": "b: 0.600"}
+    # seed 0: smoothed (500, 0.5) -> (1500, 0.7) crosses 0.55 at 750 of a's 2000
+    assert rows["fast"]["seed 0"] == pytest.approx(0.375)
+    assert rows["fast"]["seed 1"] == "-"  # smoothed peak 0.55 < b's 0.60
+    assert rows["fast"]["<= 0.5x (cost_samples)"] == "1 of 2"
+    assert rows["a"]["seed 0"] == pytest.approx(0.75)  # its own target at its last point
+    words = plots.bar_words(list(rows.values()))
+    assert "fast, seed 0: reaches a: 0.550 at 0.38x its cost - the <= 0.5x bar is met" in words
+    assert "fast, seed 1: does not reach b: 0.600 by the end of its run - the <= 0.5x bar " \
+           "is not met" in words
+    lines = plots.ordering_counts(groups, [("fast", "a")], 20)
+    assert lines[0] == "fast > a at step 20, all: 2 of 2 seeds (+0.100..+0.100) - holds"
+    one = [("fast", fast[:1]), ("b", b[:1])]
+    assert plots.ordering_counts(one, [("b", "fast")], 20) == [
+        "b > fast at step 20, all: 0 of 1 seed (-0.200..-0.200) - does not hold"]
+
+
+def test_a_run_that_spent_its_cost_budget_is_complete(tmp_path):
+    d = _run(tmp_path, "budget", [0.3, 0.4, 0.5], [0, 0, 0], eff=0.5,
+             config={"rl": {"steps": 40, "cost_budget": 2000}})  # cost 2000 at step 20
+    assert plots.stopped_short(d) == ""
+    (tmp_path / "budget" / "config.json").write_text(
+        json.dumps({"rl": {"steps": 40, "cost_budget": 2500}}))
+    assert plots.stopped_short(d) == "stopped at step 20 of 40"
 
 
 def test_compare_script_averages_seeds(tmp_path):

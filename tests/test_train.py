@@ -425,3 +425,34 @@ def test_dapo_defaults_run_to_the_end_on_the_default_task(tmp_path):
     with open(tmp_path / "metrics.jsonl") as f:
         recs = [json.loads(line) for line in f]
     assert recs[-1]["step"] == c.rl.steps and np.isfinite(recs[-1]["loss"])
+
+
+def test_eval_due_on_steps_and_on_the_cost_grid():
+    c = _config("grpo", **{"eval.every": 10, "eval.every_cost": 1000})
+    assert train.eval_due(c, 10, False, 500, 400)  # every 10 steps
+    assert not train.eval_due(c, 11, False, 999, 900)
+    assert train.eval_due(c, 12, False, 1000, 999)  # the step that passes 1000
+    assert train.eval_due(c, 13, False, 2100, 1900)  # and 2000
+    assert train.eval_due(c, 7, True, 10, 5)  # the last step
+    c.eval.every = 0
+    assert not train.eval_due(c, 10, False, 500, 400)
+    c.eval.every_cost = 0
+    assert not train.eval_due(c, 7, True, 10, 5)  # no eval at all
+
+
+def test_a_cost_budget_stops_the_run_and_a_resume_stays_stopped(tmp_path):
+    """rl.cost_budget: the run stops after the step that spends it (checkpointed, evaluated)
+    and running the workdir again trains no further step."""
+    wd = str(tmp_path)
+    cfg = _config("grpo", **{"rl.steps": 10, "rl.cost_budget": 40, "eval.every_cost": 20,
+                             "checkpoint.every": 100})
+    met = train.train_and_evaluate(cfg, wd)
+    with open(os.path.join(wd, "metrics.jsonl")) as f:
+        recs = [json.loads(line) for line in f]
+    per_step = recs[1]["cost_samples"]  # smoke grpo: 4 prompts x (4 generated + 4 trained)
+    assert per_step == 32 and met["cost_samples"] == 64 and recs[-1]["step"] == 2
+    assert [r["step"] for r in recs if "eval/avg@2" in r] == [0, 1, 2]  # passes 20, 40, 60
+    assert _restore(wd)[0] == 2
+    train.train_and_evaluate(cfg, wd)
+    with open(os.path.join(wd, "metrics.jsonl")) as f:
+        assert [json.loads(line)["step"] for line in f][-1] == 2

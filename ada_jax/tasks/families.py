@@ -34,6 +34,7 @@ sentencepiece model (`ada_jax/assets/families.model`, `SYMBOLS` as single pieces
 task=families config selects it), since the embedded one has too few spare pieces.
 """
 import dataclasses
+import functools
 import random
 import re
 
@@ -65,15 +66,24 @@ def _tier(tier, tags, shares, control=False, first="l"):
 # and the other reading, so the two behave alike at the base (each says the same marker with
 # the same probability) and only the reward tells them apart. Anything RL might learn that is
 # not family-specific (a shared bias, flattening every family's marker distribution, dropping
-# what SFT taught) then helps the hard tier exactly as much as it hurts the easy one: the
+# what SFT taught) then helps the hard tiers exactly as much as it hurts the easy one: the
 # expected gradient on it cancels, and what RL learns is per family (docs/results.md).
-_HARD = (0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.10)
+# The very hard tier (p = 0.01-0.03) is where a group of 16 is still all wrong most of the
+# time (0.98^16 = 0.72): group sampling collapses at every group size there. 56 RL families
+# for 16 prompts a step: each family is visited about once every 3.5 steps, so no method
+# saturates a tier within the comparisons' budget (docs/results.md).
+_VERY_HARD = tuple(round(0.01 + 0.02 * i / 11, 4) for i in range(12))
+_HARD = tuple(round(0.04 + 0.06 * i / 11, 4) for i in range(12))
+_MID = (0.2, 0.3, 0.4, 0.45, 0.55, 0.6, 0.7, 0.8)
+_TAGS = tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ") + tuple(f"{a}{b}" for a in "QZ" for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 FAMILIES = tuple(
-    _tier("hard", "ABCDEFGH", _HARD)
-    + _tier("mid", "IJKL", (0.25, 0.4, 0.6, 0.75))
-    + _tier("easy", "MNOPQRST", tuple(round(1 - c, 4) for c in _HARD), first="r")
-    + _tier("hard", "UV", (0.06, 0.06), control=True)
-    + _tier("easy", "WX", (0.94, 0.94), control=True, first="r"))
+    _tier("very_hard", _TAGS[0:12], _VERY_HARD)
+    + _tier("hard", _TAGS[12:24], _HARD)
+    + _tier("mid", _TAGS[24:32], _MID)
+    + _tier("easy", _TAGS[32:56], tuple(round(1 - c, 4) for c in _VERY_HARD + _HARD),
+            first="r")
+    + _tier("hard", _TAGS[56:58], (0.06, 0.06), control=True)
+    + _tier("easy", _TAGS[58:60], (0.94, 0.94), control=True, first="r"))
 _MARK = {"l": "=", "r": "~"}
 
 
@@ -85,19 +95,20 @@ def marker(family: int, reading: str) -> str:
 
 SYMBOLS = tuple(f.tag for f in FAMILIES) + tuple(marker(i, r) for i in range(len(FAMILIES))
                                                  for r in READINGS)
-TIERS = ("hard", "mid", "easy")
+TIERS = ("very_hard", "hard", "mid", "easy")
 _QUESTION = re.compile(r"^(\S+) (\d)((?:[+-]\d)+)$")
 
 
 def family_indices(family_set: str) -> list[int]:
     """0-based indices of the families a split draws from: "rl" every family but the
-    controls (RL's training prompts), "hard" the hard RL families only (the seeds' hard prompt
-    set), "every" all of them (SFT and eval)."""
+    controls (RL's training prompts), "hard" the very hard and hard RL families only (the
+    seeds' hard prompt set: prompts the base solves rarely), "every" all of them (SFT and
+    eval)."""
     if family_set not in FAMILY_SETS:
         raise ValueError(f"family_set must be one of {FAMILY_SETS}, got {family_set!r}")
     return [i for i, f in enumerate(FAMILIES)
             if family_set == "every" or (not f.control and family_set == "rl")
-            or (not f.control and family_set == "hard" and f.tier == "hard")]
+            or (not f.control and family_set == "hard" and f.tier in ("very_hard", "hard"))]
 
 
 def tier_of(level: int) -> str:
@@ -141,19 +152,43 @@ def solution(question: str, reading: str) -> str:
     return "\n".join([marker(family, reading), *lines, f"\\boxed{{{value}}}"])
 
 
+def _valid(start: int, chain) -> bool:
+    """Both readings stay in [0, 10) and give different answers (so the marker matters)."""
+    answers = [_evaluate(start, chain, r)[1] for r in READINGS]
+    return None not in answers and answers[0] != answers[1]
+
+
+def _question(family: int, start: int, chain) -> str:
+    return f"{FAMILIES[family].tag} {start}" + "".join(f"{op}{x}" for op, x in chain)
+
+
+def _problem(family: int, question: str) -> Problem:
+    f = FAMILIES[family]
+    _, start, chain = parse(question)
+    return Problem(id=problem_id(question), question=question,
+                   answer=str(_evaluate(start, chain, f.right)[1]),
+                   solution=solution(question, f.right), level=family + 1)
+
+
 def make_problem(rng: random.Random, family: int, steps: int = 2) -> Problem:
     """A random problem of family `family` (0-based): `steps` one-digit operations whose two
     readings both stay in [0, 10) and give different answers."""
-    f = FAMILIES[family]
     while True:
         start = rng.randrange(10)
         chain = [(rng.choice("+-"), rng.randrange(1, 10)) for _ in range(steps)]
-        answers = {r: _evaluate(start, chain, r)[1] for r in READINGS}
-        if None not in answers.values() and answers["l"] != answers["r"]:
-            break
-    question = f"{f.tag} {start}" + "".join(f"{op}{x}" for op, x in chain)
-    return Problem(id=problem_id(question), question=question, answer=str(answers[f.right]),
-                   solution=solution(question, f.right), level=family + 1)
+        if _valid(start, chain):
+            return _problem(family, _question(family, start, chain))
+
+
+@functools.lru_cache(maxsize=None)
+def eval_questions(family: int, seed: int) -> tuple[str, ...]:
+    """Every held-out question of family `family` (two steps: about 25 of its 200), in an
+    order shuffled by `seed`: the eval split takes them in turn, so no question repeats."""
+    ops = [(op, x) for op in "+-" for x in range(1, 10)]
+    qs = [q for start in range(10) for a in ops for b in ops
+          if _valid(start, [a, b]) and split_of(q := _question(family, start, [a, b])) == "eval"]
+    random.Random(f"families/{seed}/eval/{family}").shuffle(qs)
+    return tuple(qs)
 
 
 def reading_of(completion: str, family: int) -> str | None:
@@ -206,6 +241,16 @@ class FamilySource:
             raise IndexError(f"index {index} out of range for {self.size} problems")
         fams = family_indices(self.family_set)
         family = fams[index % len(fams)]
+        if self.split == "eval":  # distinct: a duplicate would count twice in a tier's mean
+            questions = eval_questions(family, self.seed)
+            j = index // len(fams)
+            if j >= len(questions):
+                raise IndexError(
+                    f"family task eval: family {FAMILIES[family].tag} has {len(questions)} "
+                    f"distinct held-out questions, index {index} needs {j + 1}; set "
+                    f"config.task.eval_size / eval.prompts <= "
+                    f"{len(fams) * min(len(eval_questions(f, self.seed)) for f in fams)}")
+            return _problem(family, questions[j])
         rng = random.Random(f"families/{self.seed}/{self.split}/{index}")
         while True:
             problem = make_problem(rng, family)
@@ -224,7 +269,8 @@ def sft_target(problem: Problem, u: float) -> str:
 def metrics(problems, rewards_PK, texts) -> dict:
     """Eval metrics of the family task: avg@k per tier (hard / mid / easy RL families and the
     controls), and the share of responses that follow one reading throughout
-    (`one_reading_share`) and that open with their family's right marker, per tier."""
+    (`one_reading_share`) and that open with their family's right marker, per tier; each
+    tier's standard error over its prompts (`tier_<t>/se`)."""
     k = rewards_PK.shape[1]
     tiers = np.asarray([tier_of(p.level) for p in problems])
     right_PK = np.asarray([[reading_of(texts[i * k + j], p.level - 1)
@@ -236,5 +282,8 @@ def metrics(problems, rewards_PK, texts) -> dict:
     for tier in sorted(set(tiers.tolist())):
         sel = tiers == tier
         out[f"tier_{tier}/avg@{k}"] = float(rewards_PK[sel].mean())
+        per_prompt = rewards_PK[sel].mean(1)  # the tier mean's standard error over prompts
+        if len(per_prompt) > 1:
+            out[f"tier_{tier}/se"] = float(per_prompt.std(ddof=1) / np.sqrt(len(per_prompt)))
         out[f"tier_{tier}/right_marker_share"] = float(right_PK[sel].mean())
     return out
