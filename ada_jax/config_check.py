@@ -202,6 +202,13 @@ def validate(config, overrides_pending: bool = False) -> None:
         raise ValueError(f"config.task.min_level={t.min_level!r}, config.task.max_level="
                          f"{t.max_level!r}: need integers 1 <= min_level <= max_level <= "
                          f"{MAX_LEVEL}")
+    if t.name == "families":
+        from ada_jax.tasks.families import FAMILIES
+        if not (isinstance(t.min_level, int) and isinstance(t.max_level, int)
+                and 1 <= t.min_level <= t.max_level <= len(FAMILIES)):
+            raise ValueError(f"config.task.min_level={t.min_level!r}, config.task.max_level="
+                             f"{t.max_level!r}: the family task's family numbers, need integers "
+                             f"1 <= min_level <= max_level <= {len(FAMILIES)}")
     if 0 < config.loss.dual_clip <= 1:
         raise ValueError(f"config.loss.dual_clip={config.loss.dual_clip!r}: must be 0 (off) or "
                          f"> 1 (the cap on -A·ratio for A < 0 must lie above the clipped loss)")

@@ -94,8 +94,10 @@ FIELDS = {
                     "tests)", "reward_model.reward_manager / reward_funcs"),
     "task.template": ("prompt template: embedded, qwen_math, llama3_chat",
                       "data.apply_chat_template / chat template"),
-    "task.min_level": ("embedded task: lowest difficulty level", "—"),
-    "task.max_level": ("embedded task: highest difficulty level", "—"),
+    "task.min_level": ("embedded task: lowest difficulty level; family task: first family "
+                       "number used (1-based)", "—"),
+    "task.max_level": ("embedded task: highest difficulty level; family task: last family "
+                       "number used", "—"),
     "task.train_size": ("generated tasks: training problems", "—"),
     "task.eval_size": ("generated tasks: held-out problems", "—"),
     "task.seed": ("generated tasks: generator seed", "—"),

@@ -21,6 +21,12 @@ def _eval_key(records):
     return keys[0] if keys else None
 
 
+def eval_k(records) -> int | None:
+    """The k of the runs' held-out avg@k."""
+    k = _eval_key(records)
+    return int(k.rsplit("@", 1)[1]) if k else None
+
+
 def load_config(workdir: str) -> dict:
     """The run's config.json as a dict; {} when it is missing or unreadable (plots and tables
     then fall back to folder names and bare metric names)."""
@@ -202,12 +208,14 @@ def _at_tokens(evals, key, tokens):
 
 
 def summary_row(workdir: str, target: float | None = None,
-                at_tokens: float | None = None) -> dict:
+                at_tokens: float | None = None, step: int | None = None) -> dict:
     """Final eval accuracy (held out, and on the training prompts when logged) and its change
     from step 0, tokens / wall to reach `target` (held-out eval), accuracies interpolated at
     `at_tokens` generated tokens (matched cost), mean effective-prompt ratio and samples per
-    prompt."""
+    prompt. `step`: the run read up to that step only (matched steps)."""
     recs = load_metrics(workdir)
+    if step is not None:
+        recs = [r for r in recs if r.get("step", 0) <= step]
     k = _eval_key(recs)
     evals = [r for r in recs if k and k in r]
     row = {"run": os.path.basename(os.path.normpath(workdir)),
@@ -344,6 +352,23 @@ def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], references: Sequence[s
         row["pooled (samples)"] = "-" if got is None else round(got / ref_cost, 3)
         rows.append(row)
     return rows
+
+
+def at_costs(dirs: Sequence[str], costs: Sequence[float], key: str | None = None,
+             cost: str = COSTS[0]) -> list:
+    """Seed-mean held-out accuracy (or eval metric `key`) interpolated at each cost of
+    `costs`; None where a seed's run ended before it."""
+    out = []
+    for c in costs:
+        vals = []
+        for d in dirs:
+            recs = load_metrics(d)
+            k = key or _eval_key(recs)
+            pts = _series([r for r in recs if k in r], k, cost)
+            vals.append(float(np.interp(c, pts[:, 0], pts[:, 1]))
+                        if len(pts) and c <= pts[-1, 0] else None)
+        out.append(None if None in vals else float(np.mean(vals)))
+    return out
 
 
 def eval_at_step(workdir: str, step: int) -> dict | None:

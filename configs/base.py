@@ -254,6 +254,7 @@ def get_config(arg: str = ""):
         # (202 ids), whose tags and markers are single tokens
         c.model.tokenizer = "families"
         c.model.vocab_size = 256
+        c.task.max_level = 60  # task.min_level..max_level: the families used (1-based), all
         c.task.eval_size = c.eval.prompts = 600
         c.sampling.max_new_tokens = 32
         # SFT sees ~1.3k targets per family, so a very hard family's 1-3% right readings are
@@ -289,7 +290,7 @@ def get_config(arg: str = ""):
             # 0.04 -> 0.38, held-out accuracy 0.05 -> 0.09 (8 prompts teach little
             # arithmetic); 37 s on 2 CPU cores (tests/test_smoke.py).
             c.sampling.max_new_tokens = 24  # a response is 17 tokens and EOS
-            c.task.train_size = 8
+            c.task.update(train_size=8, min_level=13, max_level=20)  # the hard tier's first 8
             c.sft.update(steps=80, lr=6e-3, warmup_steps=5)
             c.rl.update(steps=6, prompts_per_step=8)
             c.optim.update(lr=1e-3, warmup_steps=1)

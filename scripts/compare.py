@@ -30,7 +30,12 @@ def main():
     ap.add_argument("--claims", nargs="*", default=[],
                     help="a>b pairs of group labels: on how many seeds a beats b per tier at "
                          "--step")
-    ap.add_argument("--step", type=int, default=40, help="the matched step of --claims")
+    ap.add_argument("--step", type=int, default=None,
+                    help="matched steps: the table and --claims read each run at this step "
+                         "(default: the table at each run's end, the claims at step 40)")
+    ap.add_argument("--at_costs", default="",
+                    help="comma-separated costs (samples generated + trained): seed-mean "
+                         "held-out accuracy, all and per tier, interpolated at each")
     args = ap.parse_args()
     groups = list(zip(plots.run_labels(args.workdirs), ([w] for w in args.workdirs)))
     groups += [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.groups]
@@ -44,7 +49,7 @@ def main():
     print("plots:", *paths, sep="\n  ")
     rows = []
     for label, ds in groups:
-        per_seed = [plots.summary_row(d, args.target, args.at_tokens) for d in ds]
+        per_seed = [plots.summary_row(d, args.target, args.at_tokens, args.step) for d in ds]
         row = {"method": label, "seeds": len(ds)}
         for k in per_seed[0]:
             if k == "run":
@@ -65,8 +70,22 @@ def main():
         ap.error(f"--bar / --claims name no group: {', '.join(unknown)} (groups: "
                  f"{', '.join(dict(groups))})")
     if pairs:
-        print(f"\nmatched steps (held-out accuracy at step {args.step}, seeds paired):")
-        print(*plots.ordering_counts(groups, pairs, args.step), sep="\n")
+        step = 40 if args.step is None else args.step
+        print(f"\nmatched steps (held-out accuracy at step {step}, seeds paired):")
+        print(*plots.ordering_counts(groups, pairs, step), sep="\n")
+    if args.at_costs:
+        costs = [float(c) for c in args.at_costs.split(",")]
+        recs = plots.load_metrics(groups[0][1][0])
+        keys = [None] + sorted({k for r in recs for k in r if k.startswith("eval/tier_")
+                                and k.endswith("/avg@" + str(plots.eval_k(recs)))})
+        print("\nseed-mean held-out accuracy at matched cost (samples generated + trained; "
+              "'-': a run ended before it):")
+        for key in keys:
+            rows = [{"method": label, **{f"{c:,.0f}": "-" if v is None else round(v, 3)
+                                         for c, v in zip(costs, plots.at_costs(ds, costs, key))}}
+                    for label, ds in groups]
+            print(f"\n{key or 'all held-out prompts'}:")
+            print(plots.markdown_table(rows))
     if args.bar:
         refs = args.bar.split(",")
         rows = plots.cost_bar(groups, refs)

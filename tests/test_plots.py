@@ -187,3 +187,12 @@ def test_labels_without_config_json(tmp_path):
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["old_run"]
     assert [plots.compact_number(v) for v in (0, 0.25, 950, 1500, 2.5e6, 3e9)] == [
         "0", "0.25", "950", "1.5k", "2.5M", "3B"]
+
+
+def test_matched_cost_and_matched_step_readings(tmp_path):
+    a = _run(tmp_path, "a", [0.3, 0.5, 0.6], [0, 0, 0], eff=0.5)  # cost 0, 1000, 2000
+    b = _run(tmp_path, "b", [0.3, 0.7, 0.8], [0, 0, 0], eff=0.5)
+    assert plots.at_costs([a, b], [500, 2000, 2500]) == [pytest.approx(0.45), 0.7, None]
+    row = plots.summary_row(a, step=10)  # read up to step 10: the eval there is final
+    assert row["final_eval"] == 0.5 and row["steps"] == 10
+    assert plots.eval_k(plots.load_metrics(a)) == 4

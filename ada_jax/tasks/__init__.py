@@ -151,7 +151,8 @@ def load_split(config, split: str, tokenizer=None) -> Sequence[Problem]:
             from ada_jax.tasks.families import FamilySource
             size = t.train_size if split == "train" else t.eval_size
             source = FamilySource(split, size, t.seed,
-                                  t.family_set if split == "train" else "every")
+                                  t.family_set if split == "train" else "every",
+                                  t.min_level, t.max_level)
         elif t.name == "embedded":
             size = t.train_size if split == "train" else t.eval_size
             source = EmbeddedSource(split, size, t.seed, t.min_level, t.max_level)

@@ -99,16 +99,21 @@ TIERS = ("very_hard", "hard", "mid", "easy")
 _QUESTION = re.compile(r"^(\S+) (\d)((?:[+-]\d)+)$")
 
 
-def family_indices(family_set: str) -> list[int]:
+def family_indices(family_set: str, min_level: int = 1, max_level: int = 0) -> list[int]:
     """0-based indices of the families a split draws from: "rl" every family but the
     controls (RL's training prompts), "hard" the very hard and hard RL families only (the
     seeds' hard prompt set: prompts the base solves rarely), "every" all of them (SFT and
-    eval)."""
+    eval); only family numbers min_level..max_level (1-based; max_level 0: the last)."""
     if family_set not in FAMILY_SETS:
         raise ValueError(f"family_set must be one of {FAMILY_SETS}, got {family_set!r}")
-    return [i for i, f in enumerate(FAMILIES)
-            if family_set == "every" or (not f.control and family_set == "rl")
-            or (not f.control and family_set == "hard" and f.tier in ("very_hard", "hard"))]
+    last = max_level or len(FAMILIES)
+    out = [i for i, f in enumerate(FAMILIES) if min_level <= i + 1 <= last and (
+        family_set == "every" or (not f.control and family_set == "rl")
+        or (not f.control and family_set == "hard" and f.tier in ("very_hard", "hard")))]
+    if not out:
+        raise ValueError(f"family_set={family_set!r} has no family numbered {min_level}.."
+                         f"{last} (config.task.min_level / max_level)")
+    return out
 
 
 def tier_of(level: int) -> str:
@@ -222,16 +227,23 @@ def follows_one_reading(question: str, completion: str) -> bool:
 class FamilySource:
     """A split of the family task as a random-access sequence of `size` Problems: index i is
     a problem of family family_indices(family_set)[i % count], so every slice is stratified by
-    family; drawn from rng(seed, split, i) until its question falls in this split."""
+    family; drawn from rng(seed, split, i) until its question falls in this split (eval:
+    the family's distinct held-out questions in turn). min_level..max_level: the family
+    numbers used (1-based; max_level 0: the last)."""
     split: str
     size: int
     seed: int = 0
     family_set: str = "rl"
+    min_level: int = 1
+    max_level: int = 0
 
     def __post_init__(self):
         if self.split not in ("train", "eval"):
             raise ValueError(f"split must be 'train' or 'eval', got {self.split!r}")
-        family_indices(self.family_set)  # validates
+        self.families()  # validates
+
+    def families(self) -> list[int]:
+        return family_indices(self.family_set, self.min_level, self.max_level)
 
     def __len__(self) -> int:
         return self.size
@@ -239,7 +251,7 @@ class FamilySource:
     def __getitem__(self, index: int) -> Problem:
         if not 0 <= index < self.size:
             raise IndexError(f"index {index} out of range for {self.size} problems")
-        fams = family_indices(self.family_set)
+        fams = self.families()
         family = fams[index % len(fams)]
         if self.split == "eval":  # distinct: a duplicate would count twice in a tier's mean
             questions = eval_questions(family, self.seed)
