@@ -6,7 +6,10 @@ solutions. Digits, operators, newline, `\\boxed{` and `}` (and the family task's
 markers) are single pieces (user-defined symbols), so the embedded verifier can run on token
 ids; pad=0 unk=1 bos=2 eos=3.
 
-  python scripts/train_tokenizer.py [--task=embedded] [--vocab_size=128] [--problems=4000]
+  python scripts/train_tokenizer.py [--task=embedded] [--vocab_size=N] [--problems=4000]
+
+--vocab_size defaults to the task's: 128 (embedded), 210 (families: its 180 tags and markers
+and the embedded symbols need 202 pieces).
 """
 import argparse
 import io
@@ -37,17 +40,18 @@ def corpus(task: str, n: int):
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--task", choices=("embedded", "families"), default="embedded")
-    parser.add_argument("--vocab_size", type=int, default=128)
+    parser.add_argument("--vocab_size", type=int, default=None)
     parser.add_argument("--problems", type=int, default=4000)
     parser.add_argument("--out", default=None, help="default: the task's packaged model")
     args = parser.parse_args()
     asset = ASSET_MODELS.get(args.task, EMBEDDED_MODEL)
+    vocab_size = args.vocab_size or {"families": 210}.get(args.task, 128)
     out = args.out or os.path.join(os.path.dirname(__file__), "..", "ada_jax", "assets", asset)
     symbols = EMBEDDED_SYMBOLS + (families.SYMBOLS if args.task == "families" else ())
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=corpus(args.task, args.problems), model_writer=model,
-        model_type="bpe", vocab_size=args.vocab_size, hard_vocab_limit=False,
+        model_type="bpe", vocab_size=vocab_size, hard_vocab_limit=False,
         character_coverage=1.0, pad_id=0, unk_id=1, bos_id=2, eos_id=3,
         user_defined_symbols=list(symbols), split_digits=True,
         add_dummy_prefix=False, remove_extra_whitespaces=False,

@@ -20,18 +20,21 @@ are one-digit facts the base gets right almost always, so a family's pass rate i
 share of responses with its right marker.
 
 The SFT data writes family k's targets in its right reading with share c_k (`Family.share`) and
-in the other reading otherwise, so the base's pass rate follows c_k: hard families (c <= 0.10)
-sit near p = 0, easy ones (c >= 0.90, mirroring the hard ones) near p = 1, a few mid ones
-between. Within each tier half the families read `l` and half `r`, so no single direction is
-right for every family. Four families (one hard and one easy per reading) are transfer controls: in SFT and eval, never among RL's training prompts (config.task.family_set);
-their accuracy shows how much of what RL learns on other families leaks into theirs.
+in the other reading otherwise, so the base's pass rate follows c_k: very hard families
+(c = 0.01-0.03: a group of 16 is still all wrong most of the time) and hard ones (c <= 0.10) sit
+near p = 0, easy ones (c >= 0.90, mirroring them) near p = 1, a few mid ones between. Within
+each tier half the families read `l` and half `r`, so no single direction is right for every
+family. Four families (one hard and one easy per reading) are transfer controls: in SFT and
+eval, never among RL's training prompts (config.task.family_set); their accuracy shows how much
+of what RL learns on other families leaks into theirs.
 
 Both readings keep every value in [0, 10) and give different answers (so the marker matters).
 `Problem.level` is the family's number (1-based), so eval reports per family; `tier_of` maps it
-to its tier. Problems are generated deterministically from (seed, split, index) like the
-embedded task's; train and eval are disjoint by question text. The task has its own
-sentencepiece model (`ada_jax/assets/families.model`, `SYMBOLS` as single pieces; the
-task=families config selects it), since the embedded one has too few spare pieces.
+to its tier. Training problems are generated deterministically from (seed, split, index) like
+the embedded task's; held-out ones are each family's distinct eval questions in a seeded order;
+train and eval are disjoint by question text. The task has its own sentencepiece model
+(`ada_jax/assets/families.model`, `SYMBOLS` as single pieces; the task=families config selects
+it), since the embedded one has too few spare pieces.
 """
 import dataclasses
 import functools
