@@ -27,6 +27,26 @@ def eval_k(records) -> int | None:
     return int(k.rsplit("@", 1)[1]) if k else None
 
 
+def truncated_copy(workdir: str, max_cost: float, out: str) -> str:
+    """A copy of a run's metrics.jsonl, up to the step whose cost (samples generated +
+    trained) reaches `max_cost`, and config.json (rl.cost_budget set to it) in `out`: the run
+    as if its rl.cost_budget were `max_cost` (exact with a constant lr after warm-up)."""
+    os.makedirs(out, exist_ok=True)
+    recs = []
+    for r in load_metrics(workdir):
+        recs.append(r)
+        if r.get("cost_samples", 0) >= max_cost:
+            break
+    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in recs)
+    config = load_config(workdir)
+    if config:
+        config.setdefault("rl", {})["cost_budget"] = max_cost
+        with open(os.path.join(out, "config.json"), "w") as f:
+            json.dump(config, f)
+    return out
+
+
 def load_config(workdir: str) -> dict:
     """The run's config.json as a dict; {} when it is missing or unreadable (plots and tables
     then fall back to folder names and bare metric names)."""

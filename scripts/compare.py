@@ -7,6 +7,7 @@ all-correct / all-wrong shares; samples per prompt) and a markdown table.
 """
 import argparse
 import os
+import tempfile
 
 import numpy as np
 
@@ -36,11 +37,20 @@ def main():
     ap.add_argument("--at_costs", default="",
                     help="comma-separated costs (samples generated + trained): seed-mean "
                          "held-out accuracy, all and per tier, interpolated at each")
+    ap.add_argument("--upto_cost", type=float, default=None,
+                    help="read every run only up to this cost (samples generated + trained): "
+                         "with a constant lr after warm-up, a run to a larger budget is a run "
+                         "to this one followed by more steps")
     args = ap.parse_args()
     groups = list(zip(plots.run_labels(args.workdirs), ([w] for w in args.workdirs)))
     groups += [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.groups]
     if not groups:
         ap.error("give --workdirs or --groups")
+    if args.upto_cost is not None:
+        tmp = tempfile.mkdtemp(prefix="compare_upto_")
+        groups = [(label, [plots.truncated_copy(d, args.upto_cost, os.path.join(tmp, label,
+                                                                                str(i)))
+                           for i, d in enumerate(ds)]) for label, ds in groups]
     dirs = [d for _, ds in groups for d in ds]
     labels = [label if len(ds) == 1 else f"{label}/{os.path.basename(os.path.normpath(d))}"
               for label, ds in groups for d in ds]

@@ -196,3 +196,12 @@ def test_matched_cost_and_matched_step_readings(tmp_path):
     row = plots.summary_row(a, step=10)  # read up to step 10: the eval there is final
     assert row["final_eval"] == 0.5 and row["steps"] == 10
     assert plots.eval_k(plots.load_metrics(a)) == 4
+
+
+def test_a_run_read_up_to_a_cost_is_that_budget_s_run(tmp_path):
+    d = _run(tmp_path, "long", [0.3, 0.5, 0.6], [0, 0, 0], eff=0.5,
+             config={"rl": {"steps": 20}})  # cost 100 a step
+    short = plots.truncated_copy(d, 950, str(tmp_path / "short"))
+    recs = plots.load_metrics(short)
+    assert recs[-1]["step"] == 10 and recs[-1]["eval/avg@4"] == 0.5  # the step that reaches it
+    assert plots.stopped_short(short) == ""  # complete as a 950-sample run
