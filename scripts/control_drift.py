@@ -1,0 +1,73 @@
+"""Where a family-task run's transfer-control drift lives: the exact probability of each
+tier's right marker at the first response token (no sampling noise) for the base, the RL
+checkpoint, and the checkpoint with one group of parameters put back to the base's
+(embedding, norms, attention, MLP). The group whose reversal brings the controls back is
+where RL moved them (docs/results.md, "Transfer controls").
+
+  python scripts/control_drift.py --workdir=W     # W: a family-task run with a checkpoint
+"""
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+from flax import nnx
+from ml_collections import config_flags
+
+import ada_jax
+from ada_jax import evaluate, model as model_lib, run_config, train
+from ada_jax.checkpoint import Checkpointer
+from ada_jax.policies.stream import make_stream
+from ada_jax.tasks import families
+
+_DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "base.py")
+_CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT_CONFIG, "Config file.")
+_WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory.")
+GROUPS = {"embedding": ("embed",), "norms": ("norm",), "attention": ("'attn'",),
+          "mlp": ("'mlp'",)}
+
+
+def right_marker_probability(ctx, params) -> dict:
+    """Per tier: mean over the eval prompts of pi(right marker | prompt), exact."""
+    problems = ctx.eval_problems
+    toks, mask = evaluate.encode_prompts(ctx.tokenizer, problems, ctx.config.task.template,
+                                         ctx.config.sampling.max_prompt_len)
+    logits, _ = nnx.merge(ctx.graphdef, params)(
+        jnp.asarray(toks), model_lib.positions_from_mask(jnp.asarray(mask)), jnp.asarray(mask))
+    probs = np.asarray(jax.nn.softmax(logits[:, -1].astype(jnp.float32)))
+    right = [ctx.tokenizer.encode(families.marker(p.level - 1,
+                                                  families.FAMILIES[p.level - 1].right))[0]
+             for p in problems]
+    p_right = probs[np.arange(len(problems)), right]
+    tiers = np.asarray([families.tier_of(p.level) for p in problems])
+    return {t: round(float(p_right[tiers == t].mean()), 3) for t in sorted(set(tiers))}
+
+
+def main(argv):
+    del argv
+    ada_jax.console_logging()
+    config = run_config.for_workdir(_CONFIG.value, sys.argv, _WORKDIR.value)
+    if config.task.name != "families":
+        raise SystemExit("control_drift.py reads the family task's markers: task=families only")
+    ctx, base = train.setup(config, _WORKDIR.value)
+    _, trainable, opt_state = train.init_train_state(ctx, base)
+    restored = train.restore_checkpoint(Checkpointer(os.path.join(_WORKDIR.value, "checkpoints")),
+                                        trainable, opt_state, stream=make_stream(ctx, base))
+    if restored is None:
+        raise SystemExit(f"no checkpoint in {_WORKDIR.value}/checkpoints")
+    step, rl = restored[0], restored[1]["model"]
+    out = {"step": step, "base": right_marker_probability(ctx, base),
+           "rl": right_marker_probability(ctx, rl)}
+    for name, parts in GROUPS.items():
+        mixed = jax.tree_util.tree_map_with_path(
+            lambda path, a, b: b if any(p in jax.tree_util.keystr(path) for p in parts) else a,
+            rl, base)
+        out[f"rl, {name} reverted"] = right_marker_probability(ctx, mixed)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    app.run(main)
