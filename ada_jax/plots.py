@@ -398,8 +398,8 @@ def eval_at_step(workdir: str, step: int) -> dict | None:
 
 
 def ordering_counts(groups: Sequence[tuple[str, Sequence[str]]], pairs, step: int) -> list[str]:
-    """Per pair (a, b) of group labels and per tier: on how many seeds a's held-out accuracy
-    at `step` is above b's, with the range of the differences, in words ("Ada > GRPO-n4 at step
+    """Per pair (a, b) of group labels and per tier (the transfer controls are no claim): on how
+    many seeds a's held-out accuracy at `step` is above b's, with the range of the differences, in words ("Ada > GRPO-n4 at step
     40, hard: 4 of 5 seeds (-0.01..+0.12)"); seeds are paired by run_seed."""
     by_label, lines = dict(groups), []
     for a, b in pairs:
@@ -411,7 +411,8 @@ def ordering_counts(groups: Sequence[tuple[str, Sequence[str]]], pairs, step: in
             continue
         k = _eval_key([ea[seeds[0]]])
         keys = [("all", k)] + [(t[10:].split("/")[0], t) for t in sorted(ea[seeds[0]])
-                               if t.startswith("eval/tier_") and t.endswith(k[4:])]
+                               if t.startswith("eval/tier_") and t.endswith(k[4:])
+                               and not t.startswith("eval/tier_control")]  # not a claim
         for name, key in keys:
             diffs = [ea[s][key] - eb[s][key] for s in seeds]
             wins = sum(d > 0 for d in diffs)
