@@ -21,10 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ada_jax import adaptive, collect, evaluate, generators, learn, selection, sharding, sft
-from ada_jax.policies import rollout
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
 from ada_jax.config_check import config_changes, validate
+from ada_jax.policies import rollout
 from ada_jax.tasks import PromptIterator, is_embedded, load_split
 from ada_jax.tasks.problem import Problem
 from ada_jax.tasks.embedded import is_careful
@@ -333,7 +333,8 @@ def restore_checkpoint(ckpt: Checkpointer, trainable, opt_state, start_over: boo
                        stream=None):
     """(step, trainable, opt_state, meta) from the newest readable checkpoint, or None if there
     is none (or none readable and `start_over`; see Checkpointer.restore_latest). With a
-    streaming run's `stream` (policies.stream.make_stream), its engine state is restored into it too."""
+    streaming run's `stream` (policies.stream.make_stream), its engine state is restored into
+    it too."""
     arrays = {"trainable": trainable, "opt": opt_state}
     if stream is not None:
         arrays["stream"] = stream.arrays()
@@ -368,7 +369,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
     iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=c.seed,
                               rows=sharding.process_rows(ctx.mesh, c.sharding_rules,
                                                          c.rl.prompts_per_step))
-    # What persists across steps besides params: Ada-Est history, hint levels, the stream.
+    # What persists across steps besides params: what the policies declare (Ada-Est history,
+    # hint levels, the stream; ada_jax/policies/).
     state = collect.init_state(ctx, trainable["model"])
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), c.checkpoint.keep)
     start = 0
