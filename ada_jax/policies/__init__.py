@@ -25,9 +25,10 @@ A policy module defines:
   `init_state(ctx, params) -> dict`, the state keys it owns and their values at step 0;
   `checkpoint(state) -> dict`, the JSON-able entries it adds to each checkpoint's metadata
   (its checkpoint keys); `restore(meta) -> dict`, its state keys back from that metadata.
-  Every policy's state is kept and checkpointed in every run (a checkpoint's keys do not
-  depend on the policy, so a resumed run may change it), so state keys and checkpoint keys
-  must be unique across policies.
+  `collect.init_state` / `checkpoint` / `restore` gather every policy's entries, whichever
+  policy runs (so a checkpoint holds est_history and hint_levels in every run, as it always
+  has), so state keys and checkpoint keys must be unique across policies. Metadata is JSON;
+  the one array state, the stream's engine, train.py saves with the params.
 
 Config validation has no per-policy hook: a new policy adds its name to
 `config_check._CHOICES["adaptive.policy"]` and any checks of its own fields (or of the other
