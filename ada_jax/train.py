@@ -25,6 +25,7 @@ from ada_jax import adaptive, collect, evaluate, generators, learn, selection, s
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
 from ada_jax.config_check import config_changes, validate
+from ada_jax.policies import rollout
 from ada_jax.tasks import PromptIterator, is_embedded, load_split
 from ada_jax.tasks.problem import Problem
 from ada_jax.tasks.embedded import is_careful
@@ -255,7 +256,7 @@ def check_resume(config, workdir: str) -> None:
 def check_multihost(config, mesh) -> None:
     """On several processes: per-host data needs the step's prompts to split into one block
     per process along the mesh's batch axes, and per-host scoring the slots to split over
-    every device. Every policy, engine mode and hint scheduler runs (collect.py)."""
+    every device. Every policy, engine mode and hint scheduler runs (ada_jax/policies/)."""
     n = jax.process_count()
     if n == 1:
         return
@@ -295,11 +296,11 @@ def setup(config, workdir: str):
     ctx = Context(config=config, mesh=mesh, tokenizer=tokenizer, model_cfg=model_cfg,
                   graphdef=graphdef, engine=engine,
                   generator=generators.ModelGenerator(graphdef, model_cfg, scfg),
-                  reward_fn=collect.make_reward(config, tokenizer), group=group,
+                  reward_fn=rollout.make_reward(config, tokenizer), group=group,
                   rows_per_prompt=rows_per_prompt,
                   train_source=train_source, eval_problems=eval_problems,
                   train_eval_problems=train_eval,
-                  math_pool=collect.math_pool(config))
+                  math_pool=rollout.math_pool(config))
     return ctx, params
 
 
@@ -333,7 +334,8 @@ def restore_checkpoint(ckpt: Checkpointer, trainable, opt_state, start_over: boo
                        stream=None):
     """(step, trainable, opt_state, meta) from the newest readable checkpoint, or None if there
     is none (or none readable and `start_over`; see Checkpointer.restore_latest). With a
-    streaming run's `stream` (collect.make_stream), its engine state is restored into it too."""
+    streaming run's `stream` (policies.stream.make_stream), its engine state is restored into
+    it too."""
     arrays = {"trainable": trainable, "opt": opt_state}
     if stream is not None:
         arrays["stream"] = stream.arrays()
@@ -368,9 +370,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
     iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=c.seed,
                               rows=sharding.process_rows(ctx.mesh, c.sharding_rules,
                                                          c.rl.prompts_per_step))
-    # What persists across steps besides params: Ada-Est history, hint levels, the stream.
-    state: dict = {"est": {}, "hint": {}, "stream": collect.make_stream(ctx, trainable["model"]),
-                   "pending": []}
+    # What persists across steps besides params: what the policies declare (Ada-Est history,
+    # hint levels, the stream; ada_jax/policies/).
+    state = collect.init_state(ctx, trainable["model"])
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), c.checkpoint.keep)
     start = 0
     try:
@@ -382,9 +384,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     if restored is not None:
         start, trainable, opt_state, meta = restored
         iterator.restore(meta["iterator"])
-        state.update(est={k: tuple(v) for k, v in meta["est_history"].items()},
-                     hint=dict(meta.get("hint_levels", {})),
-                     pending=[Problem(**d) for d in meta.get("pending", [])])
+        state.update(collect.restore(meta))
         log.info("resumed from step %d", start)
     writer = MetricsWriter(workdir, start, c)
     _write_atomic(os.path.join(workdir, "config.json"),
@@ -402,16 +402,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
         totals = {k: saved.get(k, 0) for k in totals}
 
     def save(step):
-        arrays, extra = {"trainable": trainable, "opt": opt_state}, {}
-        if state["stream"] is not None:  # mid-stream: engine state, resident and queued prompts
+        arrays = {"trainable": trainable, "opt": opt_state}
+        if state["stream"] is not None:  # mid-stream: engine state (its table: the meta)
             arrays["stream"] = state["stream"].arrays()
-            extra = {"stream": state["stream"].meta(dataclasses.asdict),
-                     "pending": [dataclasses.asdict(p) for p in state["pending"]]}
         ckpt.save(step, arrays,
                   {"iterator": sharding.allgather_json(iterator.state()),
-                   "est_history": state["est"],
-                   "hint_levels": state["hint"], "step": step, "totals": dict(totals),
-                   **extra})
+                   **collect.checkpoint(state), "step": step, "totals": dict(totals)})
 
     bar = _progress(c, start)
     met = {k: v for k, v in writer.last.items() if k != "step"}  # returned if nothing is left
@@ -423,11 +419,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
         for step in range(start, end):
             t0 = time.perf_counter()
             key = jax.random.fold_in(train_key, step)
-            problems, batch, toks, mask, met = collect.collect(ctx, trainable["model"],
-                                                               iterator, key, state)
+            got = collect.collect(ctx, trainable["model"], iterator, key, state)
+            batch, met = got.batch, got.metrics
             jax.block_until_ready(batch)
             t1 = time.perf_counter()
-            rows = learn.prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params)
+            rows = learn.prepare_rows(ctx, batch, got.prompt_BP, got.mask_BP, rows_per_step,
+                                      ref_params)
             t2 = time.perf_counter()
             trainable, opt_state, lmet = learn.learn(ctx, train_step, trainable, opt_state, rows,
                                                step)

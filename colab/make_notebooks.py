@@ -400,8 +400,10 @@ INSPECT = [
     import jax.numpy as jnp
     from IPython.display import Image, Markdown, display
 
-    from ada_jax import collect, evaluate, plots, sampling, train
+    from ada_jax import evaluate, plots, sampling, train
     from ada_jax.checkpoint import Checkpointer
+    from ada_jax.policies.rollout import reward_data
+    from ada_jax.policies.stream import make_stream
     from configs import base
     '''),
     _code(SMOKE_OVERRIDES + r'''
@@ -448,7 +450,7 @@ print("workdir:", WORKDIR, sorted(os.listdir(WORKDIR)))
     _, trainable, opt_state = train.init_train_state(ctx, init_params)
     ckpt = Checkpointer(os.path.join(WORKDIR, "checkpoints"))
     restored = train.restore_checkpoint(ckpt, trainable, opt_state,
-                                        stream=collect.make_stream(ctx, init_params))
+                                        stream=make_stream(ctx, init_params))
     ckpt.close()
     if restored is None:
         raise FileNotFoundError(f"no readable checkpoint in {WORKDIR}/checkpoints")
@@ -469,7 +471,7 @@ print("workdir:", WORKDIR, sorted(os.listdir(WORKDIR)))
                                          config.sampling.max_prompt_len)
     out = sampling.sample(ctx.graphdef, params, jnp.asarray(toks), jnp.asarray(mask),
                           jax.random.key(step), cfg=ctx.generator.sampling)
-    rewards = ctx.reward_fn(collect.reward_data(config, ctx.tokenizer, problems),
+    rewards = ctx.reward_fn(reward_data(config, ctx.tokenizer, problems),
                             jnp.arange(len(problems)), None, out.tokens_BN, out.lengths_B)
     for prob, tokens, n, r in zip(problems, out.tokens_BN.tolist(), out.lengths_B.tolist(),
                                   rewards.tolist()):

@@ -34,6 +34,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from ada_jax import collect, learn, sharding, train
 from ada_jax.checkpoint import Checkpointer
 from ada_jax import model as model_lib
+from ada_jax.policies import rollout
 from ada_jax.sampling import SamplingConfig, sample
 from ada_jax.tasks import PromptIterator
 from configs import base
@@ -163,7 +164,7 @@ def run_train(args) -> None:
     scorer (pairs scored) and the learner (final params)."""
     rec = {"drawn": [], "scored": [], "kept": []}
     pools, params = [], {}
-    make_pool, host_score, collect_fn, learn_fn = (collect.math_pool, collect._host_score,
+    make_pool, host_score, collect_fn, learn_fn = (rollout.math_pool, rollout.host_score,
                                                    collect.collect, learn.learn)
     next_fn, collecting = PromptIterator.__next__, [None]
 
@@ -190,7 +191,7 @@ def run_train(args) -> None:
         rec["drawn"].append([])
         collecting[0] = iterator
         out = collect_fn(ctx, params, iterator, key, state)
-        batch = out[1]
+        batch = out.batch
         rec["kept"].append({k: sharding.to_host(getattr(batch, k)).tolist() for k in (
             "tokens_BGN", "len_BG", "mask_BG", "reward_BG", "pool_n_B", "pool_pos_B")})
         return out
@@ -200,7 +201,7 @@ def run_train(args) -> None:
         params[f"step_{step + 1}"] = _flat_params(out[0])  # collective: every process gathers
         return out
 
-    collect.math_pool, collect._host_score = math_pool, recording_score
+    rollout.math_pool, rollout.host_score = math_pool, recording_score
     collect.collect, learn.learn = recording_collect, recording_learn
     PromptIterator.__next__ = recording_next
     save_fn = Checkpointer.save

@@ -1,0 +1,59 @@
+"""Reinforce-Ada-Est (adaptive.policy='est'): each prompt's sample budget from its pass-rate
+history across steps (SPEC §4), one engine call, the history updated with the step's pools.
+
+State: `state["est"]`, problem id → decayed (N_tot, N_pos); checkpointed as `est_history`.
+"""
+import numpy as np
+
+from ada_jax import objectives, sharding
+from ada_jax.policies import rollout
+
+
+def init_state(ctx, params) -> dict:
+    return {"est": {}}
+
+
+def checkpoint(state) -> dict:
+    return {"est_history": state["est"]}
+
+
+def restore(meta) -> dict:
+    return {"est": {k: tuple(v) for k, v in meta["est_history"].items()}}
+
+
+def collect(ctx, params, iterator, key, state) -> rollout.Collected:
+    """Budgets are solved over the whole batch (every process's ids, so every process alike);
+    the history is the same on every process too."""
+    c = ctx.config
+    problems = next(iterator)
+    ids = [i for part in sharding.allgather_json([p.id for p in problems]) for i in part]
+    budgets = _budgets(c, ids, state["est"])
+    got = rollout.run_engine(ctx, params, problems, key, rollout.own_share(budgets))
+    _update_history(c, ids, got.batch, state["est"])
+    got.metrics["est_budget_max"] = int(budgets.max())
+    return got
+
+
+def _budgets(config, ids, history) -> np.ndarray:
+    """Budgets of the prompts with these problem ids (the whole batch) from their history."""
+    a = config.adaptive
+    p_hat = []
+    for i in ids:
+        n_tot, n_pos = history.get(str(i), (0.0, 0.0))
+        p_hat.append((n_pos + a.est_alpha) / (n_tot + a.est_alpha + a.est_beta))
+    total = a.est_budget_per_prompt * len(ids)
+    return objectives.est_allocation(np.asarray(p_hat), total, kind=a.est_weight,
+                                     objective=config.rl.objective,
+                                     alpha=config.rl.objective_alpha, n_min=1,
+                                     n_max=4 * a.est_budget_per_prompt)
+
+
+def _update_history(config, ids, batch, history):
+    a = config.adaptive
+    n = np.asarray(batch.pool_n_B)
+    k = np.asarray(batch.pool_pos_B)
+    for i, n_t, k_t in zip(ids, n, k):
+        n_tot, n_pos = history.get(str(i), (0.0, 0.0))
+        n_tot, n_pos, _ = objectives.est_update(n_tot, n_pos, float(n_t), float(k_t),
+                                                a.est_decay, a.est_alpha, a.est_beta)
+        history[str(i)] = (float(n_tot), float(n_pos))

@@ -1,0 +1,78 @@
+"""Streaming collection (adaptive.mode='stream', over adaptive.policy 'seq' or 'uniform'): one
+persistent refill engine (`ada_jax.stream.Stream`) samples up to stream_max_lag steps ahead;
+each step admits queued prompts into its free rows, runs it until the step's groups are
+complete, and claims them.
+
+State: `state["stream"]`, the Stream (None in other modes; its engine state goes into the
+checkpoint's arrays and its table into the meta as `stream`: train.restore_checkpoint), and
+`state["pending"]`, prompts drawn but not yet admitted (checkpointed as `pending`).
+"""
+import dataclasses
+
+import jax
+
+from ada_jax import evaluate
+from ada_jax import stream as stream_lib
+from ada_jax.policies import rollout
+from ada_jax.tasks.problem import Problem
+
+_NO_PROBLEM = Problem(id=0, question="", answer="")  # reward data of a free stream row
+
+
+def make_stream(ctx, params):
+    """The persistent streaming engine of adaptive.mode='stream' (empty), or None."""
+    c = ctx.config
+    if c.adaptive.mode != "stream":
+        return None
+    B = c.rl.prompts_per_step
+    lag = c.adaptive.stream_max_lag
+    ahead = lag * B if c.adaptive.stream_ahead < 0 else c.adaptive.stream_ahead
+    return stream_lib.Stream(ctx.engine, ctx.generator, prompts=B, ahead=ahead,
+                             prompt_len=c.sampling.max_prompt_len, group=ctx.group,
+                             on_policy=c.adaptive.stream_on_policy, max_lag=lag,
+                             calls=c.rl.steps).init(
+                                 params, ctx.mesh, c.sharding_rules)
+
+
+def init_state(ctx, params) -> dict:
+    return {"stream": make_stream(ctx, params), "pending": []}
+
+
+def checkpoint(state) -> dict:
+    if state["stream"] is None:
+        return {}
+    return {"stream": state["stream"].meta(dataclasses.asdict),
+            "pending": [dataclasses.asdict(p) for p in state["pending"]]}
+
+
+def restore(meta) -> dict:
+    return {"pending": [Problem(**d) for d in meta.get("pending", [])]}
+
+
+def collect(ctx, params, iterator, key, state) -> rollout.Collected:
+    """Admit queued prompts into the stream's free rows (drawing prompt batches as needed; the
+    rest waits in state["pending"]), run it until this step's groups are complete, claim them.
+
+    On several processes each reads its own block of every batch drawn and the blocks are
+    gathered (`rollout.everyone`): every process keeps the whole table's bookkeeping alike
+    (admits, claims, checkpoint meta), while the engine state is laid out over every device and
+    each process decodes and scores the slots its own devices hold."""
+    c, s = ctx.config, state["stream"]
+    while len(state["pending"]) < s.free():
+        state["pending"] += rollout.everyone(next(iterator))
+    new, state["pending"] = state["pending"][:s.free()], state["pending"][s.free():]
+    if new:
+        toks, mask = evaluate.encode_prompts(ctx.tokenizer, new, c.task.template,
+                                             c.sampling.max_prompt_len)
+        s.admit(new, toks, mask, rollout.default_budgets(ctx, len(new)))
+    rows = [p or _NO_PROBLEM for p in s.items]
+    if ctx.math_pool is None:
+        s.run(params, key, reward_fn=ctx.reward_fn,
+              reward_data=rollout.reward_data(c, ctx.tokenizer, rows))
+    else:
+        s.run(params, key, score=rollout.host_score(ctx, [p.answer for p in rows]))
+    got = s.claim(drop_unresolved=rollout.drops_unresolved(c))
+    toks, mask = got.prompt_BP, got.mask_BP
+    if jax.process_count() > 1:  # global arrays, as run_engine's (host copies on one process)
+        toks, mask = s.place(toks), s.place(mask)
+    return rollout.Collected(got.items, got.batch, toks, mask, got.metrics)
