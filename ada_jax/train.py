@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ada_jax import adaptive, collect, evaluate, generators, learn, selection, sharding, sft
+from ada_jax import (adaptive, collect, evaluate, generators, learn, rundir, selection,
+                     sharding, sft)
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
 from ada_jax.config_check import config_changes, validate
@@ -347,21 +348,30 @@ def restore_checkpoint(ckpt: Checkpointer, trainable, opt_state, start_over: boo
 
 def train_and_evaluate(config, workdir: str) -> dict:
     """Train config.rl.steps steps (resuming the workdir's newest readable checkpoint); returns
-    the last step's metrics. The workdir's config.json is compared first (check_resume) and
-    rewritten only once every check has passed."""
+    the last step's metrics. The workdir is checked first and locked for the run's life
+    (rundir: a second run on it is refused at once); its config.json is compared
+    (check_resume) and rewritten only once every check has passed."""
     validate(config)
     if config.log.wandb:
         _wandb()  # a missing package stops the run now, not after SFT
-    created = _make_dirs(workdir)
+    rundir.check(workdir)
+    sharding.maybe_initialize_distributed(config.distributed)  # each process's lock
+    created, started = rundir.make(workdir), False
     try:
-        check_resume(config, workdir)
-        ctx, params = setup(config, workdir)
+        with rundir.lock(workdir):
+            check_resume(config, workdir)
+            ctx, params = setup(config, workdir)
+            started = True
+            return _train(ctx, params, workdir)
     except BaseException:  # e.g. a missing data file: leave no empty workdir behind
-        for d in reversed(created):
-            if os.path.isdir(d) and not os.listdir(d):
-                os.rmdir(d)
+        if not started:
+            rundir.remove_empty(created)
         raise
-    c = config
+
+
+def _train(ctx: Context, params, workdir: str) -> dict:
+    """train_and_evaluate's loop, from the restored checkpoint (if any) to config.rl.steps."""
+    c = config = ctx.config
     rows_per_step = c.rl.prompts_per_step * ctx.rows_per_prompt
     optimizer, trainable, opt_state = init_train_state(ctx, params)
     iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=c.seed,
@@ -469,16 +479,6 @@ def train_and_evaluate(config, workdir: str) -> dict:
     ckpt.close()
     writer.close()
     return met
-
-
-def _make_dirs(path: str) -> list:
-    """os.makedirs(path, exist_ok=True); returns the directories it created, outermost first."""
-    new, p = [], os.path.abspath(path)
-    while not os.path.exists(p):
-        new.append(p)
-        p = os.path.dirname(p)
-    os.makedirs(path, exist_ok=True)
-    return new[::-1]
 
 
 def cost(totals: dict) -> dict:
