@@ -12,6 +12,7 @@ length, N max new tokens.
 import dataclasses
 import json
 import logging
+import math
 import os
 import time
 from typing import Any
@@ -32,6 +33,9 @@ from ada_jax.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
+
+class Diverged(RuntimeError):
+    """optim.max_skipped_steps updates in a row were skipped: the run diverged."""
 
 
 # ----------------------------------------------------------------------------- setup
@@ -139,8 +143,9 @@ class MetricsWriter:
         if not self.active:
             return
         rec = {"step": step, **{k: v for k, v in metrics.items() if not isinstance(v, list)}}
+        line = json.dumps(strict_json(rec), sort_keys=True, allow_nan=False)
         with open(self.path, "a") as f:
-            f.write(json.dumps(rec, sort_keys=True) + "\n")
+            f.write(line + "\n")
         scalars = {k: float(v) for k, v in rec.items()
                    if k != "step" and isinstance(v, (int, float)) and np.isfinite(v)}
         if self.wandb is not None:
@@ -165,6 +170,14 @@ class MetricsWriter:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def strict_json(rec: dict) -> dict:
+    """`rec` with each non-finite number (a skipped step's NaN loss) as null, and their keys
+    under `nonfinite`: JSON has no NaN or Infinity (json.dumps writes bare NaN, which strict
+    readers such as jq or JavaScript refuse)."""
+    bad = sorted(k for k, v in rec.items() if isinstance(v, float) and not math.isfinite(v))
+    return rec if not bad else {**rec, **dict.fromkeys(bad), "nonfinite": bad}
 
 
 def _wandb():
@@ -422,7 +435,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
                    "hint_levels": state["hint"], "step": step, "totals": dict(totals),
                    **extra})
 
-    bar = _progress(c, start)
+    bar, skipped = _progress(c, start), 0  # updates skipped since the last one applied
     met = {k: v for k, v in writer.last.items() if k != "step"}  # returned if nothing is left
     with sharding.activate(ctx.mesh, c.sharding_rules):
         if start == 0 and c.eval.every:
@@ -441,7 +454,12 @@ def _train(ctx: Context, params, workdir: str) -> dict:
                                                step)
             t3 = time.perf_counter()
             if lmet["skipped"]:
-                log.warning("step %d: non-finite loss or gradient; update skipped", step)
+                skipped += 1
+            elif lmet["grad_norm"] > 0:  # an update applied (a zero gradient is no evidence)
+                skipped = 0
+            if lmet["skipped"]:
+                log.warning("step %d: update skipped (loss %g, grad_norm %g, update_ratio %g)",
+                            step + 1, lmet["loss"], lmet["grad_norm"], lmet["update_ratio"])
             met.update(lmet)
             pool_n_B = np.asarray(batch.pool_n_B)
             pass_rate_B = np.asarray(batch.pool_pos_B) / np.maximum(pool_n_B, 1)
@@ -469,6 +487,15 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             # one, and a re-run would otherwise repeat that step forever.
             if done % c.checkpoint.every == 0 or done == c.rl.steps:
                 save(done)
+            if c.optim.max_skipped_steps and skipped >= c.optim.max_skipped_steps:
+                raise Diverged(
+                    f"step {done}: {skipped} updates skipped with none applied in between "
+                    f"(non-finite loss, gradient or params, or an update over "
+                    f"optim.max_update_ratio="
+                    f"{c.optim.max_update_ratio:g} times the params: last loss "
+                    f"{lmet['loss']:g}, grad_norm {lmet['grad_norm']:g}, update_ratio "
+                    f"{lmet['update_ratio']:g}): the run diverged; lower optim.lr "
+                    f"({c.optim.lr:g}) and resume with checkpoint.allow_config_change=True")
             bar.update(1)
             bar.set_postfix(reward=f"{met['reward_mean']:.2f}",
                             eff=f"{met['effective_prompt_ratio']:.2f}",

@@ -20,7 +20,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 import ada_jax
-from ada_jax import run_config, train
+from ada_jax import run_config, sharding, train
 from ada_jax.config_check import refuse_unknown_overrides, validate
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "base.py")
@@ -34,6 +34,7 @@ _PLOTS = flags.DEFINE_bool("plots", True, "Draw plots into <workdir>/plots at th
 def main(argv):
     del argv
     ada_jax.console_logging()
+    sys.excepthook = sharding.exit_at_once  # an error is the log's last line
     config = run_config.for_workdir(_CONFIG.value, sys.argv, _WORKDIR.value)
     validate(config)  # again: command-line overrides come after get_config's check
     train.train_and_evaluate(config, _WORKDIR.value)

@@ -1,5 +1,7 @@
-"""Small shared builders for tests: tiny model configs and models."""
+"""Small shared builders for tests: tiny model configs and models, a private mount."""
 import dataclasses
+import shutil
+import subprocess
 
 from flax import nnx
 
@@ -26,3 +28,14 @@ def logit_diff_vs_hf(graphdef, params, hf_model, toks, mask):
                        attention_mask=torch.tensor(mask, dtype=torch.long),
                        position_ids=torch.tensor(pos, dtype=torch.long)).logits.numpy()
     return float(np.abs(np.asarray(ours) - ref)[mask].max()), float(np.abs(ref).max())
+
+
+def with_mount(mount: str, path, cmd: list) -> list:
+    """`cmd` run after `mount` (shell, `$0` = path) in a private user and mount namespace, as
+    the root of that namespace (a read-only or a tiny filesystem at `path` that nobody else
+    sees); the test is skipped where unshare cannot make one."""
+    if not shutil.which("unshare") or subprocess.run(["unshare", "-rm", "true"],
+                                                     capture_output=True).returncode:
+        import pytest
+        pytest.skip("unshare -rm (user and mount namespaces) is not available here")
+    return ["unshare", "-rm", "sh", "-c", f'{mount} && exec "$@"', str(path), *cmd]

@@ -3,7 +3,6 @@ cannot serve is refused before any work, naming the path and the fix."""
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -13,6 +12,7 @@ import time
 import pytest
 
 from ada_jax import rundir, sft, train
+from tests.helpers import with_mount
 from tests.test_train import _cli, _config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -100,20 +100,17 @@ def test_a_data_path_that_is_a_directory_is_named(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
 
 
-def _read_only_run(wd, *flags):
+def _read_only_run(wd):
     """scripts/train.py on a read-only workdir: as a user, a chmod 555 directory; as root
-    (whom permissions do not stop), a read-only bind mount in a private mount namespace."""
-    cmd = _cli(wd, 2, ["--config.sft.steps=10", *flags])
+    (whom permissions do not stop), a read-only bind mount."""
+    cmd = _cli(wd, 2, ["--config.sft.steps=10"])
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     if os.geteuid():
         os.chmod(wd, 0o555)
-        return subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if not shutil.which("unshare") or subprocess.run(
-            ["unshare", "-rm", "true"], capture_output=True).returncode:
-        pytest.skip("root without unshare: no read-only workdir to test")
-    script = ('mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && exec "$@"')
-    return subprocess.run(["unshare", "-rm", "sh", "-c", script, str(wd), *cmd], env=env,
-                          capture_output=True, text=True)
+    else:
+        cmd = with_mount('mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0"', wd,
+                         cmd)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True)
 
 
 def test_a_read_only_workdir_is_refused_before_sft(tmp_path):

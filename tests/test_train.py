@@ -15,6 +15,7 @@ import pytest
 from ada_jax import learn, train
 from ada_jax.checkpoint import Checkpointer
 from configs import base
+from tests.helpers import with_mount
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden", "one_step.json")
@@ -165,6 +166,22 @@ def test_resume_after_sigkill_is_bitwise_equal(tmp_path, extra):
     assert _metrics_without_timing(ref) == _metrics_without_timing(run)
 
 
+def test_a_full_disk_ends_the_log_with_the_error(tmp_path):
+    """A checkpoint save on a full disk (a 1.5 MB tmpfs): the run exits 1 and its log's last
+    line names the error. Before: about 36 'Exception ignored … Python is likely shutting
+    down' tracebacks from orbax's unfinished writes came after it."""
+    (tmp_path / "disk").mkdir()
+    wd = tmp_path / "disk" / "run"
+    out = subprocess.run(with_mount('mount -t tmpfs -o size=1500k tmpfs "$0"', tmp_path / "disk",
+                                    _cli(wd, 20)),
+                         env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True,
+                         text=True)
+    last = out.stderr.strip().splitlines()[-1]
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert last.startswith("ada_jax: the run stops: ") and "No space left on device" in last, (
+        out.stderr[-3000:])
+
+
 def _latest_step(workdir):
     d = os.path.join(workdir, "checkpoints")
     steps = [int(x) for x in os.listdir(d) if x.isdigit()] if os.path.isdir(d) else []
@@ -218,9 +235,10 @@ def test_non_finite_step_is_skipped_and_checkpointed(tmp_path):
     train.train_and_evaluate(c, wd)
     with open(os.path.join(wd, "metrics.jsonl")) as f:
         log = f.read()
-    recs = [json.loads(line) for line in log.splitlines()]
+    recs = [json.loads(line, parse_constant=_no_nan) for line in log.splitlines()]
     assert [r["skipped"] for r in recs] == [0.0, 1.0]
-    assert not np.isfinite(recs[1]["loss"])
+    assert recs[1]["loss"] is None and "loss" in recs[1]["nonfinite"]  # before: bare NaN
+    assert "nonfinite" not in recs[0]
     ckpt = Checkpointer(os.path.join(wd, "checkpoints"))
     assert ckpt.manager.all_steps() == [1, 2]
     params = [ckpt.manager.restore(s)["arrays"]["trainable"]["model"] for s in (1, 2)]
@@ -231,6 +249,31 @@ def test_non_finite_step_is_skipped_and_checkpointed(tmp_path):
     with open(os.path.join(wd, "metrics.jsonl")) as f:
         assert f.read() == log
     assert again["skipped"] == 1.0
+
+
+def _no_nan(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def test_a_diverging_run_stops_saying_so(tmp_path):
+    """lr 1e3: the first update moves the params by thousands of times their norm, every
+    logit saturates, and reward, loss and gradient sit at 0 (before: all 6 steps ran and the
+    run exited 0). Each such update is skipped; optim.max_skipped_steps in a row stop the
+    run, the params unharmed. A run at a sane lr stays far below the ratio."""
+    c = _config("grpo", **{"rl.steps": 6, "optim.lr": 1e3, "optim.warmup_steps": 0,
+                           "optim.max_skipped_steps": 3, "checkpoint.every": 1})
+    with pytest.raises(train.Diverged, match=r"3 updates skipped with none applied in between"
+                                             r" .* update_ratio \d+.*lower optim.lr \(1000\)"):
+        train.train_and_evaluate(c, str(tmp_path / "lr1e3"))
+    with open(tmp_path / "lr1e3" / "metrics.jsonl") as f:
+        recs = [json.loads(line) for line in f]
+    assert sum(r["skipped"] for r in recs) == 3 and recs[-1]["skipped"] == 1 and len(recs) < 6
+    assert all(r["update_ratio"] > 100 for r in recs if r["skipped"])
+    assert all(r["grad_norm"] == 0 for r in recs if not r["skipped"])  # no signal: no update
+    m = train.train_and_evaluate(_config("grpo", **{"rl.steps": 2, "optim.lr": 1e-2,
+                                                    "optim.warmup_steps": 0}),
+                                 str(tmp_path / "lr1e-2"))
+    assert m["skipped"] == 0 and m["update_ratio"] < 0.1, m["update_ratio"]
 
 
 def test_nan_learning_rate_update_is_skipped(tmp_path):
