@@ -9,6 +9,7 @@ Metrics go to `metrics.jsonl` and TensorBoard (`tb/`) every step; evaluation eve
 Shapes: B prompts per step, G kept samples per prompt, R = B·G training rows, P prompt
 length, N max new tokens.
 """
+import contextlib
 import dataclasses
 import json
 import logging
@@ -21,8 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ada_jax import (adaptive, collect, evaluate, generators, learn, rundir, selection,
-                     sharding, sft)
+from ada_jax import (adaptive, collect, evaluate, generators, learn, preemption, rundir,
+                     selection, sharding, sft)
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
 from ada_jax.config_check import config_changes, validate
@@ -437,7 +438,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
 
     bar, skipped = _progress(c, start), 0  # updates skipped since the last one applied
     met = {k: v for k, v in writer.last.items() if k != "step"}  # returned if nothing is left
-    with sharding.activate(ctx.mesh, c.sharding_rules):
+    with sharding.activate(ctx.mesh, c.sharding_rules), preemption.Notice() as notice, \
+            _closing(bar, ckpt, writer):
         if start == 0 and c.eval.every:
             writer.write(0, run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, 0))
                          | {f"cum_{k}": v for k, v in totals.items()} | cost(totals))
@@ -485,8 +487,13 @@ def _train(ctx: Context, params, workdir: str) -> dict:
                                      "response_length": lens})
             # Saved after a skipped (non-finite) update too: the state is the previous, finite
             # one, and a re-run would otherwise repeat that step forever.
-            if done % c.checkpoint.every == 0 or done == c.rl.steps:
+            saved = done % c.checkpoint.every == 0 or done == c.rl.steps
+            if saved:
                 save(done)
+            if notice.reached(done) and done < c.rl.steps:  # every process at this step
+                if not saved:
+                    save(done)
+                raise preemption.Preempted(done)
             if c.optim.max_skipped_steps and skipped >= c.optim.max_skipped_steps:
                 raise Diverged(
                     f"step {done}: {skipped} updates skipped with none applied in between "
@@ -502,10 +509,17 @@ def _train(ctx: Context, params, workdir: str) -> dict:
                             spp=f"{met['samples_per_prompt_mean']:.1f}",
                             **({"eval": f"{met[f'eval/avg@{c.eval.k}']:.3f}"}
                                if f"eval/avg@{c.eval.k}" in met else {}))
-    bar.close()
-    ckpt.close()
-    writer.close()
     return met
+
+
+@contextlib.contextmanager
+def _closing(*things):
+    """Close each of `things` however the block ends (a pre-emption, a divergence)."""
+    try:
+        yield
+    finally:
+        for thing in things:
+            thing.close()
 
 
 def cost(totals: dict) -> dict:

@@ -20,7 +20,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 import ada_jax
-from ada_jax import run_config, sharding, train
+from ada_jax import preemption, run_config, sharding, train
 from ada_jax.config_check import refuse_unknown_overrides, validate
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "base.py")
@@ -37,7 +37,11 @@ def main(argv):
     sys.excepthook = sharding.exit_at_once  # an error is the log's last line
     config = run_config.for_workdir(_CONFIG.value, sys.argv, _WORKDIR.value)
     validate(config)  # again: command-line overrides come after get_config's check
-    train.train_and_evaluate(config, _WORKDIR.value)
+    try:
+        train.train_and_evaluate(config, _WORKDIR.value)
+    except preemption.Preempted as e:  # saved: the same command resumes
+        print(f"ada_jax: {e}", file=sys.stderr)
+        sys.exit(preemption.EXIT_CODE)
     import jax
     if jax.process_index() != 0:  # multi-host: process 0 writes the summary and plots
         return

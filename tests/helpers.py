@@ -1,8 +1,15 @@
-"""Small shared builders for tests: tiny model configs and models, a private mount."""
+"""Small shared builders for tests: tiny model configs and models, a private mount, and
+progress-based waits on subprocesses (`watch`, `run`)."""
+import contextlib
 import dataclasses
+import os
 import shutil
+import signal
 import subprocess
+import tempfile
+import time
 
+import pytest
 from flax import nnx
 
 from ada_jax import model as model_lib
@@ -36,6 +43,47 @@ def with_mount(mount: str, path, cmd: list) -> list:
     sees); the test is skipped where unshare cannot make one."""
     if not shutil.which("unshare") or subprocess.run(["unshare", "-rm", "true"],
                                                      capture_output=True).returncode:
-        import pytest
         pytest.skip("unshare -rm (user and mount namespaces) is not available here")
     return ["unshare", "-rm", "sh", "-c", f'{mount} && exec "$@"', str(path), *cmd]
+
+
+STALL_S = 600  # a subprocess silent (no new output, no progress) this long is hung
+
+
+def watch(proc, progress, until=None, stall_s: float = STALL_S, what: str = ""):
+    """Wait for `proc` to end, or for `until()` to hold; returns proc's exit status (None when
+    `until` came first). The test fails, and proc's process group is killed, when `progress()`
+    (its output's size, the steps written so far: anything comparable) stays the same for
+    `stall_s` seconds: a hang fails however loaded the machine, a slow run does not."""
+    seen, since = progress(), time.monotonic()
+    while proc.poll() is None and not (until and until()):
+        now = progress()
+        if now != seen:
+            seen, since = now, time.monotonic()
+        elif time.monotonic() - since > stall_s:
+            with contextlib.suppress(ProcessLookupError):  # its group, if it leads one
+                if os.getpgid(proc.pid) == proc.pid:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.kill()
+            proc.wait()
+            pytest.fail(f"{what or proc.args}: no progress for {stall_s} s (a hang?)")
+        time.sleep(0.2)
+    return proc.poll()
+
+
+def run(cmd, stall_s: float = STALL_S, check: bool = False, **kwargs):
+    """subprocess.run(cmd, capture_output=True, text=True, **kwargs), failing the test when
+    the command writes nothing to stdout or stderr for `stall_s` seconds (not at a fixed
+    total: a slow machine is not a hang)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True,
+                                start_new_session=True, **kwargs)
+        rc = watch(proc, lambda: (os.fstat(out.fileno()).st_size,
+                                  os.fstat(err.fileno()).st_size), stall_s=stall_s,
+                   what=" ".join(map(str, cmd))[:200])
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(cmd, rc, out.read(), err.read())
+    if check:
+        done.check_returncode()
+    return done

@@ -3,6 +3,7 @@ corrupted checkpoints, non-finite steps skipped."""
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from ada_jax import learn, train
 from ada_jax.checkpoint import Checkpointer
 from configs import base
+from tests import helpers
 from tests.helpers import with_mount
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -164,6 +166,49 @@ def test_resume_after_sigkill_is_bitwise_equal(tmp_path, extra):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert _meta_without_timing(meta_a) == _meta_without_timing(meta_b)
     assert _metrics_without_timing(ref) == _metrics_without_timing(run)
+
+
+def _steps_written(workdir) -> list:
+    path = os.path.join(workdir, "metrics.jsonl")
+    return [json.loads(line)["step"] for line in open(path)] if os.path.exists(path) else []
+
+
+def _same_run(ref, run):
+    """Two finished runs' last checkpoints (arrays bitwise, metadata) and metrics (timing aside)
+    are equal."""
+    step_a, arrays_a, meta_a = _restore(ref)
+    step_b, arrays_b, meta_b = _restore(run)
+    assert step_a == step_b
+    for a, b in zip(jax.tree.leaves(arrays_a), jax.tree.leaves(arrays_b)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert _meta_without_timing(meta_a) == _meta_without_timing(meta_b)
+    assert _metrics_without_timing(ref) == _metrics_without_timing(run)
+
+
+@pytest.mark.slow
+def test_sigterm_saves_exits_143_and_the_same_command_resumes_bitwise(tmp_path):
+    """A pre-emption notice (SIGTERM) mid-run: the step ends, its checkpoint is saved (off the
+    checkpoint.every schedule), the run exits 143 with one line saying so, and the same
+    command completes the run bitwise equal to an unbroken one. Before: SIGTERM killed the run
+    at once and the steps since the last scheduled checkpoint were lost."""
+    steps, extra = 8, ["--config.checkpoint.every=100"]
+    env = dict(os.environ, XLA_FLAGS="--xla_backend_optimization_level=0", JAX_PLATFORMS="cpu")
+    ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
+    helpers.run(_cli(ref, steps, extra), check=True, env=env)
+    with open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen(_cli(run, steps, extra), env=env, stdout=subprocess.DEVNULL,
+                                stderr=err)
+        helpers.watch(proc, lambda: _steps_written(run), until=lambda: 2 in _steps_written(run))
+        proc.send_signal(signal.SIGTERM)
+        rc = helpers.watch(proc, lambda: _steps_written(run))
+    last = (tmp_path / "err").read_text().strip().splitlines()[-1]
+    assert rc == 143, last
+    saved = int(re.fullmatch(r"ada_jax: pre-empted: checkpoint saved at step (\d+) on every "
+                             r"process; run the same command again to resume \(exit status "
+                             r"143\)", last).group(1))
+    assert 2 <= saved < steps and _latest_step(run) == saved == _steps_written(run)[-1]
+    helpers.run(_cli(run, steps, extra), check=True, env=env)
+    _same_run(ref, run)
 
 
 def test_a_full_disk_ends_the_log_with_the_error(tmp_path):
