@@ -33,6 +33,7 @@ import ml_collections
 import pytest
 
 from ada_jax import sharding
+from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH = os.path.join(ROOT, "scripts", "launch_local.sh")
@@ -258,3 +259,56 @@ def test_bare_processes_stop_when_one_freezes(tmp_path):
     assert re.search("stopped sending heartbeats", _log(tmp_path, 0)), _logs(tmp_path)
     assert PEER_DIED.search(_log(tmp_path, 0))
     print(f"bare: process 1 frozen, process 0 exited {took:.1f} s later (heartbeat 10 s)")
+
+
+def _log_sizes(run) -> list:
+    """Progress of a job: the sizes of its processes' logs."""
+    return [p.stat().st_size for p in sorted((run / "logs").glob("*.log"))]
+
+
+def _ended(run, launcher) -> int:
+    """The launcher's exit status; no new log output for helpers.STALL_S seconds fails."""
+    try:
+        return helpers.watch(launcher, lambda: _log_sizes(run), what=_logs(run))
+    finally:
+        _stop([launcher])
+
+
+def _meta(workdir, step) -> dict:
+    """Checkpoint `step`'s metadata less the wall time and the metadata's own checksum (the
+    arrays' checksums stay: equal ones mean bitwise equal params and optimizer state)."""
+    meta = json.loads((workdir / "checkpoints" / str(step) / "meta" / "metadata").read_text())
+    meta.pop("_meta_sha256")
+    meta["totals"].pop("wall")
+    return meta
+
+
+def _metrics(workdir) -> list:
+    return [{k: v for k, v in json.loads(line).items()
+             if not k.startswith("time_") and k != "cum_wall"}
+            for line in open(workdir / "metrics.jsonl")]
+
+
+@pytest.mark.slow
+def test_a_preemption_notice_saves_on_every_process_and_resumes_bitwise(tmp_path):
+    """SIGTERM on process 1 only: JAX's preemption service tells process 0, both save the
+    checkpoint of the same step (off the checkpoint.every schedule), both say so and exit 143
+    (the launcher too); the same launch completes the run bitwise equal to an unbroken one."""
+    steps, ref, work = 8, tmp_path / "ref_work", tmp_path / "work"
+    assert _ended(tmp_path / "ref", _launch(tmp_path / "ref", ref, steps, 100)) == 0
+    launcher = _launch(tmp_path / "first", work, steps, 100)
+    _wait_for_step(tmp_path / "first", work, 2, [launcher])
+    os.kill(_task_pid(work, 1), signal.SIGTERM)
+    t = time.monotonic()
+    assert _ended(tmp_path / "first", launcher) == 143, _logs(tmp_path / "first")
+    took = time.monotonic() - t
+    said = [re.findall(r"ada_jax: pre-empted: checkpoint saved at step (\d+) on every process",
+                       _log(tmp_path / "first", i)) for i in (0, 1)]
+    assert said[0] == said[1] and len(said[0]) == 1, _logs(tmp_path / "first")
+    saved = int(said[0][0])
+    assert 2 <= saved < steps and _steps(work)[-1] == saved
+    assert sorted(os.listdir(work / "checkpoints")) == [str(saved)]
+    assert _ended(tmp_path / "again", _launch(tmp_path / "again", work, steps, 100)) == 0
+    assert _meta(work, steps) == _meta(ref, steps) and _metrics(work) == _metrics(ref)
+    print(f"2 processes: SIGTERM to process 1 after step 2, both saved step {saved} and "
+          f"exited 143 {took:.1f} s later; resumed bitwise")
