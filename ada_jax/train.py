@@ -3,8 +3,10 @@
 `train_and_evaluate(config, workdir)` resumes from the newest readable checkpoint in the
 workdir (params, optimizer, DARO weights, step, data position, Ada-Est history); the step's RNG
 is fold_in(seed, step), so a resumed run replays exactly what an uninterrupted one would.
-Metrics go to `metrics.jsonl` and TensorBoard (`tb/`) every step; evaluation every
-`eval.every` steps; checkpoints every `checkpoint.every` steps and at the end.
+Metrics go to `metrics.jsonl` (strict JSON) and TensorBoard (`tb/`) every step; evaluation
+every `eval.every` steps; checkpoints every `checkpoint.every` steps, at the end, and at a
+pre-emption notice (ada_jax.preemption). The workdir is locked for the run (ada_jax.rundir);
+a diverging run stops (`Diverged`, optim.max_skipped_steps).
 
 Shapes: B prompts per step, G kept samples per prompt, R = B·G training rows, P prompt
 length, N max new tokens.

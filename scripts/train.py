@@ -11,6 +11,10 @@ has a config.json, that is the config and `--config.x.y=…` flags go on top (ad
 
   python scripts/train.py --workdir=/tmp/grpo --config.rl.steps=200   # resume, to step 200
 
+Exit status: 0 done; 1 an error, named on the last line of the output (a diverged run too);
+143 pre-empted (SIGTERM): the checkpoint of the step is saved, and the same command resumes
+(docs/scaling.md §5e). One run per workdir: a second one is refused at once (ada_jax.rundir).
+
 Every --config field, its default and its verl / TRL name: docs/config.md.
 """
 import os
