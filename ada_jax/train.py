@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 
 class Diverged(RuntimeError):
-    """optim.max_skipped_steps updates in a row were skipped: the run diverged."""
+    """optim.max_skipped_steps updates were skipped with none applied in between."""
 
 
 # ----------------------------------------------------------------------------- setup
@@ -441,7 +441,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
     bar, skipped = _progress(c, start), 0  # updates skipped since the last one applied
     met = {k: v for k, v in writer.last.items() if k != "step"}  # returned if nothing is left
     with sharding.activate(ctx.mesh, c.sharding_rules), preemption.Notice() as notice, \
-            _closing(bar, ckpt, writer):
+            contextlib.closing(writer), contextlib.closing(ckpt), contextlib.closing(bar):
         if start == 0 and c.eval.every:
             writer.write(0, run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, 0))
                          | {f"cum_{k}": v for k, v in totals.items()} | cost(totals))
@@ -459,11 +459,10 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             t3 = time.perf_counter()
             if lmet["skipped"]:
                 skipped += 1
-            elif lmet["grad_norm"] > 0:  # an update applied (a zero gradient is no evidence)
-                skipped = 0
-            if lmet["skipped"]:
                 log.warning("step %d: update skipped (loss %g, grad_norm %g, update_ratio %g)",
                             step + 1, lmet["loss"], lmet["grad_norm"], lmet["update_ratio"])
+            elif lmet["grad_norm"] > 0:  # an update applied (a zero gradient is no evidence)
+                skipped = 0
             met.update(lmet)
             pool_n_B = np.asarray(batch.pool_n_B)
             pass_rate_B = np.asarray(batch.pool_pos_B) / np.maximum(pool_n_B, 1)
@@ -500,11 +499,11 @@ def _train(ctx: Context, params, workdir: str) -> dict:
                 raise Diverged(
                     f"step {done}: {skipped} updates skipped with none applied in between "
                     f"(non-finite loss, gradient or params, or an update over "
-                    f"optim.max_update_ratio="
-                    f"{c.optim.max_update_ratio:g} times the params: last loss "
-                    f"{lmet['loss']:g}, grad_norm {lmet['grad_norm']:g}, update_ratio "
-                    f"{lmet['update_ratio']:g}): the run diverged; lower optim.lr "
-                    f"({c.optim.lr:g}) and resume with checkpoint.allow_config_change=True")
+                    f"optim.max_update_ratio={c.optim.max_update_ratio:g} times the params; "
+                    f"last loss {lmet['loss']:g}, grad_norm {lmet['grad_norm']:g}, "
+                    f"update_ratio {lmet['update_ratio']:g}): the run diverged. Lower "
+                    f"optim.lr ({c.optim.lr:g}) and resume with "
+                    f"--config.checkpoint.allow_config_change=True")
             bar.update(1)
             bar.set_postfix(reward=f"{met['reward_mean']:.2f}",
                             eff=f"{met['effective_prompt_ratio']:.2f}",
@@ -512,16 +511,6 @@ def _train(ctx: Context, params, workdir: str) -> dict:
                             **({"eval": f"{met[f'eval/avg@{c.eval.k}']:.3f}"}
                                if f"eval/avg@{c.eval.k}" in met else {}))
     return met
-
-
-@contextlib.contextmanager
-def _closing(*things):
-    """Close each of `things` however the block ends (a pre-emption, a divergence)."""
-    try:
-        yield
-    finally:
-        for thing in things:
-            thing.close()
 
 
 def cost(totals: dict) -> dict:

@@ -50,31 +50,52 @@ def with_mount(mount: str, path, cmd: list) -> list:
 STALL_S = 600  # a subprocess silent (no new output, no progress) this long is hung
 
 
-def watch(proc, progress, until=None, stall_s: float = STALL_S, what: str = ""):
+def watch(proc, progress, until=None, stall_s: float = STALL_S, what=""):
     """Wait for `proc` to end, or for `until()` to hold; returns proc's exit status (None when
-    `until` came first). The test fails, and proc's process group is killed, when `progress()`
-    (its output's size, the steps written so far: anything comparable) stays the same for
-    `stall_s` seconds: a hang fails however loaded the machine, a slow run does not."""
+    `until` came first). The test fails when `progress()` (its output's size, the steps
+    written so far: anything comparable) stays the same for `stall_s` seconds: a hang fails
+    however loaded the machine, a slow run does not. Then proc (and its process group, if it
+    leads one: a launcher stops its tasks on SIGTERM) is stopped, and the failure says `what`
+    (text, or a function giving it then: e.g. the processes' logs)."""
     seen, since = progress(), time.monotonic()
     while proc.poll() is None and not (until and until()):
         now = progress()
         if now != seen:
             seen, since = now, time.monotonic()
         elif time.monotonic() - since > stall_s:
-            with contextlib.suppress(ProcessLookupError):  # its group, if it leads one
-                if os.getpgid(proc.pid) == proc.pid:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.kill()
-            proc.wait()
-            pytest.fail(f"{what or proc.args}: no progress for {stall_s} s (a hang?)")
+            stop(proc)
+            text = what() if callable(what) else what or proc.args
+            pytest.fail(f"no progress for {stall_s} s (a hang?): {text}")
         time.sleep(0.2)
     return proc.poll()
+
+
+def stop(*procs) -> None:
+    """End these processes and what they started: SIGTERM (and SIGCONT: a frozen one takes
+    it) to each one's process group where it leads one (a launcher stops its tasks on
+    SIGTERM), else to it; SIGKILL to those still running 15 s later."""
+    def signal_all(sigs, ps):
+        for p in ps:
+            for sig in sigs:
+                with contextlib.suppress(ProcessLookupError):
+                    if os.getpgid(p.pid) == p.pid:
+                        os.killpg(p.pid, sig)
+                    else:
+                        p.send_signal(sig)
+    signal_all((signal.SIGTERM, signal.SIGCONT), procs)
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            signal_all((signal.SIGKILL,), [p])
+            p.wait()
 
 
 def run(cmd, stall_s: float = STALL_S, check: bool = False, **kwargs):
     """subprocess.run(cmd, capture_output=True, text=True, **kwargs), failing the test when
     the command writes nothing to stdout or stderr for `stall_s` seconds (not at a fixed
-    total: a slow machine is not a hang)."""
+    total: a slow machine is not a hang), or with `check` when it exits non-zero (with the
+    end of its stderr)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True,
                                 start_new_session=True, **kwargs)
@@ -84,6 +105,6 @@ def run(cmd, stall_s: float = STALL_S, check: bool = False, **kwargs):
         out.seek(0)
         err.seek(0)
         done = subprocess.CompletedProcess(cmd, rc, out.read(), err.read())
-    if check:
-        done.check_returncode()
+    if check and rc:
+        pytest.fail(f"{' '.join(map(str, cmd))[:300]} exited with {rc}:\n{done.stderr[-3000:]}")
     return done

@@ -15,6 +15,7 @@ from ada_jax.rewards.embedded import encode_answers, score_text, score_tokens, t
 from ada_jax.rewards.math_verifier import MathVerifierPool, last_boxed, math_verify_check
 from ada_jax.tasks.embedded import EmbeddedSource
 from ada_jax.tokenizer import SentencePieceTokenizer
+from tests import helpers
 
 TOK = SentencePieceTokenizer()
 SCORE = jax.jit(token_scorer(TOK))
@@ -403,7 +404,6 @@ GUARD_REFUSES = [  # sympify(text) under the guard: each must raise, none may to
 def test_eval_guard_lets_only_literals_through(tmp_path):
     """In a worker process sympy's eval is replaced: literals and sympy's own lazily imported
     modules (simplify() pulls in sympy.physics.units) work, code does not run."""
-    import subprocess
     import sys
     flag = tmp_path / "ran"
     code = (
@@ -421,10 +421,10 @@ def test_eval_guard_lets_only_literals_through(tmp_path):
         "    except ValueError as e:\n        assert 'refuses' in str(e), (text, e)\n"
         "    else:\n        raise SystemExit(f'sympify evaluated {text}')\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+    helpers.run([sys.executable, "-c", code], check=True, cwd=root)
     assert not flag.exists()
     # Without the pre-imports, sympy's lazy import of sympy.physics.units runs under the guard.
     code = ("import ada_jax.rewards.math_verifier as mv\n"
             "mv._PRELOAD = ()\n"
             "assert mv.math_verify_check('(x+1)^2', 'x^2+2x+1', 5)\n")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+    helpers.run([sys.executable, "-c", code], check=True, cwd=root)

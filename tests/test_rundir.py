@@ -12,7 +12,7 @@ import time
 import pytest
 
 from ada_jax import rundir, sft, train
-from tests.helpers import with_mount
+from tests import helpers
 from tests.test_train import _cli, _config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,10 +36,9 @@ def test_a_second_run_on_a_live_workdir_is_refused(tmp_path, caplog):
     first = subprocess.Popen(_cli(wd, 50), env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
     try:
-        t = time.monotonic()
-        while _holder(wd / "run.lock").get("pid") != first.pid:
-            assert first.poll() is None and time.monotonic() - t < 600, "no lock taken"
-            time.sleep(0.1)
+        assert helpers.watch(first, lambda: os.path.exists(wd / "run.lock"),
+                             until=lambda: _holder(wd / "run.lock").get("pid") == first.pid,
+                             what="the first run's lock") is None
         holder = _holder(wd / "run.lock")
         t = time.monotonic()
         with pytest.raises(rundir.Busy) as e:
@@ -108,9 +107,9 @@ def _read_only_run(wd):
     if os.geteuid():
         os.chmod(wd, 0o555)
     else:
-        cmd = with_mount('mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0"', wd,
-                         cmd)
-    return subprocess.run(cmd, env=env, capture_output=True, text=True)
+        cmd = helpers.with_mount(
+            'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0"', wd, cmd)
+    return helpers.run(cmd, env=env)
 
 
 def test_a_read_only_workdir_is_refused_before_sft(tmp_path):
