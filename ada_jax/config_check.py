@@ -49,12 +49,13 @@ _NON_NEGATIVE_INTS = (  # step counts and cadences (0 = none / off), counts
     "optim.warmup_steps", "sft.steps", "sft.warmup_steps", "sft.checkpoint_every", "eval.every",
     "eval.train_prompts", "eval.every_cost", "rl.cost_budget",
     "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg", "rl.daro_buckets",
+    "optim.max_skipped_steps",
 )
 _NON_NEGATIVE = (
     "sampling.temperature", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",
     "adaptive.overcommit", "sampling.prefill_chunk", "optim.daro_lr",
     "sampling.eval_temperature", "optim.weight_decay", "loss.dual_clip", "adaptive.gvm_alpha",
-    "adaptive.gvm_beta",
+    "adaptive.gvm_beta", "optim.max_update_ratio",
 )
 # Finite and > 0. optim.grad_clip = 0 is not "off": every update is clipped to 0 (NaN at a zero
 # gradient); optim.eps = 0 divides 0 by 0 where a gradient is 0.
@@ -302,7 +303,7 @@ def check_task(config) -> None:
 # step computes (or the shapes of the saved arrays), so a changed value is refused.
 RESUMABLE = ("rl.steps", "rl.cost_budget", "eval.every", "eval.every_cost", "checkpoint", "log", "mesh", "distributed",
              "sharding_rules", "model.remat", "rl.microbatches", "sampling.prefill_chunk",
-             "task.verifier_workers")
+             "task.verifier_workers", "optim.max_update_ratio", "optim.max_skipped_steps")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:

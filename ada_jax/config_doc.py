@@ -210,6 +210,12 @@ FIELDS = {
     "optim.b2": ("Adam beta2", "actor.optim.betas[1] / adam_beta2"),
     "optim.eps": ("Adam epsilon", "— / adam_epsilon"),
     "optim.daro_lr": ("DARO weights' learning rate (0 = optim.lr)", "—"),
+    "optim.max_update_ratio": ("skip an update larger than this times the params (in norm; "
+                               "a diverging lr; 0 = never)", "—"),
+    "optim.max_skipped_steps": ("stop the run (exit 1) after this many skipped updates with none "
+                                "applied in between (non-finite or oversized: divergence; 0 = "
+                                "never)",
+                                "—"),
     # SFT warm start
     "sft.steps": ("warm-start SFT steps before RL (0 = none)", "— / SFTConfig.max_steps"),
     "sft.batch_size": ("SFT batch size", "— / SFTConfig.per_device_train_batch_size"),

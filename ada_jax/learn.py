@@ -111,8 +111,10 @@ def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params):
 
 
 def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int):
-    """Jitted PPO minibatch update over {model, daro} params; skips non-finite steps."""
+    """Jitted PPO minibatch update over {model, daro} params; skips a non-finite update, or
+    one larger than optim.max_update_ratio times the params (in norm)."""
     l, rl = config.loss, config.rl
+    max_ratio = config.optim.get("max_update_ratio", 0.0)
     temperature = max(config.sampling.temperature, 1e-6)
     N = config.sampling.max_new_tokens
 
@@ -190,14 +192,19 @@ def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int)
         gnorm = global_norm(grads)
         updates, new_opt = optimizer.update(grads, opt_state, trainable)
         new = optax.apply_updates(trainable, updates)
+        # The update's size against the params': a diverging lr (1e3) moves them by thousands
+        # of times their norm, after which every logit saturates and learning stops.
+        ratio = global_norm(updates) / jnp.maximum(global_norm(trainable), 1e-12)
         # The new params too: a finite gradient times a NaN / inf learning rate is not finite.
-        finite = jnp.isfinite(loss) & jnp.isfinite(gnorm) & jnp.all(
+        ok = jnp.isfinite(loss) & jnp.isfinite(gnorm) & jnp.all(
             jnp.stack([jnp.isfinite(x).all() for x in jax.tree.leaves(new)]))
-        keep = lambda a, b: jnp.where(finite, a, b)  # noqa: E731
+        if max_ratio > 0:
+            ok &= ratio <= max_ratio
+        keep = lambda a, b: jnp.where(ok, a, b)  # noqa: E731
         trainable = jax.tree.map(keep, new, trainable)
         opt_state = jax.tree.map(keep, new_opt, opt_state)
-        return trainable, opt_state, dict(met, loss=loss, grad_norm=gnorm,
-                                          skipped=(~finite).astype(jnp.float32))
+        return trainable, opt_state, dict(met, loss=loss, grad_norm=gnorm, update_ratio=ratio,
+                                          skipped=(~ok).astype(jnp.float32))
 
     return train_step
 

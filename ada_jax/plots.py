@@ -7,8 +7,10 @@ import numpy as np
 
 
 def load_metrics(workdir: str) -> list[dict]:
+    """metrics.jsonl's records, each non-finite number (null, listed under `nonfinite`) as NaN."""
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        recs = [json.loads(line) for line in f if line.strip()]
+    return [{**r, **dict.fromkeys(r.get("nonfinite", ()), float("nan"))} for r in recs]
 
 
 def _series(records, key, x="step"):

@@ -17,7 +17,6 @@ SFT resumes where it stopped, bitwise equal to an uninterrupted one; the progres
 the base is saved.
 """
 import contextlib
-import fcntl
 import functools
 import hashlib
 import json
@@ -31,7 +30,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ada_jax import evaluate, sharding
+from ada_jax import evaluate, rundir, sharding
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import CheckpointMismatch, Checkpointer, abstract_like
 from ada_jax.tasks import PromptIterator, families, is_embedded, load_split
@@ -275,25 +274,14 @@ def load_base(config, workdir: str, mesh, tokenizer):
         return train_base(config, out_dir, mesh, tokenizer, init=(graphdef, params))
 
 
-@contextlib.contextmanager
 def _exclusive(path):
-    """Hold an exclusive lock on `<path>.lock` (one process only: the processes of one
-    multi-process job each run SFT's collectives, so none may wait for another; None: no
-    lock)."""
+    """Hold `<path>.lock`, waiting for another run that holds it (rundir.hold); one process
+    only: the processes of one multi-process job each run SFT's collectives, so none may wait
+    for another (None: no lock)."""
     if path is None or jax.process_count() > 1:
-        yield
-        return
+        return contextlib.nullcontext()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(f"{path}.lock", "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("another run is training the base in %s: waiting for it", path)
-            fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return rundir.hold(f"{path}.lock", wait=True, what=f"the SFT base {path}")
 
 
 def _load_hf(config, mesh):

@@ -55,7 +55,7 @@ def maybe_initialize_distributed(dist_config) -> None:
             kwargs[arg] = seconds
     jax.distributed.initialize(**kwargs)  # no address: auto-detect on TPU pods / SLURM
     if jax.process_count() > 1:
-        sys.excepthook = _exit_at_once
+        sys.excepthook = exit_at_once
     log.info("jax.distributed: process %d of %d, %d local / %d global devices",
                  jax.process_index(), jax.process_count(), jax.local_device_count(),
                  jax.device_count())
@@ -69,21 +69,26 @@ _TIMEOUTS = {"initialization_timeout_s": "initialization_timeout",
 _PEER_GONE = ("gloo", "nccl", "connection", "socket", "broken pipe", "unavailable")
 
 
-def _exit_at_once(*exc_info) -> None:
-    """Uncaught exception on one of several processes: print it, say what it means, and exit
-    now. A normal exit would wait (minutes) at JAX's shutdown barrier for peers that wait on
-    this process; exiting lets the launcher (srun, launch_local.sh) stop the others, and a
-    peer blocked in a collective with this process fails at once (its connection closes)."""
+def exit_at_once(*exc_info) -> None:
+    """sys.excepthook of a run (scripts/train.py; maybe_initialize_distributed on several
+    processes): print the uncaught exception, end with one line saying what it means, and exit
+    1 now. A normal exit would print unrelated noise after the error (on a full disk, dozens of
+    orbax's unfinished writes: 'Exception ignored … Python is likely shutting down'), and on
+    several processes wait (minutes) at JAX's shutdown barrier for peers that wait on this
+    process; exiting lets the launcher (srun, launch_local.sh) stop the others, and a peer
+    blocked in a collective with this process fails at once (its connection closes)."""
     sys.__excepthook__(*exc_info)
-    text = str(exc_info[1]).lower()
-    if isinstance(exc_info[1], jax.errors.JaxRuntimeError) and any(w in text for w in _PEER_GONE):
+    text = str(exc_info[1])
+    if isinstance(exc_info[1], jax.errors.JaxRuntimeError) and any(
+            w in text.lower() for w in _PEER_GONE):
         why = ("a collective with the other processes failed, most likely because another "
                "process died (see its log). Run the same command again to resume from the last "
                "checkpoint.")
     else:
-        why = f"the {exc_info[0].__name__} above."
-    print(f"ada_jax: process {jax.process_index()} of {jax.process_count()} stops, and with it "
-          f"the job: {why}", file=sys.stderr)
+        why = exc_info[0].__name__ + (f": {text.splitlines()[0]}" if text else "")
+    who = (f"process {jax.process_index()} of {jax.process_count()} stops, and with it the job"
+           if jax.process_count() > 1 else "the run stops")
+    print(f"ada_jax: {who}: {why}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(1)

@@ -3,16 +3,20 @@
 `train_and_evaluate(config, workdir)` resumes from the newest readable checkpoint in the
 workdir (params, optimizer, DARO weights, step, data position, Ada-Est history); the step's RNG
 is fold_in(seed, step), so a resumed run replays exactly what an uninterrupted one would.
-Metrics go to `metrics.jsonl` and TensorBoard (`tb/`) every step; evaluation every
-`eval.every` steps and on the `eval.every_cost` grid; checkpoints every `checkpoint.every`
-steps and at the end: `rl.steps`, or the step that spends `rl.cost_budget`.
+Metrics go to `metrics.jsonl` (strict JSON) and TensorBoard (`tb/`) every step; evaluation
+every `eval.every` steps and on the `eval.every_cost` grid; checkpoints every
+`checkpoint.every` steps, at the end (`rl.steps`, or the step that spends `rl.cost_budget`),
+and at a pre-emption notice (ada_jax.preemption). The workdir is locked for the run
+(ada_jax.rundir); a diverging run stops (`Diverged`, optim.max_skipped_steps).
 
 Shapes: B prompts per step, G kept samples per prompt, R = B·G training rows, P prompt
 length, N max new tokens.
 """
+import contextlib
 import dataclasses
 import json
 import logging
+import math
 import os
 import time
 from typing import Any
@@ -21,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ada_jax import adaptive, collect, evaluate, generators, learn, selection, sharding, sft
+from ada_jax import (adaptive, collect, evaluate, generators, learn, preemption, rundir,
+                     selection, sharding, sft)
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
 from ada_jax.config_check import config_changes, validate
@@ -33,6 +38,9 @@ from ada_jax.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
+
+class Diverged(RuntimeError):
+    """optim.max_skipped_steps updates were skipped with none applied in between."""
 
 
 # ----------------------------------------------------------------------------- setup
@@ -140,8 +148,9 @@ class MetricsWriter:
         if not self.active:
             return
         rec = {"step": step, **{k: v for k, v in metrics.items() if not isinstance(v, list)}}
+        line = json.dumps(strict_json(rec), sort_keys=True, allow_nan=False)
         with open(self.path, "a") as f:
-            f.write(json.dumps(rec, sort_keys=True) + "\n")
+            f.write(line + "\n")
         scalars = {k: float(v) for k, v in rec.items()
                    if k != "step" and isinstance(v, (int, float)) and np.isfinite(v)}
         if self.wandb is not None:
@@ -166,6 +175,14 @@ class MetricsWriter:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def strict_json(rec: dict) -> dict:
+    """`rec` with each non-finite number (a skipped step's NaN loss) as null, and their keys
+    under `nonfinite`: JSON has no NaN or Infinity (json.dumps writes bare NaN, which strict
+    readers such as jq or JavaScript refuse)."""
+    bad = sorted(k for k, v in rec.items() if isinstance(v, float) and not math.isfinite(v))
+    return rec if not bad else {**rec, **dict.fromkeys(bad), "nonfinite": bad}
 
 
 def _wandb():
@@ -350,21 +367,30 @@ def restore_checkpoint(ckpt: Checkpointer, trainable, opt_state, start_over: boo
 
 def train_and_evaluate(config, workdir: str) -> dict:
     """Train config.rl.steps steps (resuming the workdir's newest readable checkpoint); returns
-    the last step's metrics. The workdir's config.json is compared first (check_resume) and
-    rewritten only once every check has passed."""
+    the last step's metrics. The workdir is checked first and locked for the run's life
+    (rundir: a second run on it is refused at once); its config.json is compared
+    (check_resume) and rewritten only once every check has passed."""
     validate(config)
     if config.log.wandb:
         _wandb()  # a missing package stops the run now, not after SFT
-    created = _make_dirs(workdir)
+    rundir.check(workdir)
+    sharding.maybe_initialize_distributed(config.distributed)  # each process's lock
+    created, started = rundir.make(workdir), False
     try:
-        check_resume(config, workdir)
-        ctx, params = setup(config, workdir)
+        with rundir.lock(workdir):
+            check_resume(config, workdir)
+            ctx, params = setup(config, workdir)
+            started = True
+            return _train(ctx, params, workdir)
     except BaseException:  # e.g. a missing data file: leave no empty workdir behind
-        for d in reversed(created):
-            if os.path.isdir(d) and not os.listdir(d):
-                os.rmdir(d)
+        if not started:
+            rundir.remove_empty(created)
         raise
-    c = config
+
+
+def _train(ctx: Context, params, workdir: str) -> dict:
+    """train_and_evaluate's loop, from the restored checkpoint (if any) to config.rl.steps."""
+    c = config = ctx.config
     rows_per_step = c.rl.prompts_per_step * ctx.rows_per_prompt
     optimizer, trainable, opt_state = init_train_state(ctx, params)
     iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=c.seed,
@@ -409,9 +435,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
                   {"iterator": sharding.allgather_json(iterator.state()),
                    **collect.checkpoint(state), "step": step, "totals": dict(totals)})
 
-    bar = _progress(c, start)
+    bar, skipped = _progress(c, start), 0  # updates skipped since the last one applied
     met = {k: v for k, v in writer.last.items() if k != "step"}  # returned if nothing is left
-    with sharding.activate(ctx.mesh, c.sharding_rules):
+    with sharding.activate(ctx.mesh, c.sharding_rules), preemption.Notice() as notice, \
+            contextlib.closing(writer), contextlib.closing(ckpt), contextlib.closing(bar):
         if start == 0 and (c.eval.every or c.eval.every_cost):
             writer.write(0, run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, 0))
                          | {f"cum_{k}": v for k, v in totals.items()} | cost(totals))
@@ -430,7 +457,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
                                                step)
             t3 = time.perf_counter()
             if lmet["skipped"]:
-                log.warning("step %d: non-finite loss or gradient; update skipped", step)
+                skipped += 1
+                log.warning("step %d: update skipped (loss %g, grad_norm %g, update_ratio %g)",
+                            step + 1, lmet["loss"], lmet["grad_norm"], lmet["update_ratio"])
+            elif lmet["grad_norm"] > 0:  # an update applied (a zero gradient is no evidence)
+                skipped = 0
             met.update(lmet)
             pool_n_B = np.asarray(batch.pool_n_B)
             pass_rate_B = np.asarray(batch.pool_pos_B) / np.maximum(pool_n_B, 1)
@@ -458,8 +489,22 @@ def train_and_evaluate(config, workdir: str) -> dict:
                                      "response_length": lens})
             # Saved after a skipped (non-finite) update too: the state is the previous, finite
             # one, and a re-run would otherwise repeat that step forever.
-            if done % c.checkpoint.every == 0 or last:
+            saved = done % c.checkpoint.every == 0 or last
+            if saved:
                 save(done)
+            if notice.reached(done) and not last:  # every process at this step
+                if not saved:
+                    save(done)
+                raise preemption.Preempted(done)
+            if c.optim.max_skipped_steps and skipped >= c.optim.max_skipped_steps:
+                raise Diverged(
+                    f"step {done}: {skipped} updates skipped with none applied in between "
+                    f"(non-finite loss, gradient or params, or an update over "
+                    f"optim.max_update_ratio={c.optim.max_update_ratio:g} times the params; "
+                    f"last loss {lmet['loss']:g}, grad_norm {lmet['grad_norm']:g}, "
+                    f"update_ratio {lmet['update_ratio']:g}): the run diverged. Lower "
+                    f"optim.lr ({c.optim.lr:g}) and resume with "
+                    f"--config.checkpoint.allow_config_change=True")
             bar.update(1)
             bar.set_postfix(reward=f"{met['reward_mean']:.2f}",
                             eff=f"{met['effective_prompt_ratio']:.2f}",
@@ -468,20 +513,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
                                if f"eval/avg@{c.eval.k}" in met else {}))
             if last:
                 break
-    bar.close()
-    ckpt.close()
-    writer.close()
     return met
-
-
-def _make_dirs(path: str) -> list:
-    """os.makedirs(path, exist_ok=True); returns the directories it created, outermost first."""
-    new, p = [], os.path.abspath(path)
-    while not os.path.exists(p):
-        new.append(p)
-        p = os.path.dirname(p)
-    os.makedirs(path, exist_ok=True)
-    return new[::-1]
 
 
 def cost(totals: dict) -> dict:

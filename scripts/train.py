@@ -11,6 +11,10 @@ has a config.json, that is the config and `--config.x.y=…` flags go on top (ad
 
   python scripts/train.py --workdir=/tmp/grpo --config.rl.steps=200   # resume, to step 200
 
+Exit status: 0 done; 1 an error, named on the last line of the output (a diverged run too);
+143 pre-empted (SIGTERM): the checkpoint of the step is saved, and the same command resumes
+(docs/scaling.md §5e). One run per workdir: a second one is refused at once (ada_jax.rundir).
+
 Every --config field, its default and its verl / TRL name: docs/config.md.
 """
 import os
@@ -20,7 +24,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 import ada_jax
-from ada_jax import run_config, train
+from ada_jax import preemption, run_config, sharding, train
 from ada_jax.config_check import refuse_unknown_overrides, validate
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "base.py")
@@ -34,9 +38,14 @@ _PLOTS = flags.DEFINE_bool("plots", True, "Draw plots into <workdir>/plots at th
 def main(argv):
     del argv
     ada_jax.console_logging()
+    sys.excepthook = sharding.exit_at_once  # an error is the log's last line
     config = run_config.for_workdir(_CONFIG.value, sys.argv, _WORKDIR.value)
     validate(config)  # again: command-line overrides come after get_config's check
-    train.train_and_evaluate(config, _WORKDIR.value)
+    try:
+        train.train_and_evaluate(config, _WORKDIR.value)
+    except preemption.Preempted as e:  # saved: the same command resumes
+        print(f"ada_jax: {e}", file=sys.stderr)
+        sys.exit(preemption.EXIT_CODE)
     import jax
     if jax.process_index() != 0:  # multi-host: process 0 writes the summary and plots
         return

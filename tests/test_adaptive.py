@@ -3,7 +3,6 @@ import dataclasses
 import json
 import math
 import os
-import subprocess
 import sys
 
 import jax
@@ -19,6 +18,7 @@ from ada_jax import model as model_lib
 from ada_jax import sampling, selection
 from ada_jax import train
 from configs import base
+from tests import helpers
 from tests.helpers import tiny_model
 
 GEN = generators.BernoulliGenerator()
@@ -458,13 +458,13 @@ def test_kept_metrics_shares_sum_to_one_with_dropped_groups():
 def test_bench_adaptive_full_path_prints_json():
     """The documented full run (frontier, both GRPO-n4 variants, memory) at a toy size."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run(
+    out = helpers.run(
         [sys.executable, os.path.join(root, "scripts", "bench_adaptive.py"), "--prompts", "4",
          "--ratios", "1", "--reps", "1", "--new_tokens", "4", "--frontier", "1",
          "--overcommits", "0.75", "--memory_nmax", "32", "--stream_ratios", "2,4",
          "--stream_steps", "1", "--stream_frontier", "2", "--stream_lags", "2",
          "--stream_overcommits", "0.5"],
-        capture_output=True, text=True, cwd=root, timeout=600)
+        cwd=root)
     assert out.returncode == 0, out.stderr[-3000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert [f["overcommit"] for f in res["frontier"]] == [0.75]

@@ -1,7 +1,6 @@
 """Config: variants, command-line overrides, and errors that name the field."""
 import os
 import re
-import subprocess
 import sys
 
 import pytest
@@ -10,6 +9,7 @@ from ml_collections import config_flags
 
 from ada_jax.config_check import validate
 from configs import base
+from tests import helpers
 
 
 @pytest.mark.parametrize("model", sorted(base.MODELS))
@@ -139,9 +139,9 @@ def test_unknown_command_line_field_is_named(script):
     """--config.rl.nn=3: an error naming the field and config.rl's fields (before: a traceback
     ending in a bare AttributeError: 'nn'), before anything runs, in every entry script."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, os.path.join(root, "scripts", script),
-                          "--config.rl.nn=3", "--workdir=/nonexistent/never"],
-                         capture_output=True, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    out = helpers.run([sys.executable, os.path.join(root, "scripts", script),
+                       "--config.rl.nn=3", "--workdir=/nonexistent/never"],
+                      env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert out.returncode != 0
     assert "config.rl.nn" in out.stderr and "minibatches" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr

@@ -10,6 +10,7 @@ from ada_jax.tasks import families as F
 from ada_jax.tasks import load_split
 from ada_jax.tokenizer import ASSET_MODELS, SentencePieceTokenizer, load_tokenizer
 from configs.base import get_config
+from tests import helpers
 
 
 def _tokenizer():
@@ -154,12 +155,11 @@ def test_eval_questions_are_distinct_and_bounded():
 def _run(script, tmp_path, *args):
     """A script of scripts/ as a user runs it: one CPU device, full XLA optimisation."""
     import os
-    import subprocess
     import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
-    subprocess.run([sys.executable, os.path.join(root, "scripts", script), *args], check=True,
-                   env=env, cwd=root, timeout=1800, stdout=subprocess.DEVNULL)
+    helpers.run([sys.executable, os.path.join(root, "scripts", script), *args], check=True,
+                env=env, cwd=root)
 
 
 @pytest.mark.slow

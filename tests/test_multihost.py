@@ -24,6 +24,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests import helpers
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH = os.path.join(ROOT, "scripts", "launch_local.sh")
 WORKER = os.path.join(ROOT, "tests", "multihost_worker.py")
@@ -32,26 +34,25 @@ FAST_COMPILE = "--xla_backend_optimization_level=0"
 BATCH = 8  # prompts per step (tests/multihost_worker.py: train_config)
 
 
-def launch(n: int, run_dir, *args, timeout: int = 600):
+def launch(n: int, run_dir, *args):
     """scripts/launch_local.sh n … tests/multihost_worker.py *args, 8/n CPU devices each;
-    returns run_dir/out. A failure shows every process's log."""
+    returns run_dir/out. A failure, or no new log output for helpers.STALL_S seconds (a hang),
+    shows every process's log."""
     logs = run_dir / "logs"
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT, LAUNCH_LOG_DIR=str(logs),
                XLA_FLAGS=f"--xla_force_host_platform_device_count={8 // n} {FAST_COMPILE}")
     env.pop("JAX_COORDINATOR_PORT", None)
     proc = subprocess.Popen(["bash", LAUNCH, str(n), sys.executable, WORKER, *args,
                              f"--out={run_dir / 'out'}"], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        rc = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.terminate()  # the launcher stops its processes
-        rc = proc.wait()
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    text = lambda: "\n".join(f"--- {p.name}\n" + "".join(  # noqa: E731
+        line for line in p.read_text(errors="replace").splitlines(True)
+        if "[Gloo]" not in line)[-3000:] for p in sorted(logs.glob("*.log")))
+    rc = helpers.watch(proc, lambda: [p.stat().st_size for p in logs.glob("*.log")],
+                       what=lambda: f"{n} processes (launch_local.sh)\n" + text())
     if rc:
-        text = [f"--- {p.name}\n" + "".join(
-                    line for line in p.read_text(errors="replace").splitlines(True)
-                    if "[Gloo]" not in line)[-3000:] for p in sorted(logs.glob("*.log"))]
-        pytest.fail(f"{n} processes: launch_local.sh exited with {rc}\n" + "\n".join(text))
+        pytest.fail(f"{n} processes: launch_local.sh exited with {rc}\n" + text())
     return run_dir / "out"
 
 

@@ -18,7 +18,6 @@ Fast: the survivor's message, and the timeout fields checked before jax.distribu
 
 The measured times are printed (pytest -s) and recorded in docs/scaling.md §5f-5g.
 """
-import contextlib
 import json
 import os
 import re
@@ -33,6 +32,7 @@ import ml_collections
 import pytest
 
 from ada_jax import sharding
+from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAUNCH = os.path.join(ROOT, "scripts", "launch_local.sh")
@@ -96,32 +96,30 @@ def _logs(run) -> str:
         if "[Gloo]" not in line)[-3000:] for p in sorted((run / "logs").glob("*.log")))
 
 
+def _log_sizes(run) -> list:
+    """Progress of a job: the sizes of its processes' logs."""
+    return [p.stat().st_size for p in sorted((run / "logs").glob("*.log"))]
+
+
 def _log(run, i: int) -> str:
     return (run / "logs" / f"process_{i}.log").read_text(errors="replace")
 
 
-def _stop(procs) -> None:
-    """End these processes and what they started (each leads its own process group; the
-    launcher stops its tasks on SIGTERM)."""
-    for p in procs:
-        for sig in (signal.SIGTERM, signal.SIGCONT):  # SIGCONT: a frozen one takes the TERM
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, sig)
-    for p in procs:
+def _wait(run, procs, timeout=None) -> list:
+    """Exit statuses. With `timeout` (a bound the test asserts: seconds from a death to the
+    survivor's exit), past it the processes are stopped and the test fails; without, no new
+    log output for helpers.STALL_S seconds (a hang, however slow the machine) fails."""
+    if timeout is None:
         try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-
-
-def _wait(run, procs, timeout) -> list:
-    """Exit statuses; past `timeout` seconds the processes are killed and the test fails."""
+            return [helpers.watch(p, lambda: _log_sizes(run), what=lambda: _logs(run))
+                    for p in procs]
+        finally:
+            helpers.stop(*procs)
     end = time.monotonic() + timeout
     try:
         return [p.wait(timeout=max(end - time.monotonic(), 0)) for p in procs]
     except subprocess.TimeoutExpired:
-        _stop(procs)
+        helpers.stop(*procs)
         pytest.fail(f"no exit within {timeout} s (a hang?)\n{_logs(run)}")
 
 
@@ -138,7 +136,7 @@ def _wait_for_step(run, workdir, step, procs, stall=600) -> None:
         if steps != seen:
             seen, since = steps, time.monotonic()
         if time.monotonic() - since > stall or any(p.poll() is not None for p in procs):
-            _stop(procs)
+            helpers.stop(*procs)
             pytest.fail(f"step {step} not reached (last: {steps[-1:]})\n{_logs(run)}")
         time.sleep(0.5)
 
@@ -160,7 +158,7 @@ def _task_pid(workdir, i: int) -> int:
 
 def _completes(run, workdir, procs, steps) -> str:
     """The resumed run ends well and metrics.jsonl holds every step once; its log."""
-    assert _wait(run, procs, 900) == [0] * len(procs), _logs(run)
+    assert _wait(run, procs) == [0] * len(procs), _logs(run)
     assert _steps(workdir) == list(range(steps + 1))
     text = _log(run, 0)
     assert re.search(r"resumed from step [1-9]", text), _logs(run)
@@ -171,13 +169,15 @@ def _completes(run, workdir, procs, steps) -> str:
     (jax.errors.JaxRuntimeError("INTERNAL: Gloo all-reduce failed: [pair.cc:538] Read error "
                                 "[127.0.0.1]:11187: Connection reset by peer"),
      "a collective with the other processes failed, most likely because another process died"),
-    (ValueError("config.rl.steps"), "the ValueError above.")])
+    (ValueError("config.rl.steps=0\nmore"), "ValueError: config.rl.steps=0")])
 def test_an_exception_on_one_process_ends_it_saying_why(monkeypatch, capsys, error, says):
     codes = []
     monkeypatch.setattr(os, "_exit", codes.append)
-    sharding._exit_at_once(type(error), error, None)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    sharding.exit_at_once(type(error), error, None)
     assert codes == [1]
-    assert f"ada_jax: process 0 of 1 stops, and with it the job: {says}" in capsys.readouterr().err
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert last.startswith(f"ada_jax: process 0 of 2 stops, and with it the job: {says}")
 
 
 def test_timeouts_must_be_positive_seconds():
@@ -195,7 +195,7 @@ def test_two_processes_soak_200_steps(tmp_path):
     t0 = time.monotonic()
     launcher = _launch(tmp_path, tmp_path / "work", 200, 50)
     _wait_for_step(tmp_path, tmp_path / "work", 200, [launcher], stall=300)
-    assert _wait(tmp_path, [launcher], 300) == [0], _logs(tmp_path)
+    assert _wait(tmp_path, [launcher]) == [0], _logs(tmp_path)
     assert _steps(tmp_path / "work") == list(range(201))
     print(f"soak: 200 steps on 2 processes in {time.monotonic() - t0:.0f} s")
 
@@ -210,7 +210,7 @@ def test_launcher_stops_the_job_when_a_process_dies_and_it_resumes(tmp_path):
         t = time.monotonic()
         assert _wait(tmp_path / "first", [launcher], DEADLINE) == [137]
     finally:
-        _stop([launcher])
+        helpers.stop(launcher)
     took = time.monotonic() - t
     assert ("launch_local: process 1 exited with status 137 (signal 9); stopping process 0"
             in _log(tmp_path / "first", 0))
@@ -231,7 +231,7 @@ def test_bare_processes_stop_when_one_dies_and_resume(tmp_path, victim):
         survivor = 1 - victim
         assert _wait(tmp_path / "first", [procs[survivor]], DEADLINE) != [0]
     finally:
-        _stop(procs)
+        helpers.stop(*procs)
     took = time.monotonic() - t
     assert PEER_DIED.search(_log(tmp_path / "first", survivor)), _logs(tmp_path / "first")
     done = _steps(work)[-1]
@@ -251,8 +251,48 @@ def test_bare_processes_stop_when_one_freezes(tmp_path):
         t = time.monotonic()
         assert _wait(tmp_path, [procs[0]], 10 + DEADLINE) != [0]
     finally:
-        _stop(procs)
+        helpers.stop(*procs)
     took = time.monotonic() - t
     assert re.search("stopped sending heartbeats", _log(tmp_path, 0)), _logs(tmp_path)
     assert PEER_DIED.search(_log(tmp_path, 0))
     print(f"bare: process 1 frozen, process 0 exited {took:.1f} s later (heartbeat 10 s)")
+
+
+def _meta(workdir, step) -> dict:
+    """Checkpoint `step`'s metadata less the wall time and the metadata's own checksum (the
+    arrays' checksums stay: equal ones mean bitwise equal params and optimizer state)."""
+    meta = json.loads((workdir / "checkpoints" / str(step) / "meta" / "metadata").read_text())
+    meta.pop("_meta_sha256")
+    meta["totals"].pop("wall")
+    return meta
+
+
+def _metrics(workdir) -> list:
+    return [{k: v for k, v in json.loads(line).items()
+             if not k.startswith("time_") and k != "cum_wall"}
+            for line in open(workdir / "metrics.jsonl")]
+
+
+@pytest.mark.slow
+def test_a_preemption_notice_saves_on_every_process_and_resumes_bitwise(tmp_path):
+    """SIGTERM on process 1 only: JAX's preemption service tells process 0, both save the
+    checkpoint of the same step (off the checkpoint.every schedule), both say so and exit 143
+    (the launcher too); the same launch completes the run bitwise equal to an unbroken one."""
+    steps, ref, work = 8, tmp_path / "ref_work", tmp_path / "work"
+    assert _wait(tmp_path / "ref", [_launch(tmp_path / "ref", ref, steps, 100)]) == [0]
+    launcher = _launch(tmp_path / "first", work, steps, 100)
+    _wait_for_step(tmp_path / "first", work, 2, [launcher])
+    os.kill(_task_pid(work, 1), signal.SIGTERM)
+    t = time.monotonic()
+    assert _wait(tmp_path / "first", [launcher]) == [143], _logs(tmp_path / "first")
+    took = time.monotonic() - t
+    said = [re.findall(r"ada_jax: pre-empted: checkpoint saved at step (\d+) on every process",
+                       _log(tmp_path / "first", i)) for i in (0, 1)]
+    assert said[0] == said[1] and len(said[0]) == 1, _logs(tmp_path / "first")
+    saved = int(said[0][0])
+    assert 2 <= saved < steps and _steps(work)[-1] == saved
+    assert sorted(os.listdir(work / "checkpoints")) == [str(saved)]
+    assert _wait(tmp_path / "again", [_launch(tmp_path / "again", work, steps, 100)]) == [0]
+    assert _meta(work, steps) == _meta(ref, steps) and _metrics(work) == _metrics(ref)
+    print(f"2 processes: SIGTERM to process 1 after step 2, both saved step {saved} and "
+          f"exited 143 {took:.1f} s later; resumed bitwise")

@@ -3,8 +3,9 @@ in smoke mode (ADA_JAX_NOTEBOOK_SMOKE=1: seconds-long training, few Monte-Carlo 
 their setup cell clones and installs the repository in a simulated fresh Colab runtime."""
 import json
 import os
-import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -16,8 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COLAB = os.path.join(ROOT, "colab")
 sys.path.insert(0, COLAB)
 import make_notebooks  # noqa: E402
+from tests import helpers  # noqa: E402
 
-CELL_TIMEOUT_S = 300
 NOTEBOOKS = sorted(make_notebooks.NOTEBOOKS)
 
 
@@ -74,8 +75,7 @@ def _fresh_runtime(cwd, colab, tmp_path):
     site = tmp_path / "site"
     site.mkdir()
     arg = json.dumps([make_notebooks.SETUP, str(cwd), colab, ROOT, str(site)])
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", _FRESH_RUNTIME, arg],
-                         capture_output=True, text=True, timeout=60)
+    out = helpers.run([sys.executable, "-I", "-S", "-c", _FRESH_RUNTIME, arg])
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -128,13 +128,64 @@ def _kernel_env(tmp_path):
     return env
 
 
+class _WatchedClient(nbclient.NotebookClient):
+    """Cells without a fixed time limit (before: 300 s each, which a loaded machine overran):
+    the kernel is killed, and the test fails, when it has neither sent output nor used CPU
+    for helpers.STALL_S seconds (a hang)."""
+    outputs = 0
+
+    def output(self, *args, **kwargs):
+        self.outputs += 1
+        return super().output(*args, **kwargs)
+
+    def _kernel(self):
+        """The kernel's process (psutil), or None before it starts."""
+        import psutil
+        pid = getattr(getattr(self.km, "provisioner", None), "pid", None)
+        try:
+            return psutil.Process(pid) if pid else None
+        except psutil.Error:
+            return None
+
+    def _progress(self):
+        kernel = self._kernel()
+        try:
+            return self.outputs, sum(kernel.cpu_times()[:2]) if kernel else 0.0
+        except Exception:  # psutil.Error: it just ended
+            return self.outputs, None
+
+    def execute_watched(self, **kwargs):
+        stalled, done = [], threading.Event()
+
+        def watchdog():
+            seen, since = self._progress(), time.monotonic()
+            while not done.wait(5):
+                if (now := self._progress()) != seen:
+                    seen, since = now, time.monotonic()
+                elif time.monotonic() - since > helpers.STALL_S and self._kernel():
+                    stalled.append(True)
+                    self._kernel().kill()
+                    return
+        watcher = threading.Thread(target=watchdog, daemon=True)
+        watcher.start()
+        try:
+            return self.execute(**kwargs)
+        except Exception:
+            if stalled:
+                pytest.fail(f"the kernel sent no output and used no CPU for "
+                            f"{helpers.STALL_S} s (a hang?)")
+            raise
+        finally:
+            done.set()
+
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs(name, tmp_path):
     with open(os.path.join(COLAB, f"{name}.ipynb")) as f:
         nb = nbformat.read(f, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                                     resources={"metadata": {"path": COLAB}})
-    client.execute(env=_kernel_env(tmp_path))  # raises CellExecutionError on any cell error
+    client = _WatchedClient(nb, timeout=None, kernel_name="python3",
+                            resources={"metadata": {"path": COLAB}})
+    client.execute_watched(env=_kernel_env(tmp_path))  # CellExecutionError on any cell error
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 3, name

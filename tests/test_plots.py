@@ -1,12 +1,12 @@
 """Run summaries, the comparison table and figures from metrics.jsonl files we write here."""
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from ada_jax import plots
+from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -112,9 +112,8 @@ def test_compare_script_averages_seeds(tmp_path):
     a1 = _run(tmp_path, "a1", [0.3, 0.3, 0.6], [0.5, 0.5, 0.8], eff=0.4)
     b0 = _run(tmp_path, "b0", [0.3, 0.3, 0.2], [0.5, 0.5, 0.4], eff=0.1)
     out = tmp_path / "plots"
-    res = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compare.py"),
-                          "--groups", f"a={a0},{a1}", f"b={b0}", "--out", str(out)],
-                         capture_output=True, text=True, check=True)
+    res = helpers.run([sys.executable, os.path.join(ROOT, "scripts", "compare.py"),
+                       "--groups", f"a={a0},{a1}", f"b={b0}", "--out", str(out)], check=True)
     rows = [line for line in res.stdout.splitlines() if line.startswith("| a ")
             or line.startswith("| b ")]
     cells = [[c.strip() for c in r.strip("|").split("|")] for r in rows]

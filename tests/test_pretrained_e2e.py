@@ -28,7 +28,7 @@ from ada_jax import tokenizer as tok_lib
 from ada_jax.config_check import validate
 from ada_jax.tasks import load_split
 from configs import base
-from tests import standins
+from tests import helpers, standins
 from tests.helpers import logit_diff_vs_hf
 
 transformers = pytest.importorskip("transformers")
@@ -225,20 +225,19 @@ def test_sigkill_resume_evaluate_and_export_through_the_scripts(stand_in, math_f
     path, steps = stand_in("llama"), 6
     extra = {"adaptive.mode": "stream", "rl.steps": steps, "checkpoint.every": 1}
     ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
-    subprocess.run(_cli("train.py", ref, path, math_file, **extra) + ["--plots=false"],
-                   check=True, env=_env(), capture_output=True)
+    helpers.run(_cli("train.py", ref, path, math_file, **extra) + ["--plots=false"],
+                check=True, env=_env())
     proc = subprocess.Popen(_cli("train.py", run, path, math_file, **extra) + ["--plots=false"],
                             env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while proc.poll() is None and _latest_step(run) < 1 and time.time() < deadline:
-        time.sleep(0.05)
+    helpers.watch(proc, lambda: _latest_step(run), until=lambda: _latest_step(run) >= 1,
+                  what="the run to kill")
     time.sleep(random.Random(0).uniform(0.0, 0.5))  # at a random moment after the first save
     assert proc.poll() is None, "the run ended before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert _latest_step(run) < steps
-    subprocess.run(_cli("train.py", run, path, math_file, **extra) + ["--plots=false"],
-                   check=True, env=_env(), capture_output=True)
+    helpers.run(_cli("train.py", run, path, math_file, **extra) + ["--plots=false"],
+                check=True, env=_env())
     (step_a, arrays_a, meta_a), (step_b, arrays_b, meta_b) = _restore(ref), _restore(run)
     assert step_a == step_b == steps
     for a, b in zip(jax.tree.leaves(arrays_a), jax.tree.leaves(arrays_b)):
@@ -246,19 +245,17 @@ def test_sigkill_resume_evaluate_and_export_through_the_scripts(stand_in, math_f
     assert _meta_without_timing(meta_a) == _meta_without_timing(meta_b)
     assert _metrics_without_timing(ref) == _metrics_without_timing(run)
 
-    got = subprocess.run(_cli("evaluate.py", run, path, math_file, **extra) + ["--k=2"],
-                         check=True, env=_env(), capture_output=True, text=True)
+    got = helpers.run(_cli("evaluate.py", run, path, math_file, **extra) + ["--k=2"],
+                      check=True, env=_env())
     report = json.loads(got.stdout.strip().splitlines()[-1])
     assert report["step"] == steps and 0 <= report["avg@2"] <= 1
 
     out = str(tmp_path / "export")
-    got = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "convert_hf.py"),
-                          f"--workdir={run}", f"--out={out}"], check=True, env=_env(),
-                         capture_output=True, text=True)
+    got = helpers.run([sys.executable, os.path.join(ROOT, "scripts", "convert_hf.py"),
+                       f"--workdir={run}", f"--out={out}"], check=True, env=_env())
     assert f"exported step {steps} of {run}" in got.stdout and "K params" in got.stdout
-    got = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "convert_hf.py"),
-                          f"--hf_dir={path}"], check=True, env=_env(), capture_output=True,
-                         text=True)
+    got = helpers.run([sys.executable, os.path.join(ROOT, "scripts", "convert_hf.py"),
+                       f"--hf_dir={path}"], check=True, env=_env())
     assert f"model=hf --config.model.init_from={path}" in got.stdout  # not in MODELS
     hf_tok = transformers.AutoTokenizer.from_pretrained(out)
     hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()

@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ada_jax.rewards.embedded import encode_answers, score_text, score_tokens, token_scorer
-from ada_jax.rewards.math_verifier import MathVerifierPool, last_boxed
+from ada_jax.rewards.math_verifier import MathVerifierPool, last_boxed, math_verify_check
 from ada_jax.tasks.embedded import EmbeddedSource
 from ada_jax.tokenizer import SentencePieceTokenizer
+from tests import helpers
 
 TOK = SentencePieceTokenizer()
 SCORE = jax.jit(token_scorer(TOK))
@@ -275,6 +276,57 @@ def test_enormous_exponents_score_zero_at_once(pool):
     assert elapsed < pool.timeout_s
 
 
+def time_out_first_half(pred: str, gold: str, inner_timeout: int) -> bool:
+    """math_verify_check in a worker whose first parse of `\\frac{1}{2}` times out, as
+    math-verify's own timeout does: [] returned, or TimeoutException with raise_on_error."""
+    import math_verify
+    from math_verify.errors import TimeoutException
+    real = math_verify.parse
+    if not _SLOWED and pred != "1":  # after the worker's warm-up
+        _SLOWED.append(True)
+
+        def parse(text, *args, raise_on_error=False, **kwargs):
+            if "frac{1}{2}" not in text:
+                return real(text, *args, raise_on_error=raise_on_error, **kwargs)
+            math_verify.parse = real  # once
+            if raise_on_error:
+                raise TimeoutException(f"Timeout during parsing: {text}")
+            return []
+        math_verify.parse = parse
+    return math_verify_check(pred, gold, inner_timeout)
+
+
+_SLOWED = []  # time_out_first_half has slowed its worker's parse
+
+
+def test_a_timed_out_parse_is_not_cached():
+    """Before: the empty parse of a timed-out gold answer was cached, and every later sample
+    against that gold scored 0 in that worker."""
+    with MathVerifierPool(num_workers=1, timeout_s=4.0,
+                          check=f"{__name__}:time_out_first_half") as p:
+        half = ["\\frac{1}{2}"]
+        assert p.score(["\\boxed{0.5}"], half).tolist() == [0.0]  # timed out
+        assert p.score(["\\boxed{0.5}", "\\boxed{2/4}"], half * 2).tolist() == [1.0, 1.0]
+
+
+def test_power_towers_score_at_once(pool):
+    """Powers above 10^1000 never reach sympy (before: each took the whole inner timeout, 1 s
+    here, 2 s at the default 5 s): unequal to any number below, equal to the same text."""
+    pool.score(["\\boxed{1}"] * 2, ["01"] * 2)  # both workers started
+    cases = [("9^{9^{9^{9}}}", "9", 0), ("10^{10^{10}}", "1", 0), ("2^{100000}", "2", 0),
+             ("x^{9^{9^{9}}}", "x", 0), ("9^{9^{9^{9}}}", "9^{9^{9^9}}", 1),
+             ("9^{9^{9^{9}}}", "9^{9^{9^{8}}}", 0), ("3", "9^{9^{9^{9}}}", 0),
+             ("2^{10}", "1024", 1), ("2^{2^{3}}", "256", 1)]
+    before = (pool.n_timeouts, pool.n_crashes)
+    t = time.monotonic()
+    scores = pool.score([f"\\boxed{{{p}}}" for p, _, _ in cases], [g for _, g, _ in cases])
+    elapsed = time.monotonic() - t
+    print(f"\n{len(cases)} power-tower answers scored in {elapsed:.3f}s")
+    assert scores.tolist() == [float(e) for _, _, e in cases]
+    assert (pool.n_timeouts, pool.n_crashes) == before
+    assert elapsed < 1.0
+
+
 _fragments = st.sampled_from(
     ["\\boxed{", "}", "{", "\\frac{", "^{", "10", "9", "!", "\\sqrt{", "(", ")", "\\left(",
      "\\right)", "x", "=", "+", "-", "\\", "\\begin{pmatrix}", "\\end{pmatrix}", "&", "\\\\",
@@ -352,7 +404,6 @@ GUARD_REFUSES = [  # sympify(text) under the guard: each must raise, none may to
 def test_eval_guard_lets_only_literals_through(tmp_path):
     """In a worker process sympy's eval is replaced: literals and sympy's own lazily imported
     modules (simplify() pulls in sympy.physics.units) work, code does not run."""
-    import subprocess
     import sys
     flag = tmp_path / "ran"
     code = (
@@ -370,10 +421,10 @@ def test_eval_guard_lets_only_literals_through(tmp_path):
         "    except ValueError as e:\n        assert 'refuses' in str(e), (text, e)\n"
         "    else:\n        raise SystemExit(f'sympify evaluated {text}')\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+    helpers.run([sys.executable, "-c", code], check=True, cwd=root)
     assert not flag.exists()
     # Without the pre-imports, sympy's lazy import of sympy.physics.units runs under the guard.
     code = ("import ada_jax.rewards.math_verifier as mv\n"
             "mv._PRELOAD = ()\n"
             "assert mv.math_verify_check('(x+1)^2', 'x^2+2x+1', 5)\n")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=root)
+    helpers.run([sys.executable, "-c", code], check=True, cwd=root)

@@ -2,7 +2,6 @@
 overrides on top; the resume guard still refuses overrides of fields that may not change."""
 import json
 import os
-import subprocess
 import sys
 
 import jax
@@ -11,6 +10,7 @@ import pytest
 from ada_jax import evaluate, run_config, train
 from ada_jax.config_check import validate
 from configs import base
+from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,17 +90,16 @@ def test_resume_and_evaluate_from_the_workdir_alone(tmp_path):
     workdir = str(tmp_path / "run")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     script = lambda name: [sys.executable, os.path.join(ROOT, "scripts", name)]  # noqa: E731
-    subprocess.run(script("train.py") + [
+    helpers.run(script("train.py") + [
         f"--config={ROOT}/configs/base.py:algo=grpo,task=embedded,smoke=True",
         f"--workdir={workdir}", "--plots=false", "--config.rl.steps=1"] + [
         f"--config.{k}={v}" for k, v in OVERRIDES.items()], check=True, env=env)
-    subprocess.run(script("train.py") + [f"--workdir={workdir}", "--plots=false",
-                                         "--config.rl.steps=2"], check=True, env=env)
+    helpers.run(script("train.py") + [f"--workdir={workdir}", "--plots=false",
+                                      "--config.rl.steps=2"], check=True, env=env)
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         assert [json.loads(line)["step"] for line in f] == [1, 2]
-    got = subprocess.run(script("evaluate.py") + [f"--workdir={workdir}", "--k=2",
-                                                  "--samples=1"],
-                         check=True, env=env, capture_output=True, text=True)
+    got = helpers.run(script("evaluate.py") + [f"--workdir={workdir}", "--k=2",
+                                               "--samples=1"], check=True, env=env)
     report = json.loads(got.stdout.strip().splitlines()[-1])
     assert report["step"] == 2 and "avg@2" in report
     assert got.stdout.count("--- level ") == len([k for k in report if k.endswith("/avg@2")])

@@ -3,6 +3,7 @@ corrupted checkpoints, non-finite steps skipped."""
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -12,9 +13,10 @@ import jax
 import numpy as np
 import pytest
 
-from ada_jax import learn, train
+from ada_jax import learn, preemption, train
 from ada_jax.checkpoint import Checkpointer
 from configs import base
+from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(ROOT, "tests", "golden", "one_step.json")
@@ -135,7 +137,7 @@ def test_resume_after_sigkill_is_bitwise_equal(tmp_path, extra):
     steps = 6
     env = dict(os.environ, XLA_FLAGS="--xla_backend_optimization_level=0", JAX_PLATFORMS="cpu")
     ref = str(tmp_path / "ref")
-    subprocess.run(_cli(ref, steps, extra), check=True, env=env, capture_output=True)
+    helpers.run(_cli(ref, steps, extra), check=True, env=env)
     run = str(tmp_path / "run")
     rng = random.Random(0)
     kills = 0
@@ -145,24 +147,97 @@ def test_resume_after_sigkill_is_bitwise_equal(tmp_path, extra):
         assert start_step < steps - 1, "the runs finished before two kills"
         proc = subprocess.Popen(_cli(run, steps, extra), env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
-        deadline = time.time() + 600
-        while proc.poll() is None and time.time() < deadline:
-            if _latest_step(run) > start_step:
-                time.sleep(rng.uniform(0.0, 1.0))
-                break
-            time.sleep(0.05)
+        if helpers.watch(proc, lambda: _latest_step(run),
+                         until=lambda: _latest_step(run) > start_step) is None:
+            time.sleep(rng.uniform(0.0, 1.0))
         assert proc.poll() is None, "the process ended before it could be killed"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         kills += 1
-    subprocess.run(_cli(run, steps, extra), check=True, env=env, capture_output=True)
+    helpers.run(_cli(run, steps, extra), check=True, env=env)
+    assert _restore(ref)[0] == steps
+    _same_run(ref, run)
+
+
+def _steps_written(workdir) -> list:
+    path = os.path.join(workdir, "metrics.jsonl")
+    return [json.loads(line)["step"] for line in open(path)] if os.path.exists(path) else []
+
+
+def _same_run(ref, run):
+    """Two finished runs' last checkpoints (arrays bitwise, metadata) and metrics (timing aside)
+    are equal."""
     step_a, arrays_a, meta_a = _restore(ref)
     step_b, arrays_b, meta_b = _restore(run)
-    assert step_a == step_b == steps
+    assert step_a == step_b
     for a, b in zip(jax.tree.leaves(arrays_a), jax.tree.leaves(arrays_b)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert _meta_without_timing(meta_a) == _meta_without_timing(meta_b)
     assert _metrics_without_timing(ref) == _metrics_without_timing(run)
+
+
+def test_sigterm_is_a_preemption_notice_while_the_loop_runs():
+    """One process without jax.distributed: SIGTERM sets the notice instead of killing."""
+    before = signal.getsignal(signal.SIGTERM)
+    with preemption.Notice() as notice:
+        assert not notice.reached(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert notice.reached(2)
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_notice_saves_the_step_off_schedule_and_stops(tmp_path, monkeypatch):
+    """At the step the notice is reached the checkpoint is saved (checkpoint.every aside) and
+    Preempted raised; the same call then completes the run."""
+    monkeypatch.setattr(preemption.Notice, "reached", lambda self, step: step == 2)
+    c = _config("grpo", **{"rl.steps": 3, "checkpoint.every": 100})
+    with pytest.raises(preemption.Preempted, match="checkpoint saved at step 2"):
+        train.train_and_evaluate(c, str(tmp_path))
+    assert _latest_step(str(tmp_path)) == 2 and _steps_written(str(tmp_path)) == [1, 2]
+    monkeypatch.undo()
+    train.train_and_evaluate(c, str(tmp_path))
+    assert _steps_written(str(tmp_path)) == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_sigterm_saves_exits_143_and_the_same_command_resumes_bitwise(tmp_path):
+    """A pre-emption notice (SIGTERM) mid-run: the step ends, its checkpoint is saved (off the
+    checkpoint.every schedule), the run exits 143 with one line saying so, and the same
+    command completes the run bitwise equal to an unbroken one. Before: SIGTERM killed the run
+    at once and the steps since the last scheduled checkpoint were lost."""
+    steps, extra = 8, ["--config.checkpoint.every=100"]
+    env = dict(os.environ, XLA_FLAGS="--xla_backend_optimization_level=0", JAX_PLATFORMS="cpu")
+    ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
+    helpers.run(_cli(ref, steps, extra), check=True, env=env)
+    with open(tmp_path / "err", "w") as err:
+        proc = subprocess.Popen(_cli(run, steps, extra), env=env, stdout=subprocess.DEVNULL,
+                                stderr=err)
+        helpers.watch(proc, lambda: _steps_written(run), until=lambda: 2 in _steps_written(run))
+        proc.send_signal(signal.SIGTERM)
+        rc = helpers.watch(proc, lambda: _steps_written(run))
+    last = (tmp_path / "err").read_text().strip().splitlines()[-1]
+    assert rc == 143, last
+    saved = int(re.fullmatch(r"ada_jax: pre-empted: checkpoint saved at step (\d+) on every "
+                             r"process; run the same command again to resume \(exit status "
+                             r"143\)", last).group(1))
+    assert 2 <= saved < steps and _latest_step(run) == saved == _steps_written(run)[-1]
+    helpers.run(_cli(run, steps, extra), check=True, env=env)
+    _same_run(ref, run)
+
+
+def test_a_full_disk_ends_the_log_with_the_error(tmp_path):
+    """A checkpoint save on a full disk (a 1.5 MB tmpfs): the run exits 1 and its log's last
+    line names the error. Before: about 36 'Exception ignored … Python is likely shutting
+    down' tracebacks from orbax's unfinished writes came after it."""
+    (tmp_path / "disk").mkdir()
+    wd = tmp_path / "disk" / "run"
+    tiny_disk = helpers.with_mount('mount -t tmpfs -o size=1500k tmpfs "$0"', tmp_path / "disk",
+                                   _cli(wd, 20))
+    out = helpers.run(tiny_disk, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    last = out.stderr.strip().splitlines()[-1]
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert last.startswith("ada_jax: the run stops: ") and "No space left on device" in last, (
+        out.stderr[-3000:])
 
 
 def _latest_step(workdir):
@@ -218,9 +293,10 @@ def test_non_finite_step_is_skipped_and_checkpointed(tmp_path):
     train.train_and_evaluate(c, wd)
     with open(os.path.join(wd, "metrics.jsonl")) as f:
         log = f.read()
-    recs = [json.loads(line) for line in log.splitlines()]
+    recs = [json.loads(line, parse_constant=_no_nan) for line in log.splitlines()]
     assert [r["skipped"] for r in recs] == [0.0, 1.0]
-    assert not np.isfinite(recs[1]["loss"])
+    assert recs[1]["loss"] is None and "loss" in recs[1]["nonfinite"]  # before: bare NaN
+    assert "nonfinite" not in recs[0]
     ckpt = Checkpointer(os.path.join(wd, "checkpoints"))
     assert ckpt.manager.all_steps() == [1, 2]
     params = [ckpt.manager.restore(s)["arrays"]["trainable"]["model"] for s in (1, 2)]
@@ -231,6 +307,31 @@ def test_non_finite_step_is_skipped_and_checkpointed(tmp_path):
     with open(os.path.join(wd, "metrics.jsonl")) as f:
         assert f.read() == log
     assert again["skipped"] == 1.0
+
+
+def _no_nan(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def test_a_diverging_run_stops_saying_so(tmp_path):
+    """lr 1e3: the first update moves the params by thousands of times their norm, every
+    logit saturates, and reward, loss and gradient sit at 0 (before: all 6 steps ran and the
+    run exited 0). Each such update is skipped; optim.max_skipped_steps in a row stop the
+    run, the params unharmed. A run at a sane lr stays far below the ratio."""
+    c = _config("grpo", **{"rl.steps": 6, "optim.lr": 1e3, "optim.warmup_steps": 0,
+                           "optim.max_skipped_steps": 3, "checkpoint.every": 1})
+    with pytest.raises(train.Diverged, match=r"3 updates skipped with none applied in between"
+                                             r" .* update_ratio \d+.*Lower optim.lr \(1000\)"):
+        train.train_and_evaluate(c, str(tmp_path / "lr1e3"))
+    with open(tmp_path / "lr1e3" / "metrics.jsonl") as f:
+        recs = [json.loads(line) for line in f]
+    assert sum(r["skipped"] for r in recs) == 3 and recs[-1]["skipped"] == 1 and len(recs) < 6
+    assert all(r["update_ratio"] > 100 for r in recs if r["skipped"])
+    assert all(r["grad_norm"] == 0 for r in recs if not r["skipped"])  # no signal: no update
+    m = train.train_and_evaluate(_config("grpo", **{"rl.steps": 2, "optim.lr": 1e-2,
+                                                    "optim.warmup_steps": 0}),
+                                 str(tmp_path / "lr1e-2"))
+    assert m["skipped"] == 0 and m["update_ratio"] < 0.1, m["update_ratio"]
 
 
 def test_nan_learning_rate_update_is_skipped(tmp_path):

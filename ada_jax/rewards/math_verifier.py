@@ -41,11 +41,17 @@ def last_boxed(text: str) -> str | None:
     if start < 0:
         return None
     start += len(BOXED)
+    end = _closing(text, start)
+    return None if end is None else text[start:end]
+
+
+def _closing(text: str, start: int) -> int | None:
+    """Index of the `}` that closes a group whose content begins at `start`; None if none."""
     depth = 1
     for m in _BRACES.finditer(text, start):
         depth += 1 if m.group() == "{" else -1
         if depth == 0:
-            return text[start:m.start()]
+            return m.start()
     return None
 
 
@@ -115,14 +121,67 @@ def _install_guard() -> None:
 
 @functools.lru_cache(maxsize=1024)
 def _parse_boxed(content: str, inner_timeout: int):
+    """math-verify's parse of `\\boxed{content}`. A parse that times out (math-verify's own
+    signal), fails or finds nothing raises instead of returning [] (the sample scores 0), so the
+    cache never keeps it: one slow moment of a worker must not make a gold answer score 0 for
+    every later sample."""
     from math_verify import LatexExtractionConfig, parse
-    return parse(BOXED + content + "}", extraction_config=[LatexExtractionConfig()],
-                 parsing_timeout=inner_timeout)
+    parsed = parse(BOXED + content + "}", extraction_config=[LatexExtractionConfig()],
+                   parsing_timeout=inner_timeout, raise_on_error=True)
+    if not parsed:
+        raise ValueError(f"math-verify found no answer in {content!r}")
+    return parsed
+
+
+# A number raised to a power (`9^{9^{9^{9}}}`, `2^{100000}`): the exponent is one digit or a
+# brace group. sympy computes such powers exactly, seconds to hours for a huge one.
+_POWER = re.compile(r"(\d+(?:\.\d+)?)\s*\^\s*")
+_TOWER = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(?:\^\s*(?:(\d)|\{(.*)\}))?\s*", re.S)
+
+
+def _tower_log10(text: str) -> float | None:
+    """log10 of `text` if it is a number or a power tower of numbers (`9^{9^{9}}`), else None."""
+    m = _TOWER.fullmatch(text)
+    if m is None:
+        return None
+    base = float(m.group(1))
+    if m.group(2) is None and m.group(3) is None:
+        return math.log10(base) if base > 0 else -math.inf
+    exponent = _tower_log10(m.group(2) or m.group(3))
+    if exponent is None or base <= 1:
+        return None if exponent is None else 0.0
+    return math.inf if exponent > 300 else 10**exponent * math.log10(base)
+
+
+def _huge_power(content: str) -> bool:
+    """Does `content` hold a power of numbers above 10^_MAX_EXPONENT (`9^{9^{9^{9}}}`)?"""
+    for m in _POWER.finditer(content):
+        end = m.end() + 1
+        if content[m.end():end] == "{":
+            end = _closing(content, end)
+            if end is None:
+                return False
+            end += 1
+        log10 = _tower_log10(content[m.start():end])
+        if log10 is not None and log10 > _MAX_EXPONENT:
+            return True
+    return False
+
+
+def _squash(content: str) -> str:
+    """`content` without spaces and with one-character brace groups unwrapped (`^{9}` = `^9`)."""
+    return re.sub(r"\{(.)\}", r"\1", re.sub(r"\s+", "", content))
 
 
 def math_verify_check(pred: str, gold: str, inner_timeout: int) -> bool:
-    """Is the boxed content `pred` equivalent to `gold`? (runs inside a worker)"""
+    """Is the boxed content `pred` equivalent to `gold`? (runs inside a worker)
+    A power of numbers above 10^_MAX_EXPONENT never reaches sympy: a huge answer equals only
+    the same huge text (a huge number is no smaller one; two forms of one huge number are not
+    told apart)."""
     from math_verify import verify
+    huge = _huge_power(pred), _huge_power(gold)
+    if any(huge):
+        return all(huge) and _squash(pred) == _squash(gold)
     _install_guard()
     return verify(_parse_boxed(gold, inner_timeout), _parse_boxed(pred, inner_timeout),
                   timeout_seconds=inner_timeout) is True
@@ -142,7 +201,10 @@ def _worker_main(fd: str, memory_mb: str, inner_timeout: str, check_path: str) -
         resource.setrlimit(resource.RLIMIT_AS, (memory_mb * 2**20, memory_mb * 2**20))
     module, name = check_path.split(":")
     check = getattr(importlib.import_module(module), name)
-    check("1", "1", inner_timeout)  # warm up imports before declaring ready
+    try:
+        check("1", "1", inner_timeout)  # warm up imports before declaring ready
+    except BaseException:  # its first parse timed out (a loaded host): warmed up all the same
+        pass
     conn = Connection(fd)
     conn.send("ready")
     while True:

@@ -202,6 +202,9 @@ def load_files(spec: str, field_map: Mapping[str, str] | None = None, on_bad_row
         matches = sorted(glob.glob(os.path.expanduser(part)))
         if not matches:
             raise FileNotFoundError(f"no file matches {part!r}")
+        for m in filter(os.path.isdir, matches):
+            raise IsADirectoryError(f"{part!r} names the directory {m}, not a data file: name "
+                                    f"its files, e.g. {os.path.join(part, '*.jsonl')!r}")
         paths += matches
     problems, skipped = [], 0
     for path in paths:
