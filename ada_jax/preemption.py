@@ -8,8 +8,9 @@ every process, returns True on all of them at the same step (the largest step an
 reached, plus one). Without it, a SIGTERM handler of ours sets a flag that the next step end
 reads. The RL loop calls `Notice.reached` at each step end and then saves and raises
 `Preempted`; scripts/train.py prints its one-line message and exits EXIT_CODE. Running the
-same command again resumes from that checkpoint, bitwise as if never stopped. A notice during
-SFT or setup is acted on at the first RL step end (SFT keeps its own progress checkpoints).
+same command again resumes from that checkpoint, bitwise as if never stopped. A notice before
+the RL loop (setup, SFT) is acted on at its first step end under jax.distributed; without it,
+SIGTERM there still ends the process at once (SFT resumes from its progress checkpoints).
 """
 import logging
 import signal
