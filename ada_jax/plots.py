@@ -274,6 +274,18 @@ def summary_row(workdir: str, target: float | None = None,
 COSTS = ("cost_samples", "cost_flop_tokens", "cum_generated_tokens")
 
 
+def reach(pts: np.ndarray, target: float) -> float | None:
+    """The first cost at which the curve `pts` [(cost, accuracy)] reaches `target`,
+    interpolated linearly; None if it never does."""
+    for i, (x, y) in enumerate(pts):
+        if y >= target:
+            if i == 0:
+                return float(x)
+            x0, y0 = pts[i - 1]
+            return float(x0 + (x - x0) * (target - y0) / (y - y0))
+    return None
+
+
 def cost_to_reach(dirs: Sequence[str], target: float, cost: str) -> float | None:
     """The cost (a key of COSTS) at which the seed-mean held-out eval curve of `dirs` first
     reaches `target`, interpolated linearly between evals; None if it never does. Seeds are
@@ -284,14 +296,7 @@ def cost_to_reach(dirs: Sequence[str], target: float, cost: str) -> float | None
     n = min(len(c) for c in curves)
     if not k or n == 0:
         return None
-    pts = np.asarray([c[:n] for c in curves], float).mean(0)
-    for i, (x, y) in enumerate(pts):
-        if y >= target:
-            if i == 0:
-                return float(x)
-            (x0, y0) = pts[i - 1]
-            return float(x0 + (x - x0) * (target - y0) / (y - y0))
-    return None
+    return reach(np.asarray([c[:n] for c in curves], float).mean(0), target)
 
 
 def run_seed(workdir: str):
@@ -311,18 +316,6 @@ def smoothed_evals(workdir: str, cost: str) -> np.ndarray:
     k = _eval_key(recs)
     pts = np.asarray([(r[cost], r[k]) for r in recs if k and k in r and cost in r], float)
     return (pts[1:] + pts[:-1]) / 2 if len(pts) > 1 else pts.reshape(-1, 2)
-
-
-def reach(pts: np.ndarray, target: float) -> float | None:
-    """The first cost at which the curve `pts` [(cost, accuracy)] reaches `target`,
-    interpolated linearly; None if it never does."""
-    for i, (x, y) in enumerate(pts):
-        if y >= target:
-            if i == 0:
-                return float(x)
-            x0, y0 = pts[i - 1]
-            return float(x0 + (x - x0) * (target - y0) / (y - y0))
-    return None
 
 
 def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], references: Sequence[str],
@@ -366,7 +359,7 @@ def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], references: Sequence[s
             r = ratios[COSTS[0]][seed]
             row[f"seed {seed}"] = "-" if r is None else round(r, 3)
         for c in COSTS:
-            got = [r for r in ratios[c].values()]
+            got = list(ratios[c].values())
             met = sum(r is not None and r <= threshold for r in got)
             row[f"<= {threshold}x ({c})"] = f"{met} of {len(got)}"
         ref_cost = float(np.mean([recs[-1].get(COSTS[0], np.nan) for recs in pooled_runs]))
@@ -380,15 +373,15 @@ def at_costs(dirs: Sequence[str], costs: Sequence[float], key: str | None = None
              cost: str = COSTS[0]) -> list:
     """Seed-mean held-out accuracy (or eval metric `key`) interpolated at each cost of
     `costs`; None where a seed's run ended before it."""
+    curves = []
+    for d in dirs:
+        recs = load_metrics(d)
+        k = key or _eval_key(recs)
+        curves.append(_series([r for r in recs if k in r], k, cost))
     out = []
     for c in costs:
-        vals = []
-        for d in dirs:
-            recs = load_metrics(d)
-            k = key or _eval_key(recs)
-            pts = _series([r for r in recs if k in r], k, cost)
-            vals.append(float(np.interp(c, pts[:, 0], pts[:, 1]))
-                        if len(pts) and c <= pts[-1, 0] else None)
+        vals = [float(np.interp(c, pts[:, 0], pts[:, 1])) if len(pts) and c <= pts[-1, 0]
+                else None for pts in curves]
         out.append(None if None in vals else float(np.mean(vals)))
     return out
 
@@ -401,8 +394,9 @@ def eval_at_step(workdir: str, step: int) -> dict | None:
 
 def ordering_counts(groups: Sequence[tuple[str, Sequence[str]]], pairs, step: int) -> list[str]:
     """Per pair (a, b) of group labels and per tier (the transfer controls are no claim): on how
-    many seeds a's held-out accuracy at `step` is above b's, with the range of the differences, in words ("Ada > GRPO-n4 at step
-    40, hard: 4 of 5 seeds (-0.01..+0.12)"); seeds are paired by run_seed."""
+    many seeds a's held-out accuracy at `step` is above b's, with the range of the differences,
+    in words ("Ada > GRPO-n4 at step 40, hard: 4 of 5 seeds (-0.01..+0.12)"); seeds are paired
+    by run_seed."""
     by_label, lines = dict(groups), []
     for a, b in pairs:
         ea = {run_seed(d): eval_at_step(d, step) for d in by_label[a]}

@@ -389,7 +389,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 
 def _train(ctx: Context, params, workdir: str) -> dict:
-    """train_and_evaluate's loop, from the restored checkpoint (if any) to config.rl.steps."""
+    """train_and_evaluate's loop, from the restored checkpoint (if any) to config.rl.steps
+    or the step that spends config.rl.cost_budget."""
     c = config = ctx.config
     rows_per_step = c.rl.prompts_per_step * ctx.rows_per_prompt
     optimizer, trainable, opt_state = init_train_state(ctx, params)
