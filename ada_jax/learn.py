@@ -86,9 +86,10 @@ def pack(rows, values_BG):
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature"))
 def completion_logprobs(graphdef, params, tokens, mask, *, prompt_len, temperature):
     """log π(a_t | …) of the completion tokens [R, N] (float32), e.g. under the reference."""
-    logits, _ = nnx.merge(graphdef, params)(tokens, model_lib.positions_from_mask(mask), mask)
-    return model_lib.token_logprobs(logits[:, prompt_len - 1:-1], tokens[:, prompt_len:],
-                                    temperature)[0]
+    T = tokens.shape[1]
+    logits, _ = nnx.merge(graphdef, params)(tokens, model_lib.positions_from_mask(mask), mask,
+                                            logits_slice=(prompt_len - 1, T - 1))
+    return model_lib.token_logprobs(logits, tokens[:, prompt_len:], temperature)[0]
 
 
 def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params):
@@ -121,9 +122,11 @@ def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int)
     def loss_fn(trainable, mb, nan_now):
         model = nnx.merge(graphdef, trainable["model"])
         positions = model_lib.positions_from_mask(mb["mask"])
-        logits, _ = model(mb["tokens"], positions, mb["mask"])
-        logp, ent = model_lib.token_logprobs(logits[:, prompt_len - 1:-1],
-                                             mb["tokens"][:, prompt_len:], temperature)
+        # Logits at the completion positions only (those predicting tokens P..T-1).
+        T = mb["tokens"].shape[1]
+        logits, _ = model(mb["tokens"], positions, mb["mask"],
+                          logits_slice=(prompt_len - 1, T - 1))
+        logp, ent = model_lib.token_logprobs(logits, mb["tokens"][:, prompt_len:], temperature)
         kl_in_loss = "ref_logp" in mb and not l.kl_in_reward
         loss, met = losses.policy_loss(
             logp, mb["old_logp"], mb["adv"], mb["loss_mask"], clip_low=l.clip_low,
