@@ -28,6 +28,8 @@ setup(
         "absl-py>=2.0",
     ],
     extras_require={
+        # scripts/bench_peers.py's peers (never needed to train): HF generate, TRL, tunix
+        "peers": ["trl>=1.0", "google-tunix>=0.1.7", "transformers>=4.46", "torch>=2.13,<3"],
         "test": [
             "pytest>=8",
             "pytest-xdist>=3.5",
