@@ -71,6 +71,18 @@ _IN_RANGE = {
     "loss.clip_low": (0, 1, False),  # the ratio's lower clip 1 - clip_low stays > 0
     "adaptive.est_decay": (0, 1, True),  # Ada-Est history factor λ
 }
+# Issue 29's policies (ada_jax/policies/greso.py, pilot_commit.py, conformal.py); the rest of
+# their checks: _check_history_policies.
+_CHOICES["adaptive.policy"] += ("greso", "pilot_commit", "conformal")
+_POSITIVE_INTS += ("adaptive.greso_max_draws", "adaptive.pc_pilot",
+                   "adaptive.pc_budget_per_prompt", "adaptive.conformal_refit_every",
+                   "adaptive.conformal_window")
+_IN_RANGE.update({
+    "adaptive.greso_p_easy": (0, 1, True), "adaptive.greso_p_hard": (0, 1, True),
+    "adaptive.greso_p_min": (0, 1, True), "adaptive.greso_target_zero_var": (0, 1, True),
+    "adaptive.greso_delta_p": (0, 1, True), "adaptive.pc_p_low": (0, 1, True),
+    "adaptive.pc_p_high": (0, 1, True), "adaptive.conformal_alpha": (0, 1, False),
+    "adaptive.conformal_calib_share": (0, 1, True)})
 _STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_token",
             "task.files", "task.eval_files", "task.data_dir")
 # The model variants sized for the generated tasks (their own small tokenizers); every other
@@ -262,6 +274,7 @@ def validate(config, overrides_pending: bool = False) -> None:
             raise ValueError(f"config.adaptive.stream_ahead={a.stream_ahead!r}: must be -1 (= "
                              f"stream_max_lag x rl.prompts_per_step) or in [0, {most}] (further "
                              f"ahead, samples would be more than stream_max_lag updates old)")
+    _check_history_policies(a)
     for axis in ("data", "fsdp", "tensor"):
         v = config.mesh[axis]
         if not isinstance(v, int) or (v < 1 and v != -1):
@@ -270,6 +283,29 @@ def validate(config, overrides_pending: bool = False) -> None:
         raise ValueError("config.mesh: at most one axis may be -1")
     if not overrides_pending:  # the command line may still set the task
         check_task(config)
+
+
+def _check_history_policies(a) -> None:
+    """The fields of GRESO, Pilot-Commit and conformal stopping that no table above checks."""
+    if a.pc_pilot > a.pc_budget_per_prompt:
+        raise ValueError(f"config.adaptive.pc_pilot={a.pc_pilot} exceeds "
+                         f"config.adaptive.pc_budget_per_prompt={a.pc_budget_per_prompt}: the "
+                         f"pilot is part of the step's budget (the commit gets the rest)")
+    if a.pc_p_low > a.pc_p_high:
+        raise ValueError(f"config.adaptive.pc_p_low={a.pc_p_low!r} exceeds "
+                         f"config.adaptive.pc_p_high={a.pc_p_high!r}: prompts whose pilot pass "
+                         f"rate lies in [pc_p_low, pc_p_high] are committed")
+    if a.greso_p_min > min(a.greso_p_easy, a.greso_p_hard):
+        raise ValueError(f"config.adaptive.greso_p_min={a.greso_p_min!r} exceeds the initial "
+                         f"exploration probabilities greso_p_easy={a.greso_p_easy!r} / "
+                         f"greso_p_hard={a.greso_p_hard!r}")
+    grid = a.conformal_grid
+    if (not isinstance(grid, (tuple, list)) or not grid
+            or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in grid)
+            or any(x >= y for x, y in zip(grid, grid[1:]))):
+        raise ValueError(f"config.adaptive.conformal_grid={grid!r}: must be strictly increasing "
+                         f"positive integers, e.g. (2, 4, 8, 16) (sample counts at which a "
+                         f"prompt may stop)")
 
 
 def check_task(config) -> None:

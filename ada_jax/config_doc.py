@@ -117,7 +117,8 @@ FIELDS = {
     "task.verifier_workers": ("math verifier processes", "reward_model.workers / —"),
     "task.verifier_timeout": ("seconds per verified sample", "—"),
     # adaptive engine
-    "adaptive.policy": ("collection policy: uniform, seq (Ada-Seq), est (Ada-Est), gvm, dapo",
+    "adaptive.policy": ("collection policy: uniform, seq (Ada-Seq), est (Ada-Est), gvm, dapo, "
+                        "greso, pilot_commit, conformal",
                         "algorithm.filter_groups.enable (dapo) / —"),
     "adaptive.exit_rule": ("seq: when a prompt stops sampling: pos (k_pos positives) or "
                            "balance (k_pos and k_neg)", "—"),
@@ -155,6 +156,30 @@ FIELDS = {
                                 "— / (async off-policy lag)"),
     "adaptive.stream_on_policy": ("stream: restart carried-over prompts (no stale samples)",
                                   "—"),
+    "adaptive.greso_p_easy": ("GRESO: initial exploration probability of prompts last seen all "
+                              "correct (skipped with 1 - p^z after z zero-variance visits)", "—"),
+    "adaptive.greso_p_hard": ("GRESO: initial exploration probability of prompts last seen all "
+                              "wrong", "—"),
+    "adaptive.greso_target_zero_var": ("GRESO: target share of zero-variance groups among those "
+                                       "rolled out (1/3 easy, 2/3 hard)", "—"),
+    "adaptive.greso_delta_p": ("GRESO: step of the exploration probabilities per training step",
+                               "—"),
+    "adaptive.greso_p_min": ("GRESO: floor of the exploration probabilities", "—"),
+    "adaptive.greso_max_draws": ("GRESO: prompt batches drawn per engine call at most to find B "
+                                 "prompts not skipped", "—"),
+    "adaptive.pc_pilot": ("Pilot-Commit: pilot samples per prompt", "— (exploration.n)"),
+    "adaptive.pc_budget_per_prompt": ("Pilot-Commit: mean samples per prompt, pilot included",
+                                      "—"),
+    "adaptive.pc_p_low": ("Pilot-Commit: commit prompts with pilot pass rate >= this",
+                          "— (diversity_threshold_lower)"),
+    "adaptive.pc_p_high": ("Pilot-Commit: commit prompts with pilot pass rate <= this",
+                           "— (1 - diversity_threshold_upper)"),
+    "adaptive.conformal_grid": ("conformal: sample counts at which a prompt may stop", "—"),
+    "adaptive.conformal_alpha": ("conformal: miscoverage of the prediction set", "—"),
+    "adaptive.conformal_calib_share": ("conformal: share of prompts sampled to the top of the "
+                                       "grid for calibration", "—"),
+    "adaptive.conformal_refit_every": ("conformal: steps between threshold refits", "—"),
+    "adaptive.conformal_window": ("conformal: calibration scores kept per grid level", "—"),
     # RL
     "rl.steps": ("RL steps (one prompt batch each)",
                  "trainer.total_training_steps / max_steps"),

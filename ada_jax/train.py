@@ -81,6 +81,10 @@ def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
                                      samples_per_round=a.samples_per_round,
                                      max_rounds=a.max_rounds, min_pool=a.min_pool or rl.n,
                                      **common), rl.n, rl.n
+    if a.policy in ("pilot_commit", "conformal"):  # every sample of the calls trained
+        cap, mean = collect.POLICIES[a.policy].group_size(config)
+        return adaptive.EngineConfig(keep=cap, exit_rule="none", mode=mode,
+                                     samples_per_round=cap, max_rounds=1, **common), cap, mean
     if a.policy in ("est", "gvm"):
         mean = a.est_budget_per_prompt if a.policy == "est" else a.gvm_budget_per_prompt
         cap = 4 * mean
