@@ -58,6 +58,14 @@ def skip_probability(z, p_e):
     return np.where(z > 0, 1.0 - np.power(np.asarray(p_e, np.float64), z), 0.0)
 
 
+def skip_draw(g: dict, ids, rng) -> np.ndarray:
+    """[len(ids)] bool: which of these prompts are skipped this time (the law above, each
+    prompt's streak and kind from the history, its kind's exploration probability)."""
+    z = np.array([g["hist"].get(str(i), [0, 0])[0] for i in ids])
+    easy = np.array([g["hist"].get(str(i), [0, 0])[1] for i in ids], bool)
+    return rng.random(len(ids)) < skip_probability(z, np.where(easy, g["p"][0], g["p"][1]))
+
+
 def visit(hist: dict, pid, n_pos: int, n: int) -> None:
     """Record a rolled-out group: a zero-variance one lengthens the prompt's streak z and sets
     its kind (1 all correct, 0 all wrong); a mixed one resets z to 0."""
@@ -87,10 +95,7 @@ def _candidates(ctx, iterator, g, B, rng) -> tuple[list, int, int]:
     while len(out) < B and draws < a.greso_max_draws:
         batch = rollout.everyone(next(iterator))
         draws += 1
-        z = np.array([g["hist"].get(str(p.id), [0, 0])[0] for p in batch])
-        easy = np.array([g["hist"].get(str(p.id), [0, 0])[1] for p in batch], bool)
-        p_skip = skip_probability(z, np.where(easy, g["p"][0], g["p"][1]))
-        skip = rng.random(len(batch)) < p_skip
+        skip = skip_draw(g, [p.id for p in batch], rng)
         out += [p for p, s in zip(batch, skip) if not s]
         skipped += [p for p, s in zip(batch, skip) if s]
     short = max(B - len(out), 0)
