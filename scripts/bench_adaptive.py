@@ -32,7 +32,9 @@ draw on the same outcomes: launched / pool is the waste without the noise of N),
 vs GRPO-n4 (wall, and in decode steps: the load-independent headline), the share of trained
 samples one step off-policy. Then (full run) a frontier of refill over overcommit x S/B and of
 streaming over max lag x overcommit at S/B = 4, 8, and the compiled memory of the jitted engine
-at N_max = 32 and 256. The last stdout line is one JSON object; its stream_* keys are the
+at N_max = 32 and 256. Then issue 29's policies (GRESO, Pilot-Commit, conformal stopping) against
+GRPO-n4, DAPO and their oracles on the Bernoulli generator (scripts/bench_history.py; JSON key
+history_policies). The last stdout line is one JSON object; its stream_* keys are the
 worst case over the streaming ratios (stream_samples_vs_oracle_max_sb4: over S/B <= 4).
 
   python scripts/bench_adaptive.py           # B=32, S/B = 4 and 1, 5 reps, frontier (2-4 min)
@@ -64,6 +66,9 @@ from ada_jax import sampling, selection  # noqa: E402
 from ada_jax import stream  # noqa: E402
 from ada_jax.rewards import synthetic  # noqa: E402
 from configs.base import MODELS, default_stream_lag  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_history  # noqa: E402
 
 GROUP, K_POS, K_NEG, M, R = 4, 2, 2, 8, 4
 
@@ -482,6 +487,12 @@ def main():
                           ("args", lambda r: f"{r['args_mb']:.2f}"),
                           ("out", lambda r: f"{r['out_mb']:.2f}"),
                           ("compile s", lambda r: f"{r['compile_s']:.1f}")]))
+    # Issue 29's policies on the Bernoulli generator (scripts/bench_history.py): a pool of 8B
+    # prompts in 4 epochs, B a step.
+    hist, hist_extra = bench_history.run(P=8 * a.prompts, B=a.prompts, seed=a.seed)
+    print(f"\nGRESO / Pilot-Commit / conformal on the Bernoulli generator (pool {8 * a.prompts}, "
+          f"B={a.prompts}, {hist_extra['steps']} steps):")
+    print(bench_history.table(hist))
     print(f"total {time.perf_counter() - t_start:.0f}s")
 
     head = tables[min(ratios)]  # the recommended refill setting: fewest slots per prompt
@@ -509,6 +520,8 @@ def main():
                                          "samples_vs_oracle", "tokens_vs_oracle",
                                          "slot_steps_vs_oracle", "time_per_token_vs_grpo4")}
                   for f in frontier])
+    out["history_policies"] = {r["method"]: {k: r4(v) for k, v in r.items() if k != "method"}
+                                for r in hist}
     if streams:
         out.update(
             stream_slot_utilisation_min=r4(min(r["slot_utilisation"] for r in streams)),
