@@ -70,9 +70,17 @@ def threshold(scores, alpha: float) -> float:
     return 1.0 if r > m else float(np.sort(np.asarray(scores, np.float64))[r - 1])
 
 
+TIE = 1e-9  # scores are ratios of small integers: equal ones may differ in the last bit
+
+
+def in_set(s, k, y, q):
+    """Whether outcome y is in the prediction set {y : score(y) ≤ q} (ties included)."""
+    return score(s, k, y) <= q + TIE
+
+
 def set_size(s, k, q):
     """[B] size of the prediction set {y ∈ {0,1} : score(y) ≤ q} (0, 1 or 2)."""
-    return (score(s, k, 1) <= q).astype(int) + (score(s, k, 0) <= q).astype(int)
+    return in_set(s, k, 1, q).astype(int) + in_set(s, k, 0, q).astype(int)
 
 
 def _rng(key, salt: int):
