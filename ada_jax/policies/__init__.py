@@ -13,6 +13,10 @@ live in `rollout.py`.
 | `dapo.py` | 'dapo': more prompt batches until B mixed groups |
 | `hints.py` | rl.hints 'sage' / 'sage_light' (over seq / uniform): collapsed groups re-rolled |
 | `stream.py` | adaptive.mode 'stream' (over seq / uniform): one persistent engine across steps |
+| `greso.py` | 'greso': DAPO with prompts skipped before rollout after zero-variance visits |
+| `pilot_commit.py` | 'pilot_commit': a pilot call, the rest of the budget to informative prompts |
+| `conformal.py` | 'conformal': a budget grid, stopped once the prediction set is one answer |
+| `pools.py` | (helper) several engine calls' samples per prompt as one batch |
 
 A policy module defines:
 
