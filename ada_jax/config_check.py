@@ -55,7 +55,7 @@ _NON_NEGATIVE = (
     "sampling.temperature", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",
     "adaptive.overcommit", "sampling.prefill_chunk", "optim.daro_lr",
     "sampling.eval_temperature", "optim.weight_decay", "loss.dual_clip", "adaptive.gvm_alpha",
-    "adaptive.gvm_beta", "optim.max_update_ratio",
+    "adaptive.gvm_beta", "optim.max_update_ratio", "loss.behav_cap",
 )
 # Finite and > 0. optim.grad_clip = 0 is not "off": every update is clipped to 0 (NaN at a zero
 # gradient); optim.eps = 0 divides 0 by 0 where a gradient is 0.
@@ -89,7 +89,8 @@ _STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_
 # model (configs/base.py PRETRAINED, model=hf) is a real language model and needs real data.
 TOY_MODELS = ("tiny", "small")
 _FILE_TASKS, _TOY_TASKS = ("files", "tfds_files"), ("embedded", "families", "tfds_embedded")
-_BOOLS = ("checkpoint.allow_config_change", "checkpoint.start_over_if_unreadable")
+_BOOLS = ("checkpoint.allow_config_change", "checkpoint.start_over_if_unreadable",
+          "loss.decoupled")
 
 
 def _get(config, dotted: str) -> Any:
@@ -222,6 +223,9 @@ def validate(config, overrides_pending: bool = False) -> None:
             raise ValueError(f"config.task.min_level={t.min_level!r}, config.task.max_level="
                              f"{t.max_level!r}: the family task's family numbers, need integers "
                              f"1 <= min_level <= max_level <= {len(FAMILIES)}")
+    if 0 < config.loss.behav_cap < 1:
+        raise ValueError(f"config.loss.behav_cap={config.loss.behav_cap!r}: must be 0 (no cap) or "
+                         ">= 1 (a cap below 1 shrinks every on-policy token's weight)")
     if 0 < config.loss.dual_clip <= 1:
         raise ValueError(f"config.loss.dual_clip={config.loss.dual_clip!r}: must be 0 (off) or "
                          f"> 1 (the cap on -A·ratio for A < 0 must lie above the clipped loss)")

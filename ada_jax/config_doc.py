@@ -225,6 +225,12 @@ FIELDS = {
     "loss.kl_in_reward": ("subtract the KL from the reward instead of adding it to the loss",
                           "algorithm.use_kl_in_reward / —"),
     "loss.entropy_coef": ("entropy bonus", "actor.entropy_coeff / —"),
+    "loss.decoupled": ("decoupled PPO for stale samples (AReaL): clip against the proximal "
+                       "policy (the learner's params before this step's update), weight each "
+                       "token by π_prox/π_behav; on-policy it equals plain PPO (one extra "
+                       "forward per step)", "actor.use_decoupled_loss (AReaL) / —"),
+    "loss.behav_cap": ("cap on decoupled PPO's weight π_prox/π_behav (0 = no cap, else >= 1)",
+                       "actor.behav_imp_weight_cap (AReaL) / —"),
     # optimizer
     "optim.lr": ("AdamW learning rate (constant after the linear warm-up)",
                  "actor.optim.lr / learning_rate"),

@@ -456,7 +456,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             jax.block_until_ready(batch)
             t1 = time.perf_counter()
             rows = learn.prepare_rows(ctx, batch, got.prompt_BP, got.mask_BP, rows_per_step,
-                                      ref_params)
+                                      ref_params, trainable["model"])
             t2 = time.perf_counter()
             trainable, opt_state, lmet = learn.learn(ctx, train_step, trainable, opt_state, rows,
                                                step)
