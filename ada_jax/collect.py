@@ -2,9 +2,11 @@
 `collect` hands a step to the configured policy's module; `init_state`, `checkpoint` and
 `restore` gather the cross-step state the policies declare."""
 from ada_jax.policies import dapo, est, gvm, hints, rollout, seq, stream
+from ada_jax.policies import knapsack, vip
 
 POLICIES = {"uniform": seq, "seq": seq, "est": est, "gvm": gvm, "dapo": dapo,
             "hints": hints, "stream": stream}
+POLICIES.update(knapsack=knapsack, vip=vip)  # history-based allocation (issue 29)
 _MODULES = tuple(dict.fromkeys(POLICIES.values()))
 
 
