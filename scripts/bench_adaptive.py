@@ -32,8 +32,11 @@ draw on the same outcomes: launched / pool is the waste without the noise of N),
 vs GRPO-n4 (wall, and in decode steps: the load-independent headline), the share of trained
 samples one step off-policy. Then (full run) a frontier of refill over overcommit x S/B and of
 streaming over max lag x overcommit at S/B = 4, 8, and the compiled memory of the jitted engine
-at N_max = 32 and 256. The last stdout line is one JSON object; its stream_* keys are the
-worst case over the streaming ratios (stream_samples_vs_oracle_max_sb4: over S/B <= 4).
+at N_max = 32 and 256. Then history-based allocation on the Bernoulli generator
+(`allocation_bench`: uniform, Ada-Est, Knapsack-RL, VIP and their oracles at matched samples:
+samples per mixed group, and gradient variance vs its minimum). The last stdout line is one
+JSON object; its stream_* keys are the worst case over the streaming ratios
+(stream_samples_vs_oracle_max_sb4: over S/B <= 4); "allocation" holds the allocation rows.
 
   python scripts/bench_adaptive.py           # B=32, S/B = 4 and 1, 5 reps, frontier (2-4 min)
   python scripts/bench_adaptive.py --quick   # B=16, S/B = 4 and 1, 2 reps, one GRPO-n4 variant,
