@@ -415,6 +415,10 @@ def main():
     ap.add_argument("--stream_lags", default="1,2,3", help="max lags of the streaming frontier")
     ap.add_argument("--stream_overcommits", default="0.5,0.75",
                     help="overcommit values of the streaming frontier")
+    ap.add_argument("--alloc_prompts", type=int, default=None,
+                    help="B of the allocation rows (default 256, quick 64)")
+    ap.add_argument("--alloc_draws", type=int, default=None,
+                    help="engine draws per allocation row (default 16, quick 4)")
     a = ap.parse_args()
     a.prompts = a.prompts or (16 if a.quick else 32)
     a.reps = a.reps or (2 if a.quick else 5)
@@ -557,8 +561,9 @@ def main():
                           ("compile s", lambda r: f"{r['compile_s']:.1f}")]))
     print(f"total {time.perf_counter() - t_start:.0f}s")
 
-    alloc = allocation_bench(64 if a.quick else 256, 4 if a.quick else 16, a.seed)
-    print(f"\nHistory-based allocation on the Bernoulli generator (B={64 if a.quick else 256}, "
+    alloc_B = a.alloc_prompts or (64 if a.quick else 256)
+    alloc = allocation_bench(alloc_B, a.alloc_draws or (4 if a.quick else 16), a.seed)
+    print(f"\nHistory-based allocation on the Bernoulli generator (B={alloc_B}, "
           f"p on arcsine quantiles, mean budget {ALLOC_MEAN}, budgets in [{ALLOC_MIN}, "
           f"{ALLOC_MAX}]; est: N >= 1; var = Σ p(1-p)/(N-1), N < 2 counted as 2)")
     print(fmt_table(alloc, [

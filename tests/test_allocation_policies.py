@@ -198,3 +198,22 @@ def test_resume_is_exact(algo, tmp_path):
     with open(os.path.join(run, "metrics.jsonl")) as f:
         recs = [json.loads(line) for line in f]
     assert recs[-1]["alloc_budget_max"] > 8  # step 2 really allocated unevenly
+
+
+def test_bench_allocation_rows_meet_their_oracles():
+    """scripts/bench_adaptive.py's allocation rows: budgets sum to the matched total, no row
+    expects more mixed groups than oracle_mixed or less variance than oracle_var."""
+    import importlib.util
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(
+        "bench_adaptive", os.path.join(root, "scripts", "bench_adaptive.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = {r["method"]: r for r in bench.allocation_bench(16, 1)}
+    assert {"uniform", "est", "knapsack", "vip", "oracle_mixed", "oracle_var"} <= set(rows)
+    for r in rows.values():
+        assert r["samples"] == 8 * 16
+        assert r["samples_per_mixed_vs_oracle"] >= 1 - 1e-12
+        assert r["var_vs_oracle"] >= 1 - 1e-12
+    assert rows["oracle_mixed"]["samples_per_mixed_vs_oracle"] == pytest.approx(1.0)
+    assert rows["oracle_var"]["var_vs_oracle"] == pytest.approx(1.0)
