@@ -214,6 +214,7 @@ def test_bench_allocation_rows_meet_their_oracles():
     for r in rows.values():
         assert r["samples"] == 8 * 16
         assert r["samples_per_mixed_vs_oracle"] >= 1 - 1e-12
-        assert r["var_vs_oracle"] >= 1 - 1e-12
+        if r["n_min"] >= 2:  # (N = 1 is counted as 2 samples' variance: not comparable)
+            assert r["var_vs_oracle"] >= 1 - 1e-12
     assert rows["oracle_mixed"]["samples_per_mixed_vs_oracle"] == pytest.approx(1.0)
     assert rows["oracle_var"]["var_vs_oracle"] == pytest.approx(1.0)
