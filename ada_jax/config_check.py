@@ -22,13 +22,14 @@ _CHOICES = {
     "task.template": ("embedded", "qwen_math", "llama3_chat"),
     "task.on_bad_row": ("error", "skip"),
     "task.family_set": ("rl", "hard", "every"),
-    "adaptive.policy": ("uniform", "seq", "est", "gvm", "dapo"),
+    "adaptive.policy": ("uniform", "seq", "est", "gvm", "dapo", "knapsack", "vip"),
     "adaptive.exit_rule": ("none", "pos", "balance"),
     "adaptive.mode": ("rounds", "refill", "stream"),
     "adaptive.at_budget": ("keep", "drop"),
     "adaptive.dapo_at_cap": ("train", "error"),
     "adaptive.select_order": ("generation", "random"),
     "adaptive.est_weight": ("inv_sqrt", "inv", "optimal"),
+    "adaptive.vip_estimator": ("rloo", "drgrpo"),
     "rl.advantage": ("grpo", "drgrpo", "rloo", "raft", "liteppo", "reinforce_pp", "pool"),
     "rl.objective": ("linear", "log", "arcsin", "power"),
     "rl.hints": ("none", "sage", "sage_light"),
@@ -44,6 +45,8 @@ _POSITIVE_INTS = (
     "checkpoint.every", "model.rope_original_max_len", "sft.batch_size", "task.train_size",
     "task.eval_size", "task.verifier_workers", "adaptive.est_budget_per_prompt",
     "adaptive.gvm_pilot", "adaptive.gvm_budget_per_prompt", "adaptive.dapo_max_gen_batches",
+    "adaptive.knapsack_budget_per_prompt", "adaptive.knapsack_n_min", "adaptive.knapsack_n_max",
+    "adaptive.vip_budget_per_prompt", "adaptive.vip_n_min", "adaptive.vip_n_max",
 )
 _NON_NEGATIVE_INTS = (  # step counts and cadences (0 = none / off), counts
     "optim.warmup_steps", "sft.steps", "sft.warmup_steps", "sft.checkpoint_every", "eval.every",
@@ -247,6 +250,7 @@ def validate(config, overrides_pending: bool = False) -> None:
     if a.policy == "seq" and 0 < a.min_pool < config.rl.n:
         log.warning("config.adaptive.min_pool=%d < config.rl.n=%d: pools that stop early "
                         "give kept groups of fewer than n samples", a.min_pool, config.rl.n)
+    _check_allocation_budgets(a)
     if a.overcommit > 1:
         raise ValueError(f"config.adaptive.overcommit={a.overcommit!r}: must be in [0, 1] "
                          f"(a tolerated probability that a launched sample is wasted)")
@@ -310,6 +314,23 @@ def _check_history_policies(a) -> None:
         raise ValueError(f"config.adaptive.conformal_grid={grid!r}: must be strictly increasing "
                          f"positive integers, e.g. (2, 4, 8, 16) (sample counts at which a "
                          f"prompt may stop)")
+
+
+def _check_allocation_budgets(a) -> None:
+    """knapsack / vip: n_min <= budget_per_prompt <= n_max (else no allocation sums to the
+    budget); vip's n_min where its variance model is convex (allocation.VIP_MIN_BUDGET)."""
+    from ada_jax.allocation import VIP_MIN_BUDGET
+    for name in ("knapsack", "vip"):
+        lo, mean, hi = (a[f"{name}_{k}"] for k in ("n_min", "budget_per_prompt", "n_max"))
+        if not lo <= mean <= hi:
+            raise ValueError(f"config.adaptive.{name}_n_min={lo}, {name}_budget_per_prompt="
+                             f"{mean}, {name}_n_max={hi}: need n_min <= budget_per_prompt <= "
+                             f"n_max (the budgets sum to budget_per_prompt x the batch)")
+    least = VIP_MIN_BUDGET[a.vip_estimator]
+    if a.vip_n_min < least:
+        raise ValueError(f"config.adaptive.vip_n_min={a.vip_n_min}: must be >= {least} for "
+                         f"vip_estimator={a.vip_estimator!r} (its variance s²/(n-1) or "
+                         f"s²(n-1)/n² is not convex below)")
 
 
 def check_task(config) -> None:

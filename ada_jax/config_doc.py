@@ -118,7 +118,7 @@ FIELDS = {
     "task.verifier_timeout": ("seconds per verified sample", "—"),
     # adaptive engine
     "adaptive.policy": ("collection policy: uniform, seq (Ada-Seq), est (Ada-Est), gvm, dapo, "
-                        "greso, pilot_commit, conformal",
+                        "knapsack (Knapsack-RL), vip (VIP), greso, pilot_commit, conformal",
                         "algorithm.filter_groups.enable (dapo) / —"),
     "adaptive.exit_rule": ("seq: when a prompt stops sampling: pos (k_pos positives) or "
                            "balance (k_pos and k_neg)", "—"),
@@ -144,6 +144,17 @@ FIELDS = {
     "adaptive.gvm_budget_per_prompt": ("GVM: mean samples per prompt", "—"),
     "adaptive.gvm_alpha": ("GVM allocation alpha", "—"),
     "adaptive.gvm_beta": ("GVM allocation beta", "—"),
+    "adaptive.knapsack_budget_per_prompt": ("Knapsack-RL: mean samples per prompt (the "
+                                            "knapsack's capacity / B)", "—"),
+    "adaptive.knapsack_n_min": ("Knapsack-RL: a prompt's budget at least (p from the Ada-Est "
+                                "history: est_alpha, est_beta, est_decay)", "—"),
+    "adaptive.knapsack_n_max": ("Knapsack-RL: a prompt's budget at most (the kept group size)",
+                                "—"),
+    "adaptive.vip_budget_per_prompt": ("VIP: mean samples per prompt", "—"),
+    "adaptive.vip_n_min": ("VIP: a prompt's budget at least (>= 2 rloo, >= 3 drgrpo; p from "
+                           "the Ada-Est history)", "—"),
+    "adaptive.vip_n_max": ("VIP: a prompt's budget at most (the kept group size)", "—"),
+    "adaptive.vip_estimator": ("VIP variance model: rloo s²/(n-1) or drgrpo s²(n-1)/n²", "—"),
     "adaptive.overcommit": ("refill: launch a sample if P(it is needed) >= 1 - overcommit",
                             "—"),
     "adaptive.dapo_max_gen_batches": ("DAPO: prompt batches drawn per step at most",

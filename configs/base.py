@@ -82,6 +82,8 @@ ALGOS = {
     "ada_balance": dict(advantage="pool", policy="seq", n=4, exit_rule="balance"),
     "ada_est": dict(advantage="grpo", policy="est", n=4),
     "gvm": dict(advantage="grpo", policy="gvm", n=4),
+    "knapsack": dict(advantage="grpo", policy="knapsack", n=4),
+    "vip": dict(advantage="rloo", policy="vip", n=4),
     "daro": dict(advantage="grpo", policy="uniform", n=4, daro=True),
 }
 
@@ -185,6 +187,8 @@ def get_config(arg: str = ""):
         est_decay=0.9, est_alpha=1.0, est_beta=16.0, est_weight="inv_sqrt",
         est_budget_per_prompt=8, gvm_pilot=8, gvm_budget_per_prompt=8, gvm_alpha=1e-3,
         gvm_beta=2.0, overcommit=0.75,
+        knapsack_budget_per_prompt=8, knapsack_n_min=2, knapsack_n_max=32,
+        vip_budget_per_prompt=8, vip_n_min=2, vip_n_max=32, vip_estimator="rloo",
         dapo_max_gen_batches=4, dapo_at_cap="train", stream_ahead=-1, stream_max_lag=1, stream_on_policy=False))
     # History / pilot / grid policies of issue 29 (docs/theory.md): GRESO skips prompts whose
     # groups were zero-variance on recent visits (on DAPO's dynamic sampling); Pilot-Commit
