@@ -35,6 +35,7 @@ _CHOICES = {
     "rl.hints": ("none", "sage", "sage_light"),
     "loss.agg": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant"),
     "loss.kl_type": ("k1", "k2", "k3"),
+    "loss.decoupled": ("auto", "on", "off"),
 }
 _POSITIVE_INTS = (
     "model.vocab_size", "model.d_model", "model.n_layers", "model.n_heads", "model.n_kv_heads",
@@ -92,8 +93,7 @@ _STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_
 # model (configs/base.py PRETRAINED, model=hf) is a real language model and needs real data.
 TOY_MODELS = ("tiny", "small")
 _FILE_TASKS, _TOY_TASKS = ("files", "tfds_files"), ("embedded", "families", "tfds_embedded")
-_BOOLS = ("checkpoint.allow_config_change", "checkpoint.start_over_if_unreadable",
-          "loss.decoupled")
+_BOOLS = ("checkpoint.allow_config_change", "checkpoint.start_over_if_unreadable")
 
 
 def _get(config, dotted: str) -> Any:

@@ -238,8 +238,9 @@ FIELDS = {
     "loss.entropy_coef": ("entropy bonus", "actor.entropy_coeff / —"),
     "loss.decoupled": ("decoupled PPO for stale samples (AReaL): clip against the proximal "
                        "policy (the learner's params before this step's update), weight each "
-                       "token by π_prox/π_behav; on-policy it equals plain PPO (one extra "
-                       "forward per step)", "actor.use_decoupled_loss (AReaL) / —"),
+                       "token by π_prox/π_behav (one extra forward per step; on-policy it "
+                       "equals plain PPO): on, off, or auto = on for a stream that carries "
+                       "prompts over (docs/results.md, Decoupled PPO)", "actor.use_decoupled_loss (AReaL) / —"),
     "loss.behav_cap": ("cap on decoupled PPO's weight π_prox/π_behav (0 = no cap, else >= 1)",
                        "actor.behav_imp_weight_cap (AReaL) / —"),
     # optimizer

@@ -91,16 +91,24 @@ def completion_logprobs(graphdef, params, tokens, mask, *, prompt_len, temperatu
                                     temperature)[0]
 
 
+def decoupled(config) -> bool:
+    """Whether the loss is decoupled PPO: loss.decoupled "on", or "auto" (the default) where
+    trained samples can be stale, a stream that carries prompts over (not stream_on_policy)."""
+    mode = config.loss.get("decoupled", "off")
+    return mode == "on" or (mode == "auto" and config.adaptive.mode == "stream"
+                            and not config.adaptive.stream_on_policy)
+
+
 def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params, params=None):
     """Training rows with advantages (and reference log-probs when KL is on; with
-    loss.decoupled, the proximal log-probs under `params`, the learner's before this update)."""
+    decoupled PPO, the proximal log-probs under `params`, the learner's before this update)."""
     c = ctx.config
     rows = training_rows(batch, toks, mask, rows_per_step)
     rewards = batch.reward_BG
     logprobs = functools.partial(completion_logprobs, ctx.graphdef,
                                  prompt_len=c.sampling.max_prompt_len,
                                  temperature=max(c.sampling.temperature, 1e-6))
-    if c.loss.get("decoupled", False):
+    if decoupled(c):
         if params is None:
             raise ValueError("loss.decoupled needs the learner's params (the proximal policy)")
         rows["prox_logp"] = logprobs(params, rows["tokens"], rows["mask"])
