@@ -2,9 +2,12 @@
 `collect` hands a step to the configured policy's module; `init_state`, `checkpoint` and
 `restore` gather the cross-step state the policies declare."""
 from ada_jax.policies import dapo, est, gvm, hints, rollout, seq, stream
+from ada_jax.policies import conformal, greso, knapsack, pilot_commit, vip
 
 POLICIES = {"uniform": seq, "seq": seq, "est": est, "gvm": gvm, "dapo": dapo,
             "hints": hints, "stream": stream}
+POLICIES.update(knapsack=knapsack, vip=vip, greso=greso, pilot_commit=pilot_commit,
+                conformal=conformal)  # the field's newer allocation methods (issue 29)
 _MODULES = tuple(dict.fromkeys(POLICIES.values()))
 
 

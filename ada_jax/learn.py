@@ -92,15 +92,29 @@ def completion_logprobs(graphdef, params, tokens, mask, *, prompt_len, temperatu
     return model_lib.token_logprobs(logits, tokens[:, prompt_len:], temperature)[0]
 
 
-def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params):
-    """Training rows with advantages (and reference log-probs when KL is on)."""
+def decoupled(config) -> bool:
+    """Whether the loss is decoupled PPO: loss.decoupled "on", or "auto" (the default) where
+    trained samples can be stale, a stream that carries prompts over (not stream_on_policy)."""
+    mode = config.loss.get("decoupled", "off")
+    return mode == "on" or (mode == "auto" and config.adaptive.mode == "stream"
+                            and not config.adaptive.stream_on_policy)
+
+
+def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params, params=None):
+    """Training rows with advantages (and reference log-probs when KL is on; with
+    decoupled PPO, the proximal log-probs under `params`, the learner's before this update)."""
     c = ctx.config
     rows = training_rows(batch, toks, mask, rows_per_step)
     rewards = batch.reward_BG
+    logprobs = functools.partial(completion_logprobs, ctx.graphdef,
+                                 prompt_len=c.sampling.max_prompt_len,
+                                 temperature=max(c.sampling.temperature, 1e-6))
+    if decoupled(c):
+        if params is None:
+            raise ValueError("loss.decoupled needs the learner's params (the proximal policy)")
+        rows["prox_logp"] = logprobs(params, rows["tokens"], rows["mask"])
     if ref_params is not None:
-        rows["ref_logp"] = completion_logprobs(
-            ctx.graphdef, ref_params, rows["tokens"], rows["mask"],
-            prompt_len=c.sampling.max_prompt_len, temperature=max(c.sampling.temperature, 1e-6))
+        rows["ref_logp"] = logprobs(ref_params, rows["tokens"], rows["mask"])
         if c.loss.kl_in_reward:  # β·Σ_t KL_t subtracted from each sample's outcome reward
             pen = losses.kl_reward_penalty(rows["old_logp"], rows["ref_logp"],
                                            rows["loss_mask"], c.loss.kl_coef, c.loss.kl_type)
@@ -128,17 +142,22 @@ def make_train_step(graphdef, optimizer, config, prompt_len: int, n_groups: int)
                           logits_slice=(prompt_len - 1, T - 1))
         logp, ent = model_lib.token_logprobs(logits, mb["tokens"][:, prompt_len:], temperature)
         kl_in_loss = "ref_logp" in mb and not l.kl_in_reward
+        # Decoupled PPO: clip against the proximal policy, the sampler's log-probs as a weight.
+        old, behav = (mb["prox_logp"], mb["old_logp"]) if "prox_logp" in mb else (mb["old_logp"],
+                                                                                   None)
         loss, met = losses.policy_loss(
-            logp, mb["old_logp"], mb["adv"], mb["loss_mask"], clip_low=l.clip_low,
+            logp, old, mb["adv"], mb["loss_mask"], clip_low=l.clip_low,
             clip_high=l.clip_high, dual_clip=l.dual_clip, agg=l.agg, max_len=N,
             n_groups=mb["tokens"].shape[0], entropy_BT=ent, entropy_coef=l.entropy_coef,
             ref_logp_BT=mb["ref_logp"] if kl_in_loss else None,
-            kl_coef=l.kl_coef if kl_in_loss else 0.0, kl_type=l.kl_type)
+            kl_coef=l.kl_coef if kl_in_loss else 0.0, kl_type=l.kl_type,
+            behav_logp_BT=behav, behav_cap=l.get("behav_cap", 0.0))
         if rl.daro:
-            tok, _ = losses.ppo_token_loss(logp, mb["old_logp"],
+            tok, _ = losses.ppo_token_loss(logp, old,
                                            jnp.broadcast_to(mb["adv"][:, None], logp.shape),
                                            clip_low=l.clip_low, clip_high=l.clip_high,
-                                           dual_clip=l.dual_clip)
+                                           dual_clip=l.dual_clip, behav_logp_BT=behav,
+                                           behav_cap=l.get("behav_cap", 0.0))
             shares = losses.group_shares(tok, mb["loss_mask"], mb["group"], n_groups)
             mu_g = jax.ops.segment_max(mb["mu"], mb["group"], n_groups)
             extra = loss - met["pg_loss"]  # policy_loss's KL and entropy terms, kept

@@ -70,10 +70,22 @@ def entropy_from_logits(logits_BTV):
     return -(jnp.exp(logp) * logp).sum(-1)
 
 
+def behaviour_weight(prox_logp_BT, behav_logp_BT, cap: float = 0.0):
+    """Decoupled PPO's importance weight π_prox/π_behav per token (AReaL; SPEC §10), capped at
+    `cap` when cap > 0; a constant of the loss (no gradient flows through it)."""
+    w = jnp.exp(jnp.clip(prox_logp_BT.astype(jnp.float32) - behav_logp_BT.astype(jnp.float32),
+                         -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    return jax.lax.stop_gradient(jnp.minimum(w, cap) if cap > 0 else w)
+
+
 def ppo_token_loss(logp_BT, old_logp_BT, adv_BT, *, clip_low: float, clip_high: float,
-                   dual_clip: float = 0.0):
+                   dual_clip: float = 0.0, behav_logp_BT=None, behav_cap: float = 0.0):
     """Per-token clipped surrogate -min(ρA, clip(ρ, 1-ε_low, 1+ε_high)A), ρ = exp(clamped log ρ);
-    with dual_clip = c > 1, tokens with A < 0 are further capped at -A·c. Returns (ℓ_BT, ρ_BT)."""
+    with dual_clip = c > 1, tokens with A < 0 are further capped at -A·c. Returns (ℓ_BT, ρ_BT).
+
+    Decoupled (behav_logp_BT given): old_logp_BT is the proximal policy's (the learner's params
+    at the start of the step's update), ρ = π/π_prox, and each token's loss is weighted by
+    π_prox/π_behav (`behaviour_weight`). When π_prox = π_behav (on-policy) this is plain PPO."""
     log_ratio = jnp.clip(logp_BT.astype(jnp.float32) - old_logp_BT.astype(jnp.float32),
                          -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = jnp.exp(log_ratio)
@@ -81,14 +93,19 @@ def ppo_token_loss(logp_BT, old_logp_BT, adv_BT, *, clip_low: float, clip_high: 
     loss = jnp.maximum(-adv * ratio, -adv * jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high))
     if dual_clip > 0:
         loss = jnp.where(adv < 0, jnp.minimum(loss, -adv * dual_clip), loss)
+    if behav_logp_BT is not None:
+        loss = behaviour_weight(old_logp_BT, behav_logp_BT, behav_cap) * loss
     return loss, ratio
 
 
 def policy_loss(logp_BT, old_logp_BT, adv, mask_BT, *, clip_low: float = 0.2,
                 clip_high: float = 0.28, dual_clip: float = 0.0, agg: str = "token_mean",
                 max_len=None, n_groups=None, ref_logp_BT=None, kl_coef: float = 0.0,
-                kl_type: str = "k3", entropy_BT=None, entropy_coef: float = 0.0):
+                kl_type: str = "k3", entropy_BT=None, entropy_coef: float = 0.0,
+                behav_logp_BT=None, behav_cap: float = 0.0):
     """PPO policy loss + optional KL-in-loss (kl_coef·agg(kl)) - entropy bonus (coef·agg(H)).
+    With behav_logp_BT, decoupled PPO (old_logp_BT is then the proximal policy's; see
+    ppo_token_loss) and the metrics add `behav_weight`, the mean weight π_prox/π_behav.
 
     adv is per sequence [B] (broadcast over tokens) or per token [B, T]. Metrics (token-means):
     clipfrac_high (A>0, ρ>1+ε_high), clipfrac_low (A<0, ρ<1-ε_low), clipfrac_dual (A<0, ρ>c),
@@ -98,7 +115,8 @@ def policy_loss(logp_BT, old_logp_BT, adv, mask_BT, *, clip_low: float = 0.2,
     m = mask_BT.astype(jnp.float32)
     adv_BT = jnp.broadcast_to(adv[:, None] if adv.ndim == 1 else adv, m.shape).astype(jnp.float32)
     tok_loss, ratio = ppo_token_loss(logp_BT, old_logp_BT, adv_BT, clip_low=clip_low,
-                                     clip_high=clip_high, dual_clip=dual_clip)
+                                     clip_high=clip_high, dual_clip=dual_clip,
+                                     behav_logp_BT=behav_logp_BT, behav_cap=behav_cap)
     pg = aggregate(tok_loss, m, agg, max_len, n_groups)
     mean = lambda x: aggregate(x.astype(jnp.float32), m, "token_mean")  # noqa: E731
     kl = jnp.zeros((), jnp.float32)
@@ -119,6 +137,8 @@ def policy_loss(logp_BT, old_logp_BT, adv, mask_BT, *, clip_low: float = 0.2,
         ppo_kl=mean(old_logp_BT.astype(jnp.float32) - logp_BT.astype(jnp.float32)),
         approx_kl=mean(kl_estimate(old_logp_BT, logp_BT, "k3")),
         kl=kl, entropy=ent)
+    if behav_logp_BT is not None:
+        metrics["behav_weight"] = mean(behaviour_weight(old_logp_BT, behav_logp_BT, behav_cap))
     return loss, metrics
 
 

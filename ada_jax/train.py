@@ -69,7 +69,8 @@ def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
     uniform / dapo: exactly n samples per prompt. seq: pos / balance exits on pools of at
     least adaptive.min_pool (0 = n) samples, budget M·R, keep n.
     est / gvm: per-prompt budgets from the allocation solvers (capped at 4× the mean budget),
-    every sample trained on, so G is that cap and the rows per prompt are the mean budget.
+    every sample trained on, so G is that cap and the rows per prompt are the mean budget;
+    knapsack / vip alike, capped at their n_max.
     """
     a, rl = config.adaptive, config.rl
     mode = "refill" if a.mode == "stream" else a.mode  # streaming runs the refill engine
@@ -81,9 +82,15 @@ def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
                                      samples_per_round=a.samples_per_round,
                                      max_rounds=a.max_rounds, min_pool=a.min_pool or rl.n,
                                      **common), rl.n, rl.n
-    if a.policy in ("est", "gvm"):
+    if a.policy in ("pilot_commit", "conformal"):  # every sample of the calls trained
+        cap, mean = collect.POLICIES[a.policy].group_size(config)
+        return adaptive.EngineConfig(keep=cap, exit_rule="none", mode=mode,
+                                     samples_per_round=cap, max_rounds=1, **common), cap, mean
+    if a.policy in ("est", "gvm", "knapsack", "vip"):
         mean = a.est_budget_per_prompt if a.policy == "est" else a.gvm_budget_per_prompt
         cap = 4 * mean
+        if a.policy in ("knapsack", "vip"):  # their own budgets, capped at their n_max
+            mean, cap = a[f"{a.policy}_budget_per_prompt"], a[f"{a.policy}_n_max"]
         return adaptive.EngineConfig(keep=cap, exit_rule="none", mode=mode,
                                      samples_per_round=cap, max_rounds=1, **common), cap, mean
     return adaptive.EngineConfig(keep=rl.n, exit_rule="none", mode=mode,
@@ -452,7 +459,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             jax.block_until_ready(batch)
             t1 = time.perf_counter()
             rows = learn.prepare_rows(ctx, batch, got.prompt_BP, got.mask_BP, rows_per_step,
-                                      ref_params)
+                                      ref_params, trainable["model"])
             t2 = time.perf_counter()
             trainable, opt_state, lmet = learn.learn(ctx, train_step, trainable, opt_state, rows,
                                                step)

@@ -82,6 +82,8 @@ ALGOS = {
     "ada_balance": dict(advantage="pool", policy="seq", n=4, exit_rule="balance"),
     "ada_est": dict(advantage="grpo", policy="est", n=4),
     "gvm": dict(advantage="grpo", policy="gvm", n=4),
+    "knapsack": dict(advantage="grpo", policy="knapsack", n=4),
+    "vip": dict(advantage="rloo", policy="vip", n=4),
     "daro": dict(advantage="grpo", policy="uniform", n=4, daro=True),
 }
 
@@ -185,7 +187,19 @@ def get_config(arg: str = ""):
         est_decay=0.9, est_alpha=1.0, est_beta=16.0, est_weight="inv_sqrt",
         est_budget_per_prompt=8, gvm_pilot=8, gvm_budget_per_prompt=8, gvm_alpha=1e-3,
         gvm_beta=2.0, overcommit=0.75,
+        knapsack_budget_per_prompt=8, knapsack_n_min=2, knapsack_n_max=32,
+        vip_budget_per_prompt=8, vip_n_min=2, vip_n_max=32, vip_estimator="rloo",
         dapo_max_gen_batches=4, dapo_at_cap="train", stream_ahead=-1, stream_max_lag=1, stream_on_policy=False))
+    # History / pilot / grid policies of issue 29 (docs/theory.md): GRESO skips prompts whose
+    # groups were zero-variance on recent visits (on DAPO's dynamic sampling); Pilot-Commit
+    # pilots every prompt and commits the rest of the budget to p̂ in [pc_p_low, pc_p_high];
+    # conformal stops a prompt along conformal_grid once its prediction set is one answer.
+    c.adaptive.update(dict(
+        greso_p_easy=0.5, greso_p_hard=0.5, greso_target_zero_var=0.25, greso_delta_p=0.01,
+        greso_p_min=0.05, greso_max_draws=8,
+        pc_pilot=4, pc_budget_per_prompt=8, pc_p_low=0.125, pc_p_high=0.75,
+        conformal_grid=(2, 4, 8, 16), conformal_alpha=0.1, conformal_calib_share=0.125,
+        conformal_refit_every=5, conformal_window=512))
 
     c.rl = ml_collections.ConfigDict(dict(
         steps=40, cost_budget=0, prompts_per_step=16, n=algo["n"], advantage=algo["advantage"],
@@ -196,7 +210,8 @@ def get_config(arg: str = ""):
 
     c.loss = ml_collections.ConfigDict(dict(
         clip_low=0.2, clip_high=0.28, dual_clip=0.0, agg=algo.get("loss_agg", "token_mean"),
-        kl_coef=0.0, kl_type="k3", kl_in_reward=False, entropy_coef=0.0))
+        kl_coef=0.0, kl_type="k3", kl_in_reward=False, entropy_coef=0.0,
+        decoupled="auto", behav_cap=0.0))  # decoupled PPO for stale samples (SPEC §10)
 
     c.optim = ml_collections.ConfigDict(dict(
         lr=1e-4, warmup_steps=10, grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999,

@@ -32,8 +32,13 @@ draw on the same outcomes: launched / pool is the waste without the noise of N),
 vs GRPO-n4 (wall, and in decode steps: the load-independent headline), the share of trained
 samples one step off-policy. Then (full run) a frontier of refill over overcommit x S/B and of
 streaming over max lag x overcommit at S/B = 4, 8, and the compiled memory of the jitted engine
-at N_max = 32 and 256. The last stdout line is one JSON object; its stream_* keys are the
-worst case over the streaming ratios (stream_samples_vs_oracle_max_sb4: over S/B <= 4).
+at N_max = 32 and 256. Then issue 29's policies on the Bernoulli generator: history-based
+allocation (`allocation_bench`: uniform, Ada-Est, Knapsack-RL, VIP and their oracles at matched
+samples: samples per mixed group, and gradient variance vs its minimum; JSON key "allocation")
+and GRESO, Pilot-Commit, conformal stopping against GRPO-n4, DAPO and their oracles
+(scripts/bench_history.py; JSON key "history_policies"). The last stdout line is one JSON
+object; its stream_* keys are the worst case over the streaming ratios
+(stream_samples_vs_oracle_max_sb4: over S/B <= 4).
 
   python scripts/bench_adaptive.py           # B=32, S/B = 4 and 1, 5 reps, frontier (2-4 min)
   python scripts/bench_adaptive.py --quick   # B=16, S/B = 4 and 1, 2 reps, one GRPO-n4 variant,
@@ -57,6 +62,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from ada_jax import adaptive as A  # noqa: E402
+from ada_jax import allocation  # noqa: E402
 from ada_jax import generators  # noqa: E402
 from ada_jax import model as model_lib  # noqa: E402
 from ada_jax import objectives  # noqa: E402
@@ -65,7 +71,79 @@ from ada_jax import stream  # noqa: E402
 from ada_jax.rewards import synthetic  # noqa: E402
 from configs.base import MODELS, default_stream_lag  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_history  # noqa: E402
+
 GROUP, K_POS, K_NEG, M, R = 4, 2, 2, 8, 4
+
+
+# History-based allocation on the Bernoulli generator (issue 29): B prompts whose pass rates
+# sit on the arcsine (Beta(1/2, 1/2)) quantiles, one earlier visit of 8 samples each folded
+# into the Ada-Est history (decay 0.9, prior Beta(1, 16)), then each method's budgets at a mean
+# of 8 per prompt, run through the engine (BernoulliGenerator, outcomes by (prompt, index)).
+ALLOC_MEAN, ALLOC_MIN, ALLOC_MAX = 8, 2, 32
+
+
+def allocation_methods(p_hat, s2_hat, p, total):
+    """name -> budgets; the oracles (and knapsack_true_p: the rule without estimation error)
+    see the true p; oracle_var is VIP's rule at the true p."""
+    return {
+        "uniform": np.full(len(p), ALLOC_MEAN),
+        "est": objectives.est_allocation(p_hat, total, "inv_sqrt", n_min=1,
+                                         n_max=4 * ALLOC_MEAN),
+        "knapsack": allocation.knapsack_allocation(p_hat, total, ALLOC_MIN, ALLOC_MAX),
+        "vip": allocation.vip_allocation(s2_hat, total, ALLOC_MIN, ALLOC_MAX),
+        "knapsack_true_p": allocation.knapsack_allocation(p, total, ALLOC_MIN, ALLOC_MAX),
+        "oracle_mixed": allocation.knapsack_allocation(p, total, ALLOC_MIN, ALLOC_MAX,
+                                                       info_gain=False),
+        "oracle_var": allocation.vip_allocation(p * (1 - p), total, ALLOC_MIN, ALLOC_MAX),
+    }
+
+
+def allocation_bench(B: int, draws: int, seed: int = 0) -> list:
+    """Per method: samples per mixed group (expected at the true p, and measured over `draws`
+    engine draws) against the max-mixed-groups oracle (the knapsack DP at the true p, value
+    P(mixed) only), and the gradient variance Σ p(1-p)/(N-1) (RLOO, true p) against its
+    minimum (VIP's solver at the true p): var_vs_oracle is the samples a method needs per
+    sample of the oracle for the same variance (V ∝ 1/N)."""
+    p = np.sin(np.pi / 2 * (np.arange(B) + 0.5) / B) ** 2
+    cfg = A.EngineConfig(slots=64, max_new_tokens=1, keep=ALLOC_MAX, exit_rule="none",
+                         samples_per_round=ALLOC_MAX, max_rounds=1)
+    gen = generators.BernoulliGenerator()
+    toks, mask = jnp.zeros((B, 1), jnp.int32), jnp.ones((B, 1), bool)
+
+    def draw(budgets, k):
+        st = A.run(None, toks, mask, jnp.asarray(budgets, jnp.int32),
+                   dict(key=jax.random.key(k), p=jnp.asarray(p, jnp.float32)),
+                   jax.random.key(k + 1), cfg=cfg, gen_fn=gen,
+                   reward_fn=generators.bernoulli_reward, group=ALLOC_MAX)
+        return np.asarray(st.n_samples), np.asarray(st.n_pos)
+
+    n0, k0 = draw(np.full(B, ALLOC_MEAN), 10_000 + seed)  # the earlier visit
+    n_tot, n_pos, _ = objectives.est_update(0.0, 0.0, n0.astype(float), k0.astype(float))
+    p_hat, s2_hat = allocation.beta_moments(n_tot, n_pos, 1.0, 16.0)
+    total = ALLOC_MEAN * B
+    methods = allocation_methods(p_hat, s2_hat, p, total)
+    rows = []
+    for name, n in methods.items():
+        mixed = []
+        for d in range(draws):
+            got_n, got_k = draw(n, 20_000 + 100 * seed + d)
+            assert np.array_equal(got_n, n)
+            mixed.append(int(((got_k > 0) & (got_k < got_n)).sum()))
+        exp_mixed = float(allocation.knapsack_value(n, p, info_gain=False).sum())
+        var = float(allocation.vip_variance(np.maximum(n, 2), p * (1 - p)).sum())
+        rows.append(dict(method=name, samples=int(n.sum()), n_min=int(n.min()),
+                         n_max=int(n.max()), mixed_expected=exp_mixed,
+                         mixed_measured=float(np.mean(mixed)),
+                         samples_per_mixed=total / exp_mixed,
+                         samples_per_mixed_measured=total / max(np.mean(mixed), 1e-9), var=var))
+    best = {r["method"]: r for r in rows}
+    for r in rows:
+        r["samples_per_mixed_vs_oracle"] = (r["samples_per_mixed"]
+                                            / best["oracle_mixed"]["samples_per_mixed"])
+        r["var_vs_oracle"] = r["var"] / best["oracle_var"]["var"]
+    return rows
 
 
 def reward_fn(data, prompt_S, seq_S, tokens_SN, lengths_S):
@@ -342,6 +420,10 @@ def main():
     ap.add_argument("--stream_lags", default="1,2,3", help="max lags of the streaming frontier")
     ap.add_argument("--stream_overcommits", default="0.5,0.75",
                     help="overcommit values of the streaming frontier")
+    ap.add_argument("--alloc_prompts", type=int, default=None,
+                    help="B of the allocation rows (default 256, quick 64)")
+    ap.add_argument("--alloc_draws", type=int, default=None,
+                    help="engine draws per allocation row (default 16, quick 4)")
     a = ap.parse_args()
     a.prompts = a.prompts or (16 if a.quick else 32)
     a.reps = a.reps or (2 if a.quick else 5)
@@ -482,7 +564,26 @@ def main():
                           ("args", lambda r: f"{r['args_mb']:.2f}"),
                           ("out", lambda r: f"{r['out_mb']:.2f}"),
                           ("compile s", lambda r: f"{r['compile_s']:.1f}")]))
+    # Issue 29's policies on the Bernoulli generator (scripts/bench_history.py): a pool of 8B
+    # prompts in 4 epochs, B a step.
+    hist, hist_extra = bench_history.run(P=8 * a.prompts, B=a.prompts, seed=a.seed)
+    print(f"\nGRESO / Pilot-Commit / conformal on the Bernoulli generator (pool {8 * a.prompts}, "
+          f"B={a.prompts}, {hist_extra['steps']} steps):")
+    print(bench_history.table(hist))
     print(f"total {time.perf_counter() - t_start:.0f}s")
+
+    alloc_B = a.alloc_prompts or (64 if a.quick else 256)
+    alloc = allocation_bench(alloc_B, a.alloc_draws or (4 if a.quick else 16), a.seed)
+    print(f"\nHistory-based allocation on the Bernoulli generator (B={alloc_B}, "
+          f"p on arcsine quantiles, mean budget {ALLOC_MEAN}, budgets in [{ALLOC_MIN}, "
+          f"{ALLOC_MAX}]; est: N >= 1; var = Σ p(1-p)/(N-1), N < 2 counted as 2)")
+    print(fmt_table(alloc, [
+        ("method", lambda r: r["method"]), ("N min-max", lambda r: f"{r['n_min']}-{r['n_max']}"),
+        ("mixed E", lambda r: f"{r['mixed_expected']:.1f}"),
+        ("mixed meas.", lambda r: f"{r['mixed_measured']:.1f}"),
+        ("samples / mixed", lambda r: f"{r['samples_per_mixed']:.2f}"),
+        ("vs oracle", lambda r: f"{r['samples_per_mixed_vs_oracle']:.3f}"),
+        ("var vs oracle", lambda r: f"{r['var_vs_oracle']:.3f}")]))
 
     head = tables[min(ratios)]  # the recommended refill setting: fewest slots per prompt
     r4 = lambda x: round(float(x), 4)  # noqa: E731
@@ -509,6 +610,11 @@ def main():
                                          "samples_vs_oracle", "tokens_vs_oracle",
                                          "slot_steps_vs_oracle", "time_per_token_vs_grpo4")}
                   for f in frontier])
+    out["history_policies"] = {r["method"]: {k: r4(v) for k, v in r.items() if k != "method"}
+                                for r in hist}
+    out["allocation"] = {r["method"]: {k: r4(r[k]) for k in (
+        "samples_per_mixed", "samples_per_mixed_measured", "samples_per_mixed_vs_oracle",
+        "var_vs_oracle")} for r in alloc}
     if streams:
         out.update(
             stream_slot_utilisation_min=r4(min(r["slot_utilisation"] for r in streams)),

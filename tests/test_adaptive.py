@@ -463,7 +463,7 @@ def test_bench_adaptive_full_path_prints_json():
          "--ratios", "1", "--reps", "1", "--new_tokens", "4", "--frontier", "1",
          "--overcommits", "0.75", "--memory_nmax", "32", "--stream_ratios", "2,4",
          "--stream_steps", "1", "--stream_frontier", "2", "--stream_lags", "2",
-         "--stream_overcommits", "0.5"],
+         "--stream_overcommits", "0.5", "--alloc_prompts", "8", "--alloc_draws", "1"],
         cwd=root)
     assert out.returncode == 0, out.stderr[-3000:]
     res = json.loads(out.stdout.strip().splitlines()[-1])
@@ -477,6 +477,7 @@ def test_bench_adaptive_full_path_prints_json():
     assert res["stream_vs_grpo4_decode_steps_per_token_max"] > 0
     assert res["stream_launched_vs_pool_max"] >= 1  # pools follow launch order
     assert [(f["lag"], f["overcommit"]) for f in res["stream_frontier"]] == [(2, 0.5)]
+    assert res["allocation"]["oracle_mixed"]["samples_per_mixed_vs_oracle"] == 1.0
 
 
 def test_stream_lag_default_is_one_rule():

@@ -85,6 +85,7 @@ INF = float("inf")
     ("loss.clip_high", -0.1, 0.0, "must be a finite number >= 0"),
     ("loss.dual_clip", 1.0, 3.0, "must be 0 (off) or > 1"),
     ("loss.dual_clip", 0.5, 0.0, "must be 0 (off) or > 1"),
+    ("loss.behav_cap", 0.5, 1.5, "must be 0 (no cap) or >= 1"),
     ("adaptive.est_decay", 1.5, 1.0, "must be in [0, 1]"),
     ("adaptive.est_alpha", 0.0, 0.5, "must be a finite number > 0"),
     ("adaptive.est_beta", -1.0, 1.0, "must be a finite number > 0"),

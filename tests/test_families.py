@@ -196,3 +196,25 @@ def test_regime_holds_and_ada_balance_lifts_the_very_hard_tier_more(tmp_path):
     # measured on seeds 0-4 (docs/results.md): +0.38..+0.44 on seeds 0-2; each gain is a
     # difference of two tier means (standard error about 0.03 each)
     assert gains["ada_balance"] > gains["grpo"] + 0.15, gains
+
+
+def test_within_family_se_matches_the_spread_of_tier_means():
+    """Statistical oracle: families fixed at known pass rates, prompts scored avg@k; the
+    stratified SE estimate matches the true sd of the tier mean, sqrt(Σ_f n p_f(1-p_f)/k)/N,
+    and is below the plain over-prompts SE, which counts the families' spread as noise."""
+    rng = np.random.default_rng(0)
+    p_f, n, k = np.array([0.05, 0.3, 0.5, 0.9]), 10, 4
+    family = np.repeat(np.arange(4), n)
+    true_sd = np.sqrt((n * p_f * (1 - p_f) / k).sum()) / (4 * n)
+    est, means = [], []
+    for _ in range(2000):
+        per_prompt = rng.binomial(k, p_f[family]) / k
+        est.append(F.within_family_se(per_prompt, family))
+        means.append(per_prompt.mean())
+    assert np.std(means) == pytest.approx(true_sd, rel=0.05)
+    assert np.sqrt(np.mean(np.square(est))) == pytest.approx(true_sd, rel=0.03)
+    plain = np.std(per_prompt, ddof=1) / np.sqrt(len(per_prompt))
+    assert plain > 1.5 * true_sd
+    assert F.within_family_se([0.5, 1.0, 0.0], [1, 1, 2]) is None  # a family with one prompt
+    assert F.within_family_se([0.0, 1.0, 0.5, 0.5], [1, 1, 2, 2]) == pytest.approx(
+        np.sqrt(2 * 0.5) / 4)

@@ -185,3 +185,37 @@ def test_group_shares_sum_to_token_mean():
     tok = jnp.asarray(rng.normal(size=(3, 4)), jnp.float32)
     shares = L.group_shares(tok, M, jnp.array([0, 1, 1]), 2)
     assert float(shares.sum()) == pytest.approx(float(L.aggregate(tok, M)), rel=1e-6)
+
+
+# --------------------------------------------------------------------------- decoupled PPO
+
+
+def test_decoupled_ppo_is_plain_ppo_on_policy_and_weights_stale_tokens():
+    """SPEC §10 (AReaL): ρ = π/π_prox is clipped, π_prox/π_behav weights each token; with
+    π_prox = π_behav it is plain PPO; the weight is capped and carries no gradient."""
+    rng = np.random.default_rng(1)
+    logp = jnp.asarray(rng.normal(size=(3, 4)) * 0.3 - 2.0, jnp.float32)
+    prox = jnp.asarray(np.asarray(logp) + rng.normal(size=(3, 4)) * 0.1, jnp.float32)
+    behav = jnp.asarray(np.asarray(prox) + rng.normal(size=(3, 4)) * 0.5, jnp.float32)
+    adv = jnp.array([1.0, -0.5, 2.0])
+    plain, _ = L.policy_loss(logp, prox, adv, M)
+    same, met = L.policy_loss(logp, prox, adv, M, behav_logp_BT=prox)
+    assert float(same) == float(plain) and float(met["behav_weight"]) == 1.0
+    # Token by token: w · max(-Aρ, -A clip(ρ)), ρ against the proximal policy, not behaviour.
+    w = np.exp(np.asarray(prox) - np.asarray(behav))
+    r = np.exp(np.asarray(logp) - np.asarray(prox))
+    a = np.broadcast_to(np.asarray(adv)[:, None], r.shape)
+    want = w * np.maximum(-a * r, -a * np.clip(r, 0.8, 1.28))
+    tok, _ = L.ppo_token_loss(logp, prox, a, clip_low=0.2, clip_high=0.28, behav_logp_BT=behav)
+    np.testing.assert_allclose(tok, want, rtol=1e-5)
+    capped, _ = L.ppo_token_loss(logp, prox, a, clip_low=0.2, clip_high=0.28,
+                                 behav_logp_BT=behav, behav_cap=1.5)
+    np.testing.assert_allclose(capped, np.minimum(w, 1.5) * want / w, rtol=1e-5)
+    # Gradient: -A·w·ρ / (tokens) where the clip is inactive, 0 where it binds.
+    g = jax.grad(lambda lp: L.policy_loss(lp, prox, adv, M, behav_logp_BT=behav)[0])(logp)
+    live = np.where(a > 0, r <= 1.28, r >= 0.8)
+    want_g = np.where(live, -a * w * r, 0.0) * np.asarray(M) / float(np.asarray(M).sum())
+    np.testing.assert_allclose(g, want_g, rtol=1e-5, atol=1e-7)
+    _, met = L.policy_loss(logp, prox, adv, M, behav_logp_BT=behav)
+    assert float(met["behav_weight"]) == pytest.approx(
+        float((w * np.asarray(M)).sum() / np.asarray(M).sum()), rel=1e-5)

@@ -212,6 +212,8 @@ POLICIES = {  # policy: (algo, overrides, steps)
     # T = 2: the SFT base solves most sums at T = 1, and only all-wrong groups are re-rolled.
     "sage": ("grpo", {"rl.hints": "sage", "sampling.temperature": 2.0}, 3),
 }
+# History-based allocation (issue 29): budgets from every process's ids and one history.
+POLICIES.update(knapsack=("knapsack", {}, 3), vip=("vip", {}, 3))
 
 
 @pytest.fixture(scope="module")

@@ -346,3 +346,28 @@ def test_launch_priority_due_first_and_speculation_by_window_left(lag, slots):
     h = np.minimum(horizon, lag)
     np.testing.assert_allclose(over, 0.6 * (lag + 1 - h) / (lag + 1), rtol=1e-6)
     assert over[0] == pytest.approx(0.6) and over[1] == pytest.approx(0.6 / (lag + 1))
+
+
+def test_decoupled_ppo_in_the_trainer(tmp_path):
+    """loss.decoupled: on-policy (no stream) it trains like plain PPO (the proximal policy is
+    the sampler's, up to float noise); streaming at lag 2 ("auto" turns it on) its behaviour
+    weights π_prox/π_behav leave 1 once carried-over samples are trained."""
+    def params(wd):
+        return [np.asarray(x) for x in jax.tree.leaves(_restore(wd)[1]["trainable"]["model"])]
+
+    kw = {"rl.steps": 2, "rl.prompts_per_step": 4}
+    plain, dec = str(tmp_path / "plain"), str(tmp_path / "dec")
+    train.train_and_evaluate(_config("grpo", **kw), plain)
+    m = train.train_and_evaluate(_config("grpo", **kw, **{"loss.decoupled": "on"}), dec)
+    assert m["behav_weight"] == pytest.approx(1.0, abs=1e-3)
+    for a, b in zip(params(plain), params(dec)):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
+    wd = str(tmp_path / "stream")
+    train.train_and_evaluate(_config("ada_balance", **{
+        "adaptive.mode": "stream", "adaptive.stream_max_lag": 2, "rl.prompts_per_step": 4,
+        "rl.steps": 4, "loss.behav_cap": 5.0}), wd)  # auto: on for a stream
+    with open(os.path.join(wd, "metrics.jsonl")) as f:
+        recs = [json.loads(line) for line in f]
+    stale = [r for r in recs if r.get("off_policy_share", 0) > 0]
+    assert stale and all(0 < r["behav_weight"] <= 5.0 for r in stale)
+    assert any(abs(r["behav_weight"] - 1.0) > 1e-3 for r in stale)

@@ -11,8 +11,14 @@ live in `rollout.py`.
 | `est.py` | 'est' (Ada-Est): budgets from each prompt's pass-rate history |
 | `gvm.py` | 'gvm': a pilot call, then gradient-variance budgets |
 | `dapo.py` | 'dapo': more prompt batches until B mixed groups |
+| `knapsack.py` | 'knapsack' (Knapsack-RL): budgets by a knapsack DP over the est history's p̂ |
+| `vip.py` | 'vip' (VIP): budgets minimising predicted gradient variance (est history's p̂) |
 | `hints.py` | rl.hints 'sage' / 'sage_light' (over seq / uniform): collapsed groups re-rolled |
 | `stream.py` | adaptive.mode 'stream' (over seq / uniform): one persistent engine across steps |
+| `greso.py` | 'greso': DAPO with prompts skipped before rollout after zero-variance visits |
+| `pilot_commit.py` | 'pilot_commit': a pilot call, the rest of the budget to informative prompts |
+| `conformal.py` | 'conformal': a budget grid, stopped once the prediction set is one answer |
+| `pools.py` | (helper) several engine calls' samples per prompt as one batch |
 
 A policy module defines:
 

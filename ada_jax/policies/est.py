@@ -2,6 +2,7 @@
 history across steps (SPEC §4), one engine call, the history updated with the step's pools.
 
 State: `state["est"]`, problem id → decayed (N_tot, N_pos); checkpointed as `est_history`.
+The knapsack and vip policies read and update the same history (`counts`, `update_history`).
 """
 import numpy as np
 
@@ -29,7 +30,7 @@ def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     ids = [i for part in sharding.allgather_json([p.id for p in problems]) for i in part]
     budgets = _budgets(c, ids, state["est"])
     got = rollout.run_engine(ctx, params, problems, key, rollout.own_share(budgets))
-    _update_history(c, ids, got.batch, state["est"])
+    update_history(c, ids, got.batch, state["est"])
     got.metrics["est_budget_max"] = int(budgets.max())
     return got
 
@@ -48,7 +49,15 @@ def _budgets(config, ids, history) -> np.ndarray:
                                      n_max=4 * a.est_budget_per_prompt)
 
 
-def _update_history(config, ids, batch, history):
+def counts(ids, history) -> tuple[np.ndarray, np.ndarray]:
+    """The decayed (N_tot, N_pos) of the prompts with these problem ids, (0, 0) if unseen: the
+    history the knapsack and vip policies read too."""
+    got = np.asarray([history.get(str(i), (0.0, 0.0)) for i in ids], np.float64).reshape(-1, 2)
+    return got[:, 0], got[:, 1]
+
+
+def update_history(config, ids, batch, history):
+    """Fold this step's pools (the whole batch's counters) into the history."""
     a = config.adaptive
     n = np.asarray(batch.pool_n_B)
     k = np.asarray(batch.pool_pos_B)

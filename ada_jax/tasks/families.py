@@ -281,11 +281,25 @@ def sft_target(problem: Problem, u: float) -> str:
     return solution(problem.question, f.right if right else READINGS[f.right == "l"])
 
 
+def within_family_se(per_prompt, family):
+    """Standard error of mean(per_prompt) with the families fixed (a stratified sample):
+    sqrt(Σ_f n_f·s_f²) / N, s_f² the sample variance of family f's n_f prompt scores, N their
+    total; None unless every family has at least two prompts."""
+    per_prompt, family = np.asarray(per_prompt, np.float64), np.asarray(family)
+    groups = [per_prompt[family == f] for f in np.unique(family)]
+    if min(len(g) for g in groups) < 2:
+        return None
+    return float(np.sqrt(sum(len(g) * g.var(ddof=1) for g in groups)) / len(per_prompt))
+
+
 def metrics(problems, rewards_PK, texts) -> dict:
     """Eval metrics of the family task: avg@k per tier (hard / mid / easy RL families and the
     controls), and the share of responses that follow one reading throughout
     (`one_reading_share`) and that open with their family's right marker, per tier; each
-    tier's standard error over its prompts (`tier_<t>/se`)."""
+    tier's standard error over its prompts (`tier_<t>/se`, the families' spread counted as
+    noise) and given its families (`tier_<t>/se_within`, `within_family_se`: the noise of
+    the prompts and samples drawn, which is what differs between two runs on the same
+    families)."""
     k = rewards_PK.shape[1]
     tiers = np.asarray([tier_of(p.level) for p in problems])
     right_PK = np.asarray([[reading_of(texts[i * k + j], p.level - 1)
@@ -300,5 +314,9 @@ def metrics(problems, rewards_PK, texts) -> dict:
         per_prompt = rewards_PK[sel].mean(1)  # the tier mean's standard error over prompts
         if len(per_prompt) > 1:
             out[f"tier_{tier}/se"] = float(per_prompt.std(ddof=1) / np.sqrt(len(per_prompt)))
+        fams = np.asarray([p.level for p in problems])[sel]
+        within = within_family_se(per_prompt, fams)
+        if within is not None:
+            out[f"tier_{tier}/se_within"] = within
         out[f"tier_{tier}/right_marker_share"] = float(right_PK[sel].mean())
     return out

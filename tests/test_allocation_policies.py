@@ -1,0 +1,220 @@
+"""Knapsack-RL and VIP (ada_jax/allocation.py, ada_jax/policies/knapsack.py, vip.py): the
+solvers against brute force and a numerical optimizer, the config checks, one training step of
+each, and an exact resume."""
+import itertools
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+from scipy import optimize, stats
+
+from ada_jax import allocation as A
+from ada_jax import config_check, objectives, train
+from configs import base
+from tests.test_train import _config, _restore
+
+# --------------------------------------------------------------------------- Knapsack-RL
+
+
+def test_knapsack_value_is_the_papers():
+    """V(N, p) = (1 - p^N - (1-p)^N)·p(1-p)², by hand at a few points."""
+    assert A.knapsack_value(4, 0.5) == pytest.approx((1 - 2 / 16) * 0.5 * 0.25)
+    assert A.knapsack_value(2, 0.25) == pytest.approx((1 - 0.0625 - 0.5625) * 0.25 * 0.5625)
+    assert A.knapsack_value(3, 0.1, info_gain=False) == pytest.approx(1 - 1e-3 - 0.729)
+    assert A.knapsack_value(7, 0.0) == 0.0 and A.knapsack_value(7, 1.0) == 0.0
+    # InfoGain p(1-p)² favours the hard side: at equal P(mixed) the lower p is worth more
+    assert A.knapsack_value(8, 0.3) > A.knapsack_value(8, 0.7)
+
+
+def _brute(values_fn, B, total, n_min, n_max):
+    best, arg = None, None
+    for n in itertools.product(range(n_min, n_max + 1), repeat=B):
+        if sum(n) == total:
+            v = values_fn(np.asarray(n))
+            if best is None or v > best:
+                best, arg = v, n
+    return best, arg
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_knapsack_dp_equals_brute_force(seed):
+    """The DP's total value equals the best of every feasible integer allocation."""
+    rng = np.random.default_rng(seed)
+    B = int(rng.integers(2, 5))
+    n_min = int(rng.integers(1, 3))
+    n_max = n_min + int(rng.integers(1, 6))
+    total = int(rng.integers(B * n_min, B * n_max + 1))
+    p = rng.uniform(0, 1, B)
+    p[rng.uniform(size=B) < 0.2] = rng.choice([0.0, 1.0])  # some at the edges
+    info = bool(seed % 3)
+    got = A.knapsack_allocation(p, total, n_min, n_max, info_gain=info)
+    value = lambda n: float(A.knapsack_value(n, p, info).sum())  # noqa: E731
+    best, _ = _brute(value, B, total, n_min, n_max)
+    assert got.sum() == total and got.min() >= n_min and got.max() <= n_max
+    assert value(got) == pytest.approx(best, rel=1e-12, abs=1e-15)
+
+
+def test_knapsack_shifts_budget_to_informative_prompts():
+    """Nearly-solved prompts get the floor; the budget goes to the hard-but-solvable ones."""
+    p = np.array([0.98, 0.97, 0.5, 0.1, 0.05])
+    n = A.knapsack_allocation(p, 40, 2, 32)
+    assert n.sum() == 40 and n[0] == n[1] == 2 and n[3] > 8 and n[4] > 8
+    with pytest.raises(ValueError, match="infeasible budget"):
+        A.knapsack_allocation(p, 9, 2, 32)
+
+
+# --------------------------------------------------------------------------- VIP
+
+
+@pytest.mark.parametrize("estimator", A.VIP_ESTIMATORS)
+@pytest.mark.parametrize("seed", range(8))
+def test_vip_integer_optimum_equals_brute_force(estimator, seed):
+    rng = np.random.default_rng(100 + seed)
+    B = int(rng.integers(2, 5))
+    n_min = A.VIP_MIN_BUDGET[estimator] + int(rng.integers(0, 2))
+    n_max = n_min + int(rng.integers(1, 6))
+    total = int(rng.integers(B * n_min, B * n_max + 1))
+    p = rng.uniform(0, 1, B)
+    s2 = p * (1 - p)
+    if seed % 4 == 0:
+        s2[0] = 0.0  # a prompt predicted solved or hopeless
+    got = A.vip_allocation(s2, total, n_min, n_max, estimator)
+    var = lambda n: float(A.vip_variance(n, s2, estimator).sum())  # noqa: E731
+    best, _ = _brute(lambda n: -var(n), B, total, n_min, n_max)
+    assert got.sum() == total and got.min() >= n_min and got.max() <= n_max
+    assert var(got) == pytest.approx(-best, rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vip_continuous_is_the_kkt_point_and_scipy_agrees(seed):
+    """min Σ s²/(n-1), Σ n = total, n in [lo, hi]: free prompts share one multiplier
+    s²/(n-1)² = λ, clamped ones sit where the multiplier says; SLSQP finds no better point;
+    the integer optimum is within one unit of it per prompt and no worse than its rounding."""
+    rng = np.random.default_rng(200 + seed)
+    B, lo, hi = 8, 2, 12
+    p = rng.beta(0.5, 0.5, B)
+    s2 = p * (1 - p)
+    total = int(rng.integers(B * lo + 4, B * hi - 4))
+    n = A.vip_continuous(s2, total, lo, hi)
+    assert n.sum() == pytest.approx(total) and n.min() >= lo - 1e-9 and n.max() <= hi + 1e-9
+    marg = s2 / (n - 1) ** 2  # -d/dn of s²/(n-1)
+    free = (n > lo + 1e-9) & (n < hi - 1e-9)
+    assert free.any()
+    lam = marg[free].mean()
+    np.testing.assert_allclose(marg[free], lam, rtol=1e-9)
+    assert np.all(marg[n <= lo + 1e-9] <= lam * (1 + 1e-9))
+    assert np.all(marg[n >= hi - 1e-9] >= lam * (1 - 1e-9))
+    obj = lambda x: float(np.sum(s2 / (x - 1)))  # noqa: E731
+    res = optimize.minimize(obj, np.full(B, total / B), method="SLSQP",
+                            bounds=[(lo, hi)] * B,
+                            constraints=[{"type": "eq", "fun": lambda x: x.sum() - total}],
+                            options=dict(ftol=1e-14, maxiter=500))
+    assert res.success and obj(n) <= res.fun * (1 + 1e-7)
+    k = A.vip_allocation(s2, total, lo, hi, "rloo")
+    assert np.all(np.abs(k - n) < 1 + 1e-9)
+    rounded = 1 + objectives.allocate(np.sqrt(s2), total - B, lo - 1, hi - 1)  # largest rem.
+    assert obj(n) <= obj(k) + 1e-12 and obj(k) <= obj(rounded) + 1e-12
+
+
+def test_vip_spends_on_uncertain_prompts_and_checks_convexity():
+    s2 = np.array([0.25, 0.2, 0.01, 0.0])
+    n = A.vip_allocation(s2, 24, 2, 16)
+    assert n.sum() == 24 and n[0] >= n[1] > n[2] and n[3] == 2
+    with pytest.raises(ValueError, match="not convex"):
+        A.vip_allocation(s2, 24, 2, 16, "drgrpo")
+
+
+def test_beta_moments_match_scipy():
+    n_tot, n_pos, a, b = np.array([0.0, 8.0, 3.5]), np.array([0.0, 2.0, 3.5]), 1.0, 16.0
+    mean, s2 = A.beta_moments(n_tot, n_pos, a, b)
+    for i in range(3):
+        d = stats.beta(n_pos[i] + a, n_tot[i] - n_pos[i] + b)
+        assert mean[i] == pytest.approx(d.mean())
+        assert s2[i] == pytest.approx(d.mean() - d.var() - d.mean() ** 2)  # E[p] - E[p²]
+
+
+# --------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("knapsack_n_min", 9, "need n_min <= budget_per_prompt <= n_max"),
+    ("knapsack_n_max", 4, "need n_min <= budget_per_prompt <= n_max"),
+    ("vip_budget_per_prompt", 40, "need n_min <= budget_per_prompt <= n_max"),
+    ("vip_n_min", 1, "must be >= 2 for vip_estimator='rloo'"),
+    ("vip_n_min", 0, "must be a positive integer"),
+    ("vip_estimator", "grpo", "choose from"),
+])
+def test_bad_allocation_fields_are_refused(field, value, match):
+    c = base.get_config("algo=vip")
+    c.adaptive[field] = value
+    with pytest.raises(ValueError, match=f"{field}.*{match}"):
+        config_check.validate(c)
+
+
+def test_drgrpo_needs_three_samples_per_prompt():
+    c = base.get_config("algo=vip")
+    c.adaptive.vip_estimator = "drgrpo"
+    with pytest.raises(ValueError, match="vip_n_min=2: must be >= 3"):
+        config_check.validate(c)
+    c.adaptive.vip_n_min = 3
+    config_check.validate(c)
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def _alloc_config(algo, **kw):
+    # 4 prompts that recur every step, so the second step's budgets come from the history
+    return _config(algo, **{"task.train_size": 4, "checkpoint.every": 1, **kw})
+
+
+@pytest.mark.parametrize("algo", ["knapsack", "vip"])
+def test_one_training_step(algo, tmp_path):
+    c = _alloc_config(algo, **{"rl.steps": 1})
+    m = train.train_and_evaluate(c, str(tmp_path))
+    B = c.rl.prompts_per_step
+    assert m["samples_total"] == 8 * B  # the budgets sum to budget_per_prompt x B
+    assert np.isfinite(m["loss"]) and m["grad_norm"] > 0
+    assert 2 <= m["alloc_budget_min"] <= 8 <= m["alloc_budget_max"] <= 32
+    hist = _restore(str(tmp_path))[2]["est_history"]
+    assert len(hist) == B and sum(v[0] for v in hist.values()) == 8 * B
+
+
+@pytest.mark.parametrize("algo", ["knapsack", pytest.param("vip", marks=pytest.mark.slow)])
+def test_resume_is_exact(algo, tmp_path):
+    """Two steps in one go equal one step, a stop, and a resumed second step: the history that
+    sets step 2's budgets comes back from the checkpoint."""
+    ref, run = str(tmp_path / "ref"), str(tmp_path / "run")
+    train.train_and_evaluate(_alloc_config(algo, **{"rl.steps": 2}), ref)
+    train.train_and_evaluate(_alloc_config(algo, **{"rl.steps": 1}), run)
+    train.train_and_evaluate(_alloc_config(algo, **{"rl.steps": 2}), run)
+    (sa, arr_a, meta_a), (sb, arr_b, meta_b) = _restore(ref), _restore(run)
+    assert sa == sb == 2
+    for x, y in zip(jax.tree.leaves(arr_a), jax.tree.leaves(arr_b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert meta_a["est_history"] == meta_b["est_history"]
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        recs = [json.loads(line) for line in f]
+    assert recs[-1]["alloc_budget_max"] > 8  # step 2 really allocated unevenly
+
+
+def test_bench_allocation_rows_meet_their_oracles():
+    """scripts/bench_adaptive.py's allocation rows: budgets sum to the matched total, no row
+    expects more mixed groups than oracle_mixed or less variance than oracle_var."""
+    import importlib.util
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(
+        "bench_adaptive", os.path.join(root, "scripts", "bench_adaptive.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = {r["method"]: r for r in bench.allocation_bench(16, 1)}
+    assert {"uniform", "est", "knapsack", "vip", "oracle_mixed", "oracle_var"} <= set(rows)
+    for r in rows.values():
+        assert r["samples"] == 8 * 16
+        assert r["samples_per_mixed_vs_oracle"] >= 1 - 1e-12
+        if r["n_min"] >= 2:  # (N = 1 is counted as 2 samples' variance: not comparable)
+            assert r["var_vs_oracle"] >= 1 - 1e-12
+    assert rows["oracle_mixed"]["samples_per_mixed_vs_oracle"] == pytest.approx(1.0)
+    assert rows["oracle_var"]["var_vs_oracle"] == pytest.approx(1.0)
