@@ -214,6 +214,11 @@ POLICIES = {  # policy: (algo, overrides, steps)
 }
 # History-based allocation (issue 29): budgets from every process's ids and one history.
 POLICIES.update(knapsack=("knapsack", {}, 3), vip=("vip", {}, 3))
+# GRESO (skips from one history, more prompt batches as DAPO), Pilot-Commit (a pilot call, then
+# commit budgets decided on the whole batch), conformal (grid calls, one calibration state).
+POLICIES.update(greso=("dapo", {"adaptive.policy": "greso"}, 3),
+                pilot_commit=("grpo", {"adaptive.policy": "pilot_commit"}, 3),
+                conformal=("grpo", {"adaptive.policy": "conformal"}, 3))
 
 
 @pytest.fixture(scope="module")
