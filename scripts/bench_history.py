@@ -16,7 +16,13 @@ Oracles know each prompt's outcomes or p_i:
   pc_oracle         Pilot-Commit committing by the true p_i (same pilot cost, same split)
   conformal_oracle  stops at the first grid level exactly the prompts whose top-of-grid
                     group would be zero-variance
+
+  python scripts/bench_history.py            # pool 256, B = 32, 4 epochs
+  python scripts/bench_history.py --quick    # pool 128, B = 16 (seconds); last line: JSON
 """
+import argparse
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -188,3 +194,20 @@ def run(P=256, B=32, epochs=4, seed=0, dapo_cap=4, pc=(4, 8, 0.125, 0.75),
     res = [row.result() for row in rows.values()]
     extra = dict(greso_p_final=g["p"], conformal_q=cs["q"], steps=steps, pool=P, batch=B)
     return res, extra
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="pool 128, B = 16")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    P, B = (128, 16) if a.quick else (256, 32)
+    res, extra = run(P=P, B=B, seed=a.seed)
+    print(table(res))
+    print(json.dumps(dict(extra, rows={r["method"]: {k: v for k, v in r.items()
+                                                      if k != "method"} for r in res}),
+                     default=float))
+
+
+if __name__ == "__main__":
+    main()

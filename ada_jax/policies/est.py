@@ -25,14 +25,22 @@ def restore(meta) -> dict:
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     """Budgets are solved over the whole batch (every process's ids, so every process alike);
     the history is the same on every process too."""
+    got, budgets = collect_budgeted(ctx, params, iterator, key, state, _budgets)
+    got.metrics["est_budget_max"] = int(budgets.max())
+    return got
+
+
+def collect_budgeted(ctx, params, iterator, key, state, budgets_for):
+    """One engine call at the budgets `budgets_for(config, ids, history)` gives the whole
+    batch (every process's problem ids), then the history updated: the step of est, knapsack
+    and vip. Returns (Collected, budgets)."""
     c = ctx.config
     problems = next(iterator)
     ids = [i for part in sharding.allgather_json([p.id for p in problems]) for i in part]
-    budgets = _budgets(c, ids, state["est"])
+    budgets = budgets_for(c, ids, state["est"])
     got = rollout.run_engine(ctx, params, problems, key, rollout.own_share(budgets))
     update_history(c, ids, got.batch, state["est"])
-    got.metrics["est_budget_max"] = int(budgets.max())
-    return got
+    return got, budgets
 
 
 def _budgets(config, ids, history) -> np.ndarray:

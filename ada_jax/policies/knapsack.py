@@ -10,18 +10,13 @@ State: est.py's `state["est"]` (checkpointed as `est_history`), so a resume is e
 """
 import numpy as np
 
-from ada_jax import allocation, sharding
+from ada_jax import allocation
 from ada_jax.policies import est, rollout
 
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     """Budgets are solved over the whole batch (every process's ids), alike on every process."""
-    c = ctx.config
-    problems = next(iterator)
-    ids = [i for part in sharding.allgather_json([p.id for p in problems]) for i in part]
-    budgets = budgets_for(c, ids, state["est"])
-    got = rollout.run_engine(ctx, params, problems, key, rollout.own_share(budgets))
-    est.update_history(c, ids, got.batch, state["est"])
+    got, budgets = est.collect_budgeted(ctx, params, iterator, key, state, budgets_for)
     got.metrics.update(alloc_budget_max=int(budgets.max()), alloc_budget_min=int(budgets.min()))
     return got
 
