@@ -17,3 +17,31 @@ atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 import jax  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+
+import gc  # noqa: E402
+
+import pytest  # noqa: E402
+
+_MAPS_BEFORE_CLEARING = 20_000
+
+
+def _memory_maps() -> int:
+    try:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+    except OSError:  # not Linux
+        return 0
+
+
+@pytest.fixture(autouse=True)
+def _release_compiled_code():
+    """Drop JAX's compiled executables once the process holds many memory mappings: each
+    executable keeps its machine code in mappings of its own, and a whole suite's worth in one
+    process passes the kernel's vm.max_map_count (65,530 by default), where the next compile's
+    mmap fails and XLA segfaults (CI, session 10: exit 139 at the 583rd test)."""
+    yield
+    if _memory_maps() > _MAPS_BEFORE_CLEARING:
+        jax.clear_caches()
+        gc.collect()
