@@ -65,6 +65,11 @@ declare -A METHODS=(
   [est_power]="algo=ada_est|--config.adaptive.est_weight=optimal --config.rl.objective=power"
   [ada_balance_std]="algo=ada_balance|--config.adaptive.mode=refill --config.rl.std_normalise=True"
   [ada_balance_log]="algo=ada_balance|--config.adaptive.mode=refill --config.rl.objective=log --config.rl.objective_weight=True"
+  [knapsack]="algo=knapsack|"
+  [vip]="algo=vip|"
+  [greso]="algo=dapo|--config.adaptive.policy=greso --config.adaptive.dapo_max_gen_batches=32"
+  [pilot_commit]="algo=grpo|--config.adaptive.policy=pilot_commit"
+  [conformal]="algo=grpo|--config.adaptive.policy=conformal"
 )
 if [ -n "${METHODS_ONLY:-}" ]; then
   for name in "${!METHODS[@]}"; do

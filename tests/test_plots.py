@@ -204,3 +204,35 @@ def test_a_run_read_up_to_a_cost_is_that_budget_s_run(tmp_path):
     recs = plots.load_metrics(short)
     assert recs[-1]["step"] == 10 and recs[-1]["eval/avg@4"] == 0.5  # the step that reaches it
     assert plots.stopped_short(short) == ""  # complete as a 950-sample run
+
+
+def test_side_by_side_reads_matched_steps_and_costs(tmp_path):
+    """scripts/side_by_side.py: seed means at the matched step and interpolated at matched
+    sample and FLOP-weighted costs, and per-seed wins over the reference arm."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    # ref: evals 0.3, 0.5, 0.7 at costs 0, 1000, 2000; fast: 0.3, 0.7, 0.9 (seed 0) and
+    # 0.3, 0.5, 0.6 (seed 1); the FLOP-weighted cost is 30 per sample for both.
+    for name, evals in (("ref_s0", [.3, .5, .7]), ("ref_s1", [.3, .5, .7]),
+                        ("fast_s0", [.3, .7, .9]), ("fast_s1", [.3, .5, .6])):
+        d = _run(root, name, evals, evals, eff=0.5)
+        with open(os.path.join(d, "metrics.jsonl")) as f:
+            recs = [json.loads(line) for line in f]
+        for r in recs:  # tiers: very hard = half the overall accuracy, hard = the overall
+            if "eval/avg@4" in r:
+                r["eval/tier_very_hard/avg@4"] = r["eval/avg@4"] / 2
+                r["eval/tier_hard/avg@4"] = r["eval/avg@4"]
+        with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in recs)
+    res = helpers.run([sys.executable, os.path.join(ROOT, "scripts", "side_by_side.py"),
+                       "--root", str(root), "--methods", "ref,fast", "--step", "10",
+                       "--costs", "500,1500", "--reference", "ref"], check=True)
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+            for line in res.stdout.splitlines() if line.startswith("| ref ")
+            or line.startswith("| fast ")}
+    assert rows["ref"][1:6] == ["2", "20–20", "100", "0.50", "0.50 / 0.25 / 0.50"]
+    assert rows["fast"][5] == "0.60 / 0.30 / 0.60"  # step 10: (0.7 + 0.5) / 2
+    assert rows["ref"][6] == "0.400" and rows["fast"][6] == "0.450"  # 500 samples
+    assert rows["fast"][7] == "0.68 / 0.34 / 0.68"  # 1500 samples: (0.8 + 0.55) / 2
+    assert rows["ref"][8] == "0.700" and rows["fast"][8] == "0.750"  # 60k FLOP = 2000 samples
+    assert rows["fast"][9] == "1 of 2 (-0.05..+0.20)"
