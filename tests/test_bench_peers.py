@@ -24,3 +24,22 @@ def test_bench_peers_ada_jax_path_prints_json():
     assert "tunix" in " ".join(res["skipped"])  # the tunix workers are not written yet
     if importlib.util.find_spec("trl") is None:
         assert any(s.startswith("trl: trl: cannot import") for s in res["skipped"]), res["skipped"]
+
+
+def test_bench_gemm_parts_at_a_toy_size():
+    """scripts/bench_gemm.py's two parts on tiny shapes: positive GFLOP/s and CPU times, the
+    shares from the ablation's own times, and the model's methods put back afterwards."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("bench_gemm", os.path.join(
+        root, "scripts", "bench_gemm.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    from ada_jax import model
+    before = (model.apply_rope, model.Attention.__call__, model.MLP.__call__)
+    g = bench.gemms(64, 16, 32, reps=1, threads=1)
+    assert list(g) == ["64x16x32", "64x32x16", "16x64x32", "64x16x16"]
+    assert all(row["xla_gflops_per_cpu_s"] > 0 for row in g.values())
+    a = bench.ablation(rows=2, prompt=4, new=4, reps=1)
+    assert all(a[k] > 0 for k in ("whole", "no_rope", "no_attention", "no_mlp"))
+    assert a["mlp_share"] == round(1 - a["no_mlp"] / a["whole"], 3)
+    assert (model.apply_rope, model.Attention.__call__, model.MLP.__call__) == before

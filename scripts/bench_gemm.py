@@ -1,0 +1,110 @@
+"""Where the learner's CPU time goes (issue 31): XLA's dot against torch's matmul on the learner's
+GEMM shapes, and the learner step (forward + backward of the peer bench's base Qwen2 sizes) with
+parts of the model removed.
+
+  python scripts/bench_gemm.py [--quick]
+
+(a) GEMMs: [rows·T, d] x [d, d_ff] and the backward's shapes, CPU seconds per call of a jitted
+    XLA dot and of torch.mm (torch at --threads threads), interleaved; GFLOP per CPU-second.
+(b) Ablation: CPU seconds of one value_and_grad of the completion log-likelihood (the learner's
+    forward and backward) for the whole model, and with RoPE, attention (all but its q and o
+    projections) or the MLP replaced by the identity: what each part costs.
+Torch is optional: without it (a) reports XLA alone. Last line: one JSON object.
+"""
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _cpu(fn, reps):
+    fn()
+    ts = []
+    for _ in range(reps):
+        t = time.process_time()
+        fn()
+        ts.append(time.process_time() - t)
+    return float(np.median(ts))
+
+
+def gemms(rows_t: int, d: int, f: int, reps: int, threads: int) -> dict:
+    try:
+        import torch
+        torch.set_num_threads(threads)
+    except ImportError:
+        torch = None
+    out = {}
+    for m, k, n in ((rows_t, d, f), (rows_t, f, d), (d, rows_t, f), (rows_t, d, d)):
+        a = np.random.default_rng(0).standard_normal((m, k), np.float32)
+        b = np.random.default_rng(1).standard_normal((k, n), np.float32)
+        ja, jb = jnp.asarray(a), jnp.asarray(b)
+        dot = jax.jit(lambda x, y: x @ y)
+        gf = 2 * m * k * n / 1e9
+        row = {"xla_gflops_per_cpu_s": gf / _cpu(lambda: dot(ja, jb).block_until_ready(), reps)}
+        if torch is not None:
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            row["torch_gflops_per_cpu_s"] = gf / _cpu(lambda: torch.mm(ta, tb), reps)
+            row["torch_over_xla"] = row["torch_gflops_per_cpu_s"] / row["xla_gflops_per_cpu_s"]
+        out[f"{m}x{k}x{n}"] = {key: round(v, 2) for key, v in row.items()}
+    return out
+
+
+def ablation(rows: int, prompt: int, new: int, reps: int) -> dict:
+    from flax import nnx
+
+    from ada_jax import model as M
+    cfg = M.ModelConfig(vocab_size=512, d_model=256, n_layers=4, n_heads=4, n_kv_heads=2,
+                        d_ff=1024, head_dim=64, rope_base=1e4, qkv_bias=True,
+                        tie_embeddings=True, norm_eps=1e-6, max_len=prompt + new)
+    toks = jnp.asarray(np.random.default_rng(0).integers(0, 500, (rows, prompt + new)))
+    mask = jnp.ones(toks.shape, bool)
+    adv = jnp.asarray(np.random.default_rng(1).standard_normal(rows), jnp.float32)
+    originals = (M.apply_rope, M.Attention.__call__, M.MLP.__call__)
+
+    def attention_projections_only(self, x, positions, inv_freq, kv_mask, layer_cache):
+        return M.dense(M.dense(x, self.q[...]), self.o[...], n_in=2), layer_cache
+
+    variants = {"whole": {}, "no_rope": {"rope": lambda x, p, f: x},
+                "no_attention": {"attn": attention_projections_only},
+                "no_mlp": {"mlp": lambda self, x: x}}
+    out = {}
+    for name, patch in variants.items():
+        M.apply_rope = patch.get("rope", originals[0])
+        M.Attention.__call__ = patch.get("attn", originals[1])
+        M.MLP.__call__ = patch.get("mlp", originals[2])
+        graphdef, params = nnx.split(M.Transformer(cfg, nnx.Rngs(0)))
+
+        def loss(p):
+            logits, _ = nnx.merge(graphdef, p)(toks, M.positions_from_mask(mask), mask,
+                                               logits_slice=(prompt - 1, prompt + new - 1))
+            return -jnp.mean(M.token_logprobs(logits, toks[:, prompt:])[0] * adv[:, None])
+
+        step = jax.jit(jax.value_and_grad(loss))
+        out[name] = round(_cpu(lambda: jax.block_until_ready(step(params)), reps), 4)
+    M.apply_rope, M.Attention.__call__, M.MLP.__call__ = originals
+    out["mlp_share"] = round(1 - out["no_mlp"] / out["whole"], 3)
+    out["attention_share"] = round(1 - out["no_attention"] / out["whole"], 3)
+    out["rope_share"] = round(1 - out["no_rope"] / out["whole"], 3)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="3 reps, 32 rows")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    a = ap.parse_args()
+    reps, rows = (3, 32) if a.quick else (9, 64)
+    res = {"gemm": gemms(rows * 128, 256, 1024, reps, a.threads),
+           "learner_cpu_s": ablation(rows, 64, 64, reps), "rows": rows, "tokens_per_row": 128,
+           "load": round(__import__("os").getloadavg()[0], 1)}
+    for shape, row in res["gemm"].items():
+        print(shape, row)
+    print("learner CPU s:", res["learner_cpu_s"])
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
