@@ -12,6 +12,7 @@ parts of the model removed.
 Torch is optional: without it (a) reports XLA alone. Last line: one JSON object.
 """
 import argparse
+import os
 import json
 import time
 
@@ -99,7 +100,7 @@ def main():
     reps, rows = (3, 32) if a.quick else (9, 64)
     res = {"gemm": gemms(rows * 128, 256, 1024, reps, a.threads),
            "learner_cpu_s": ablation(rows, 64, 64, reps), "rows": rows, "tokens_per_row": 128,
-           "load": round(__import__("os").getloadavg()[0], 1)}
+           "load": round(os.getloadavg()[0], 1)}
     for shape, row in res["gemm"].items():
         print(shape, row)
     print("learner CPU s:", res["learner_cpu_s"])
