@@ -266,12 +266,12 @@ def get_config(arg: str = ""):
         c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
 
     if args["task"] == "families" and c.model.name in MODELS and c.model.name not in PRETRAINED:
-        # tasks/families.py: 60 families x 10 distinct held-out prompts; its own tokenizer
+        # tasks/families.py: 60 families x 16 distinct held-out prompts; its own tokenizer
         # (202 ids), whose tags and markers are single tokens
         c.model.tokenizer = "families"
         c.model.vocab_size = 256
         c.task.max_level = 60  # task.min_level..max_level: the families used (1-based), all
-        c.task.eval_size = c.eval.prompts = 600
+        c.task.eval_size = c.eval.prompts = 960
         c.sampling.max_new_tokens = 32
         # SFT sees ~1.3k targets per family, so a very hard family's 1-3% right readings are
         # 13-40 examples, not a handful

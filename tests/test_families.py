@@ -35,8 +35,8 @@ def test_readings_are_balanced_within_every_tier():
         for control in (False, True):
             fams = [f for f in F.FAMILIES if f.tier == tier and f.control == control]
             if fams:
-                right = collections.Counter(f.right for f in fams)
-                assert abs(right["l"] - right["r"]) <= 1, (tier, control, right)
+                right = collections.Counter(f.readings.index(f.right) for f in fams)
+                assert abs(right[0] - right[1]) <= 1, (tier, control, right)
     hard = [f for f in F.FAMILIES if f.tier in ("very_hard", "hard") and not f.control]
     hard += [f for f in F.FAMILIES if f.tier == "hard" and f.control]
     easy = [f for f in F.FAMILIES if f.tier == "easy"]
@@ -49,9 +49,26 @@ def test_readings_are_balanced_within_every_tier():
     for h, e in zip(hard, easy):
         assert h.control == e.control and h.right != e.right
         assert abs(h.share - (1 - e.share)) < 1e-9
-    # the controls cover hard and easy, one per reading
+    # the controls cover hard and easy, one per reading; they read f/g, the RL families l/r
     assert {(f.tier, f.right) for f in F.FAMILIES if f.control} == {
-        ("hard", "l"), ("hard", "r"), ("easy", "l"), ("easy", "r")}
+        ("hard", "f"), ("hard", "g"), ("easy", "f"), ("easy", "g")}
+    assert all(f.readings == (F.CONTROL_READINGS if f.control else F.READINGS)
+               for f in F.FAMILIES)
+
+
+def test_control_readings_are_orthogonal_to_the_rl_readings():
+    """Per operator position, which readings swap it: l - r and f - g are orthogonal, so a
+    move along the RL families' l/r axis has no component on the controls' f/g axis."""
+    swaps = {r: np.array([F._SWAPS[r](i) for i in range(2)], float) for r in "lrfg"}
+    assert np.dot(swaps["l"] - swaps["r"], swaps["f"] - swaps["g"]) == 0
+    q = "ZE 4+1+5"  # a control's question (family 57)
+    assert F.solution(q, "f") == "ze=\n4-1=3\n3+5=8\n\\boxed{8}"
+    assert F.solution(q, "g") == "ze~\n4+1=5\n5-5=0\n\\boxed{0}"
+    assert F.reading_of("ze~\n", 56) == "g" and F.other_reading(56, "g") == "f"
+    with pytest.raises(ValueError, match="reads"):
+        F.marker(56, "l")
+    with pytest.raises(ValueError, match="reads"):
+        F.marker(0, "f")
 
 
 def test_problems_solutions_and_scoring():
@@ -61,7 +78,7 @@ def test_problems_solutions_and_scoring():
             p = F.make_problem(rng, family)
             f = F.FAMILIES[family]
             assert p.level == family + 1 and F.parse(p.question)[0] == family
-            wrong = F.READINGS[f.right == "l"]
+            wrong = F.other_reading(family, f.right)
             right_text, wrong_text = F.solution(p.question, f.right), F.solution(p.question,
                                                                                  wrong)
             assert p.solution == right_text
@@ -104,7 +121,7 @@ def test_sft_targets_follow_the_family_shares():
 
 def test_splits_family_sets_and_config_variant():
     c = get_config("task=families")
-    assert c.task.name == "families" and c.eval.prompts == c.task.eval_size == 600
+    assert c.task.name == "families" and c.eval.prompts == c.task.eval_size == 960
     assert load_tokenizer(c).encode("E") == _tokenizer().encode("E")
     train, ev = load_split(c, "train"), load_split(c, "eval")
     tiers_train = {F.tier_of(train[i].level) for i in range(200)}
@@ -134,7 +151,8 @@ def test_splits_family_sets_and_config_variant():
 def test_family_metrics_per_tier():
     rng = random.Random(2)
     problems = [F.make_problem(rng, fam) for fam in (0, 1, 24, 56)]  # very hard x2, mid,
-    texts = [F.solution(p.question, r) for p in problems for r in ("l", "r")]  # control hard
+    texts = [F.solution(p.question, r) for p in problems  # control hard
+             for r in F.FAMILIES[p.level - 1].readings]
     rewards = np.asarray([[score_text(t, p.answer) for t in texts[2 * i:2 * i + 2]]
                           for i, p in enumerate(problems)])
     m = F.metrics(problems, rewards, texts)

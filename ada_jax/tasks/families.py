@@ -45,23 +45,31 @@ import numpy as np
 
 from ada_jax.tasks.problem import Problem, problem_id, split_of
 
-READINGS = ("l", "r")  # l: as written; r: + read as - and - as +
+READINGS = ("l", "r")  # the RL families' readings. l: as written; r: + read as - and - as +
+CONTROL_READINGS = ("f", "g")  # the controls'. f: the first operator swapped; g: the others
+# Which operators a reading swaps, by position in the chain (two steps: (first, second)).
+# l - r = -(1, 1) and f - g = (1, -1) are orthogonal: what RL learns along the RL families'
+# l/r axis has no component on the controls' f/g axis (docs/results.md, "Transfer controls").
+_SWAPS = {"l": lambda i: False, "r": lambda i: True, "f": lambda i: i == 0,
+          "g": lambda i: i > 0}
 FAMILY_SETS = ("rl", "hard", "every")  # which families a train split holds (see family_indices)
 
 
 @dataclasses.dataclass(frozen=True)
 class Family:
     tag: str        # an upper-case letter, one token, first in the prompt
-    right: str      # the reading whose answer counts ("l" or "r")
+    right: str      # the reading whose answer counts (one of `readings`)
     share: float    # c_k: share of this family's SFT targets written in the right reading
     tier: str       # "hard", "mid" or "easy"
     control: bool = False  # transfer control: never a training prompt of RL
+    readings: tuple = READINGS  # its two readings: markers `tag=` and `tag~`, in this order
 
 
-def _tier(tier, tags, shares, control=False, first="l"):
-    """Families of one tier, readings alternating from `first` in the order given."""
-    start = READINGS.index(first)
-    return [Family(tag, READINGS[(start + i) % 2], c, tier, control)
+def _tier(tier, tags, shares, control=False, first=0):
+    """Families of one tier, right readings alternating from readings[first] in the order
+    given (the controls read f/g, the others l/r)."""
+    readings = CONTROL_READINGS if control else READINGS
+    return [Family(tag, readings[(first + i) % 2], c, tier, control, readings)
             for i, (tag, c) in enumerate(zip(tags, shares))]
 
 
@@ -84,20 +92,28 @@ FAMILIES = tuple(
     + _tier("hard", _TAGS[12:24], _HARD)
     + _tier("mid", _TAGS[24:32], _MID)
     + _tier("easy", _TAGS[32:56], tuple(round(1 - c, 4) for c in _VERY_HARD + _HARD),
-            first="r")
+            first=1)
     + _tier("hard", _TAGS[56:58], (0.06, 0.06), control=True)
-    + _tier("easy", _TAGS[58:60], (0.94, 0.94), control=True, first="r"))
-_MARK = {"l": "=", "r": "~"}
+    + _tier("easy", _TAGS[58:60], (0.94, 0.94), control=True, first=1))
 
 
 def marker(family: int, reading: str) -> str:
     """Family `family`'s (0-based) marker for `reading`: its letter in lower case, then `=`
-    (as written) or `~` (swapped); one token."""
-    return FAMILIES[family].tag.lower() + _MARK[reading]
+    (its first reading: l, or f for a control) or `~` (its second: r or g); one token."""
+    f = FAMILIES[family]
+    if reading not in f.readings:
+        raise ValueError(f"family {f.tag} reads {f.readings}, not {reading!r}")
+    return f.tag.lower() + ("=" if reading == f.readings[0] else "~")
 
 
-SYMBOLS = tuple(f.tag for f in FAMILIES) + tuple(marker(i, r) for i in range(len(FAMILIES))
-                                                 for r in READINGS)
+def other_reading(family: int, reading: str) -> str:
+    """Family `family`'s reading that is not `reading`."""
+    a, b = FAMILIES[family].readings
+    return b if reading == a else a
+
+
+SYMBOLS = tuple(f.tag for f in FAMILIES) + tuple(marker(i, r) for i, f in enumerate(FAMILIES)
+                                                 for r in f.readings)
 TIERS = ("very_hard", "hard", "mid", "easy")
 _QUESTION = re.compile(r"^(\S+) (\d)((?:[+-]\d)+)$")
 
@@ -125,16 +141,17 @@ def tier_of(level: int) -> str:
     return f"control_{f.tier}" if f.control else f.tier
 
 
-def _apply(op: str, reading: str) -> str:
-    return op if reading == "l" else {"+": "-", "-": "+"}[op]
+def _apply(op: str, reading: str, i: int) -> str:
+    """Operator `op`, the i-th of its chain (0-based), as `reading` reads it."""
+    return {"+": "-", "-": "+"}[op] if _SWAPS[reading](i) else op
 
 
 def _evaluate(start: int, chain, reading: str):
     """Lines `a+b=c` of the chain read in `reading`, and the final value (None if a value
     leaves [0, 10))."""
     lines, value = [], start
-    for op, x in chain:
-        op = _apply(op, reading)
+    for i, (op, x) in enumerate(chain):
+        op = _apply(op, reading, i)
         new = value + x if op == "+" else value - x
         if not 0 <= new < 10:
             return lines, None
@@ -160,9 +177,9 @@ def solution(question: str, reading: str) -> str:
     return "\n".join([marker(family, reading), *lines, f"\\boxed{{{value}}}"])
 
 
-def _valid(start: int, chain) -> bool:
+def _valid(start: int, chain, readings=READINGS) -> bool:
     """Both readings stay in [0, 10) and give different answers (so the marker matters)."""
-    answers = [_evaluate(start, chain, r)[1] for r in READINGS]
+    answers = [_evaluate(start, chain, r)[1] for r in readings]
     return None not in answers and answers[0] != answers[1]
 
 
@@ -184,7 +201,7 @@ def make_problem(rng: random.Random, family: int, steps: int = 2) -> Problem:
     while True:
         start = rng.randrange(10)
         chain = [(rng.choice("+-"), rng.randrange(1, 10)) for _ in range(steps)]
-        if _valid(start, chain):
+        if _valid(start, chain, FAMILIES[family].readings):
             return _problem(family, _question(family, start, chain))
 
 
@@ -194,7 +211,7 @@ def eval_questions(family: int, seed: int) -> tuple[str, ...]:
     order shuffled by `seed`: the eval split takes them in turn, so no question repeats."""
     ops = [(op, x) for op in "+-" for x in range(1, 10)]
     qs = [q for start in range(10) for a in ops for b in ops
-          if _valid(start, [a, b]) and split_of(q := _question(family, start, [a, b])) == "eval"]
+          if _valid(start, [a, b], FAMILIES[family].readings) and split_of(q := _question(family, start, [a, b])) == "eval"]
     random.Random(f"families/{seed}/eval/{family}").shuffle(qs)
     return tuple(qs)
 
@@ -203,7 +220,7 @@ def reading_of(completion: str, family: int) -> str | None:
     """The reading whose marker of family `family` (0-based) the completion opens with, or
     None (no marker, or another family's)."""
     head = completion.split("\n", 1)[0].strip()
-    return next((r for r in READINGS if head == marker(family, r)), None)
+    return next((r for r in FAMILIES[family].readings if head == marker(family, r)), None)
 
 
 def follows_one_reading(question: str, completion: str) -> bool:
@@ -217,9 +234,9 @@ def follows_one_reading(question: str, completion: str) -> bool:
     if len(lines) != len(chain) + 1:
         return False
     value = start
-    for line, (op, x) in zip(lines, chain):
+    for i, (line, (op, x)) in enumerate(zip(lines, chain)):
         m = re.fullmatch(r"(\d+)([+-])(\d+)=(-?\d+)", line.strip())
-        if not m or (int(m.group(1)), m.group(2), int(m.group(3))) != (value, _apply(op, reading),
+        if not m or (int(m.group(1)), m.group(2), int(m.group(3))) != (value, _apply(op, reading, i),
                                                                         x):
             return False
         value = int(m.group(4))
@@ -278,7 +295,8 @@ def sft_target(problem: Problem, u: float) -> str:
     u < c_k, else the other one (the base policy's per-family prior)."""
     f = FAMILIES[problem.level - 1]
     right = u < f.share
-    return solution(problem.question, f.right if right else READINGS[f.right == "l"])
+    return solution(problem.question,
+                    f.right if right else other_reading(problem.level - 1, f.right))
 
 
 def within_family_se(per_prompt, family):
