@@ -2,7 +2,9 @@
 tier's right marker at the first response token (no sampling noise) for the base, the RL
 checkpoint, and the checkpoint with one group of parameters put back to the base's
 (embedding, norms, attention, MLP). The group whose reversal brings the controls back is
-where RL moved them (docs/results.md, "Transfer controls").
+where RL moved them (docs/results.md, "Transfer controls"). Per control family it also gives
+the logit gap right - wrong marker, base and RL, and the reading its base prefers: which way
+each control moved.
 
   python scripts/control_drift.py --workdir=W     # W: a family-task run with a checkpoint
 """
@@ -46,6 +48,36 @@ def right_marker_probability(ctx, params) -> dict:
     return {t: round(float(p_right[tiers == t].mean()), 3) for t in sorted(set(tiers))}
 
 
+def control_gaps(ctx, base, rl) -> dict:
+    """Per control family: mean logit gap (right - wrong marker) at base and after RL, and the
+    reading its base prefers."""
+    problems = ctx.eval_problems
+    toks, mask = evaluate.encode_prompts(ctx.tokenizer, problems, ctx.config.task.template,
+                                         ctx.config.sampling.max_prompt_len)
+    fam = np.asarray([p.level - 1 for p in problems])
+    enc = lambda family, r: ctx.tokenizer.encode(families.marker(family, r))[0]
+    right = np.asarray([enc(f, families.FAMILIES[f].right) for f in fam])
+    wrong = np.asarray([enc(f, families.other_reading(f, families.FAMILIES[f].right))
+                        for f in fam])
+    gaps = {}
+    for name, params in (("base", base), ("rl", rl)):
+        logits, _ = nnx.merge(ctx.graphdef, params)(
+            jnp.asarray(toks), model_lib.positions_from_mask(jnp.asarray(mask)),
+            jnp.asarray(mask))
+        last = np.asarray(logits[:, -1].astype(jnp.float32))
+        gaps[name] = last[np.arange(len(fam)), right] - last[np.arange(len(fam)), wrong]
+    out = {}
+    for f in sorted(set(fam.tolist())):
+        family = families.FAMILIES[f]
+        if family.control:
+            g_base, g_rl = (float(gaps[k][fam == f].mean()) for k in ("base", "rl"))
+            out[family.tag] = {"tier": family.tier, "right": family.right,
+                               "base_prefers": family.right if g_base > 0 else
+                               families.other_reading(f, family.right),
+                               "gap_base": round(g_base, 2), "gap_rl": round(g_rl, 2)}
+    return out
+
+
 def main(argv):
     del argv
     ada_jax.console_logging()
@@ -66,6 +98,7 @@ def main(argv):
             lambda path, a, b: b if any(p in jax.tree_util.keystr(path) for p in parts) else a,
             rl, base)
         out[f"rl, {name} reverted"] = right_marker_probability(ctx, mixed)
+    out["control_gaps"] = control_gaps(ctx, base, rl)
     print(json.dumps(out))
 
 
