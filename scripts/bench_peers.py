@@ -336,8 +336,70 @@ def worker_grpo_trl(a):
 
 
 # ----------------------------------------------------------------------------- tunix
+def _tunix_model(folder):
+    """tunix's Qwen2 (`tunix.models.qwen2`) with the folder's safetensors, on a one-device
+    ("fsdp", "tp") mesh of Auto axes (jax.make_mesh's default Explicit axes fail in the
+    embedding gather), float32; the config from the HF config.json."""
+    jax, = _import_peer("tunix", ["jax"])
+    qwen2, qwen2_params = _import_peer("tunix", ["tunix.models.qwen2.model",
+                                                 "tunix.models.qwen2.params"])
+    with open(os.path.join(folder, "config.json")) as f:
+        hf = json.load(f)
+    cfg = qwen2.ModelConfig(
+        num_layers=hf["num_hidden_layers"], vocab_size=hf["vocab_size"],
+        embed_dim=hf["hidden_size"], hidden_dim=hf["intermediate_size"],
+        num_heads=hf["num_attention_heads"], head_dim=hf["head_dim"],
+        num_kv_heads=hf["num_key_value_heads"],
+        rope_theta=int((hf.get("rope_parameters") or hf)["rope_theta"]),
+        norm_eps=hf["rms_norm_eps"], use_tied_embedding=hf["tie_word_embeddings"])
+    mesh = jax.make_mesh((1, 1), ("fsdp", "tp"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    model = qwen2_params.create_model_from_safe_tensors(folder, cfg, mesh=mesh,
+                                                        dtype=jax.numpy.float32)
+    return cfg, mesh, model
+
+
+def _tunix_versions():
+    from importlib import metadata
+    import flax
+    import jax
+    return dict(tunix_version=metadata.version("google-tunix"), jax_version=jax.__version__,
+                flax_version=flax.__version__)
+
+
 def worker_sample_tunix(a):
-    raise Skip("tunix: sampler worker not written yet")
+    """tunix's `Sampler` (tunix.generate.sampler) on tunix's Qwen2 with the folder's weights and
+    its HF tokenizer (it encodes the same chat-template texts to the same ids as ada_jax's
+    prompt_ids). T=1 with top_p=1.0 and no top-k (tunix's plain categorical draw; without top_p
+    it is greedy), EOS [-1] (never sampled, so every row runs all N steps), prompts left-padded
+    to the longest (max_prompt_length = P), KV cache of P + N. One call includes tunix's
+    tokenization and detokenization of the rows, as a user of `Sampler` pays them."""
+    sampler_lib, transformers = _import_peer("tunix", ["tunix.generate.sampler", "transformers"])
+    import numpy as np
+    cfg, mesh, model = _tunix_model(a.folder)
+    texts, ids, _ = prompts(a.folder, a.rows)
+    P, N = max(map(len, ids)), a.new_tokens
+    tok = transformers.AutoTokenizer.from_pretrained(a.folder)
+    sampler = sampler_lib.Sampler(model, tok, sampler_lib.CacheConfig(
+        cache_size=P + N, num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim))
+
+    def run(i):
+        out = sampler(texts, max_generation_steps=N, max_prompt_length=P, temperature=1.0,
+                      top_p=1.0, top_k=None, eos_tokens=[-1], seed=i)
+        assert np.asarray(out.padded_prompt_tokens).shape == (len(texts), P)
+        assert len(out.tokens) == len(texts) and all(len(t) == N for t in out.tokens), \
+            sorted({len(t) for t in out.tokens})
+        assert np.array_equal(np.asarray(out.padded_prompt_tokens)[0, P - len(ids[0]):], ids[0])
+    t0 = time.perf_counter()
+    run(0)
+    import jax
+    from flax import nnx
+    info = dict(framework="tunix", first_call_s=time.perf_counter() - t0,
+                params=int(sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))),
+                prompt_len=P, **_tunix_versions())
+    run(1)
+    return _serve(run, info)
 
 
 def worker_grpo_tunix(a):
