@@ -336,12 +336,183 @@ def worker_grpo_trl(a):
 
 
 # ----------------------------------------------------------------------------- tunix
+def _tunix_model(folder):
+    """tunix's Qwen2 (`tunix.models.qwen2`) with the folder's safetensors, on a one-device
+    ("fsdp", "tp") mesh of Auto axes (jax.make_mesh's default Explicit axes fail in the
+    embedding gather), float32; the config from the HF config.json."""
+    jax, = _import_peer("tunix", ["jax"])
+    qwen2, qwen2_params = _import_peer("tunix", ["tunix.models.qwen2.model",
+                                                 "tunix.models.qwen2.params"])
+    with open(os.path.join(folder, "config.json")) as f:
+        hf = json.load(f)
+    cfg = qwen2.ModelConfig(
+        num_layers=hf["num_hidden_layers"], vocab_size=hf["vocab_size"],
+        embed_dim=hf["hidden_size"], hidden_dim=hf["intermediate_size"],
+        num_heads=hf["num_attention_heads"], head_dim=hf["head_dim"],
+        num_kv_heads=hf["num_key_value_heads"],
+        rope_theta=int((hf.get("rope_parameters") or hf)["rope_theta"]),
+        norm_eps=hf["rms_norm_eps"], use_tied_embedding=hf["tie_word_embeddings"])
+    mesh = jax.make_mesh((1, 1), ("fsdp", "tp"),
+                         axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    model = qwen2_params.create_model_from_safe_tensors(folder, cfg, mesh=mesh,
+                                                        dtype=jax.numpy.float32)
+    return cfg, mesh, model
+
+
+def _tunix_versions():
+    from importlib import metadata
+    import flax
+    import jax
+    return dict(tunix_version=metadata.version("google-tunix"), jax_version=jax.__version__,
+                flax_version=flax.__version__)
+
+
 def worker_sample_tunix(a):
-    raise Skip("tunix: sampler worker not written yet")
+    """tunix's `Sampler` (tunix.generate.sampler) on tunix's Qwen2 with the folder's weights and
+    its HF tokenizer (it encodes the same chat-template texts to the same ids as ada_jax's
+    prompt_ids). T=1 with top_p=1.0 and no top-k (tunix's plain categorical draw; without top_p
+    it is greedy), EOS [-1] (never sampled, so every row runs all N steps), prompts left-padded
+    to the longest (max_prompt_length = P), KV cache of P + N. One call includes tunix's
+    tokenization and detokenization of the rows, as a user of `Sampler` pays them."""
+    sampler_lib, transformers = _import_peer("tunix", ["tunix.generate.sampler", "transformers"])
+    import numpy as np
+    cfg, mesh, model = _tunix_model(a.folder)
+    texts, ids, _ = prompts(a.folder, a.rows)
+    P, N = max(map(len, ids)), a.new_tokens
+    tok = transformers.AutoTokenizer.from_pretrained(a.folder)
+    sampler = sampler_lib.Sampler(model, tok, sampler_lib.CacheConfig(
+        cache_size=P + N, num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim))
+
+    def run(i):
+        out = sampler(texts, max_generation_steps=N, max_prompt_length=P, temperature=1.0,
+                      top_p=1.0, top_k=None, eos_tokens=[-1], seed=i)
+        assert np.asarray(out.padded_prompt_tokens).shape == (len(texts), P)
+        assert len(out.tokens) == len(texts) and all(len(t) == N for t in out.tokens), \
+            sorted({len(t) for t in out.tokens})
+        assert np.array_equal(np.asarray(out.padded_prompt_tokens)[0, P - len(ids[0]):], ids[0])
+    t0 = time.perf_counter()
+    run(0)
+    import jax
+    from flax import nnx
+    info = dict(framework="tunix", first_call_s=time.perf_counter() - t0,
+                params=int(sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))),
+                prompt_len=P, **_tunix_versions())
+    run(1)
+    return _serve(run, info)
 
 
 def worker_grpo_tunix(a):
-    raise Skip("tunix: GRPO worker not written yet")
+    """tunix's `GRPOLearner` on an `RLCluster` whose actor and rollout share tunix's Qwen2 on
+    one one-device mesh (so no weight sync, no async rollout), the vanilla rollout engine
+    (tunix's Sampler: T=1, top_p=1.0, prompts left-padded to --prompt_len, EOS stops), no
+    reference model (beta 0). Advantages r - group mean (tunix's "drgrpo" estimator; its
+    "grpo" one divides by the group std), token-mean loss, clip 0.2 / 0.28, num_iterations 1
+    (no old-policy forward), one optax AdamW update (clip 1.0, lr 1e-6) per step. The data
+    iterator runs the protocol: a step is the time between two batch requests (it includes
+    tunix's metric buffering), generate + score is `_generate_and_compute_advantage` (rollout,
+    reward, advantages), learn is the rest (the actor trainer's jitted update)."""
+    grpo_lib, cluster_lib, rollout_lib, optax, transformers = _import_peer("tunix", [
+        "tunix.rl.grpo.grpo_learner", "tunix.rl.rl_cluster", "tunix.rl.rollout.base_rollout",
+        "optax", "transformers"])
+    import dataclasses
+
+    import jax
+    import numpy as np
+    from flax import nnx
+
+    from ada_jax.rewards.synthetic import thresholds
+    from ada_jax.tasks.problem import problem_id
+    cfg, mesh, model = _tunix_model(a.folder)
+    embed0 = np.array(model.embedder.input_embedding.value)
+    tok = transformers.AutoTokenizer.from_pretrained(a.folder)
+    texts, _, qs = prompts(a.folder, 200)
+    ths = thresholds([problem_id(q) for q in qs], VOCAB)
+    B = a.prompts
+    rollout = rollout_lib.RolloutConfig(
+        max_tokens_to_generate=a.new_tokens, temperature=1.0, top_p=1.0, top_k=None, seed=0,
+        max_prompt_length=a.prompt_len, kv_cache_size=a.prompt_len + a.new_tokens)
+    Role = cluster_lib.Role
+    cluster = cluster_lib.RLCluster(
+        actor=model, reference=None, tokenizer=tok, cluster_config=cluster_lib.ClusterConfig(
+            role_to_mesh={Role.ACTOR: mesh, Role.REFERENCE: mesh, Role.ROLLOUT: mesh},
+            rollout_engine="vanilla", offload_to_cpu=False, rollout_config=rollout,
+            training_config=cluster_lib.RLTrainingConfig(
+                actor_optimizer=optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(
+                    1e-6, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0)),
+                eval_every_n_steps=10**9, max_steps=10**6, mini_batch_size=B,
+                train_micro_batch_size=B, pbar_description=None)))
+
+    got = {}
+    inner_generate = cluster.generate
+
+    def generate(*args, **kwargs):  # keep the completion ids for the reward
+        out = inner_generate(*args, **kwargs)
+        got["tokens"] = out.tokens
+        return out
+    cluster.generate = generate
+
+    def first_token_reward(prompts, completions, threshold, **kw):
+        r = [float(len(c) > 0 and int(c[0]) < int(t)) for c, t in zip(got["tokens"], threshold)]
+        got["reward"] = float(np.mean(r))
+        return r
+
+    @dataclasses.dataclass(kw_only=True)
+    class Config(grpo_lib.GRPOConfig):
+        epsilon_high: float = 0.28  # grpo_loss_fn reads it where the config has it
+
+    learner = grpo_lib.GRPOLearner(
+        cluster, Config(num_generations=GROUP, num_iterations=1, beta=0.0, epsilon=0.2,
+                        loss_agg_mode="token-mean", advantage_estimator="drgrpo"),
+        reward_fns=first_token_reward)
+
+    gen, step_clock = _Clock(), _Clock()
+    inner_advantage = learner._generate_and_compute_advantage
+
+    def timed_advantage(*args, **kwargs):
+        with gen:
+            ex = inner_advantage(*args, **kwargs)
+            jax.block_until_ready(ex)
+        got.update(completion_len=float(np.asarray(ex.completion_mask).sum(1).mean()),
+                   prompt_len=float(np.asarray(ex.prompt_mask).sum(1).mean()))
+        return ex
+    learner._generate_and_compute_advantage = timed_advantage
+    reps, t0 = [], time.perf_counter()
+
+    def batches():
+        step = 0
+        while True:
+            if step >= 1:  # the previous step has ended
+                jax.block_until_ready(jax.tree.leaves(nnx.state(cluster.actor_trainer.model)))
+                step_clock.__exit__()
+                tot, g = step_clock.take("step"), gen.take("generate_score")
+                rec = dict(time_s=tot["step_s"], cpu_s=tot["step_cpu_s"], **g,
+                           learn_s=tot["step_s"] - g["generate_score_s"],
+                           learn_cpu_s=tot["step_cpu_s"] - g["generate_score_cpu_s"],
+                           completion_len=got["completion_len"], prompt_len=got["prompt_len"],
+                           reward=got["reward"])
+                if step == 1:  # the first step is excluded: now serve the driver
+                    print(json.dumps(dict(first_step_s=time.perf_counter() - t0, first=rec)),
+                          flush=True)
+                    print("READY", flush=True)
+                else:
+                    reps.append(rec)
+                    print(json.dumps(rec), flush=True)
+                if sys.stdin.readline().strip() != "run":
+                    return
+            rows = [(step * B + i) % len(texts) for i in range(B)]
+            rollout.seed = step
+            step_clock.__enter__()
+            yield dict(prompts=np.array([texts[i] for i in rows]),
+                       threshold=np.array([int(ths[i]) for i in rows]))
+            step += 1
+    learner.train(batches())
+    assert cluster.actor_trainer.train_steps == len(reps) + 1, cluster.actor_trainer.train_steps
+    change = np.abs(np.asarray(cluster.actor_trainer.model.embedder.input_embedding.value)
+                    - embed0).max()
+    assert 0 < change < 1e-3 * (len(reps) + 1), change  # the updates happened (lr 1e-6)
+    return dict(framework="tunix", reps=reps, embed_max_abs_change=float(change),
+                **_tunix_versions())
 
 
 WORKERS = dict(sample_ada=worker_sample_ada, sample_hf=worker_sample_hf,
