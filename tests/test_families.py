@@ -126,11 +126,11 @@ def test_splits_family_sets_and_config_variant():
     train, ev = load_split(c, "train"), load_split(c, "eval")
     tiers_train = {F.tier_of(train[i].level) for i in range(200)}
     assert tiers_train == {"very_hard", "hard", "mid", "easy"}  # no controls among RL's
-    count = collections.Counter(F.tier_of(ev[i].level) for i in range(600))
-    assert count == {"very_hard": 120, "hard": 120, "mid": 80, "easy": 240, "control_hard": 20,
-                     "control_easy": 20}
-    questions = [ev[i].question for i in range(600)]
-    assert len(set(questions)) == 600  # distinct: none counts twice in a tier's mean
+    count = collections.Counter(F.tier_of(ev[i].level) for i in range(960))
+    assert count == {"very_hard": 192, "hard": 192, "mid": 128, "easy": 384, "control_hard": 32,
+                     "control_easy": 32}  # 16 per family
+    questions = [ev[i].question for i in range(960)]
+    assert len(set(questions)) == 960  # distinct: none counts twice in a tier's mean
     assert not set(questions) & {train[i].question for i in range(2000)}
     hard = get_config("task=families")
     hard.unlock()
@@ -195,7 +195,7 @@ def test_regime_holds_and_ada_balance_lifts_the_very_hard_tier_more(tmp_path):
     _run("sft.py", tmp_path, f"--workdir={tmp_path}", f"--config.sft.base_dir={base}",
          "--config.log.progress=False")
     report = json.load(open(base / "pass_rates.json"))
-    assert report["prompts"] == 600 and report["k"] == 16
+    assert report["prompts"] == 960 and report["k"] == 16
     assert report["share_p_lt_0.1"] >= 0.3 and report["share_p_gt_0.9"] >= 0.3
     assert report["share_p_in_(0,0.15)"] >= 0.1
     assert report["one_reading_share"] >= 0.95  # 0.993 measured
