@@ -26,7 +26,10 @@ near p = 0, easy ones (c >= 0.90, mirroring them) near p = 1, a few mid ones bet
 each tier half the families read `l` and half `r`, so no single direction is right for every
 family. Four families (one hard and one easy per reading) are transfer controls: in SFT and
 eval, never among RL's training prompts (config.task.family_set); their accuracy shows how much
-of what RL learns on other families leaks into theirs.
+of what RL learns on other families leaks into theirs. They read the chain with only the first
+operator swapped (`f`) or only the second (`g`), not `l` / `r`: per operator position the RL
+families' axis l - r and the controls' f - g are orthogonal, so what moves them is a lever shared
+by every family, not the RL families' reading (docs/results.md, "Transfer controls").
 
 Both readings keep every value in [0, 10) and give different answers (so the marker matters).
 `Problem.level` is the family's number (1-based), so eval reports per family; `tier_of` maps it
