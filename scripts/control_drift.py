@@ -81,7 +81,10 @@ def control_gaps(ctx, base, rl) -> dict:
 def main(argv):
     del argv
     ada_jax.console_logging()
-    config = run_config.for_workdir(_CONFIG.value, sys.argv, _WORKDIR.value)
+    # the run's own config.json (its base, its task), whatever --config names: a config of
+    # other variants would point at another base and compare the run with the wrong one
+    argv = [a for a in sys.argv if not (a.startswith("--config=") or a == "--config")]
+    config = run_config.for_workdir(_CONFIG.value, argv, _WORKDIR.value)
     if config.task.name != "families":
         raise SystemExit("control_drift.py reads the family task's markers: task=families only")
     ctx, base = train.setup(config, _WORKDIR.value)
