@@ -32,45 +32,46 @@ GROUPS = {"embedding": ("embed",), "norms": ("norm",), "attention": ("'attn'",),
           "mlp": ("'mlp'",)}
 
 
-def right_marker_probability(ctx, params) -> dict:
-    """Per tier: mean over the eval prompts of pi(right marker | prompt), exact."""
-    problems = ctx.eval_problems
-    toks, mask = evaluate.encode_prompts(ctx.tokenizer, problems, ctx.config.task.template,
+def decision_logits(ctx, params) -> np.ndarray:
+    """Float32 logits [prompts, vocab] at the first response token of every eval prompt."""
+    toks, mask = evaluate.encode_prompts(ctx.tokenizer, ctx.eval_problems,
+                                         ctx.config.task.template,
                                          ctx.config.sampling.max_prompt_len)
     logits, _ = nnx.merge(ctx.graphdef, params)(
         jnp.asarray(toks), model_lib.positions_from_mask(jnp.asarray(mask)), jnp.asarray(mask))
-    probs = np.asarray(jax.nn.softmax(logits[:, -1].astype(jnp.float32)))
-    right = [ctx.tokenizer.encode(families.marker(p.level - 1,
-                                                  families.FAMILIES[p.level - 1].right))[0]
-             for p in problems]
-    p_right = probs[np.arange(len(problems)), right]
-    tiers = np.asarray([families.tier_of(p.level) for p in problems])
-    return {t: round(float(p_right[tiers == t].mean()), 3) for t in sorted(set(tiers))}
+    return np.asarray(logits[:, -1].astype(jnp.float32))
 
 
-def control_gaps(ctx, base, rl) -> dict:
-    """Per control family: mean logit gap (right - wrong marker) at base and after RL, and the
-    reading its base prefers."""
-    problems = ctx.eval_problems
-    toks, mask = evaluate.encode_prompts(ctx.tokenizer, problems, ctx.config.task.template,
-                                         ctx.config.sampling.max_prompt_len)
-    fam = np.asarray([p.level - 1 for p in problems])
-    enc = lambda family, r: ctx.tokenizer.encode(families.marker(family, r))[0]
+def marker_ids(ctx):
+    """Token ids of each eval prompt's right and wrong marker, and its family (0-based)."""
+    fam = np.asarray([p.level - 1 for p in ctx.eval_problems])
+    enc = lambda f, r: ctx.tokenizer.encode(families.marker(f, r))[0]
     right = np.asarray([enc(f, families.FAMILIES[f].right) for f in fam])
     wrong = np.asarray([enc(f, families.other_reading(f, families.FAMILIES[f].right))
                         for f in fam])
-    gaps = {}
-    for name, params in (("base", base), ("rl", rl)):
-        logits, _ = nnx.merge(ctx.graphdef, params)(
-            jnp.asarray(toks), model_lib.positions_from_mask(jnp.asarray(mask)),
-            jnp.asarray(mask))
-        last = np.asarray(logits[:, -1].astype(jnp.float32))
-        gaps[name] = last[np.arange(len(fam)), right] - last[np.arange(len(fam)), wrong]
+    return right, wrong, fam
+
+
+def right_marker_probability(ctx, logits) -> dict:
+    """Per tier: mean over the eval prompts of pi(right marker | prompt), exact."""
+    right, _, fam = marker_ids(ctx)
+    p_right = np.asarray(jax.nn.softmax(logits))[np.arange(len(fam)), right]
+    tiers = np.asarray([families.tier_of(f + 1) for f in fam])
+    return {t: round(float(p_right[tiers == t].mean()), 3) for t in sorted(set(tiers))}
+
+
+def control_gaps(ctx, base_logits, rl_logits) -> dict:
+    """Per control family: mean logit gap (right - wrong marker) at base and after RL, and the
+    reading its base prefers."""
+    right, wrong, fam = marker_ids(ctx)
+    rows = np.arange(len(fam))
+    gap = {k: l[rows, right] - l[rows, wrong] for k, l in (("base", base_logits),
+                                                            ("rl", rl_logits))}
     out = {}
     for f in sorted(set(fam.tolist())):
         family = families.FAMILIES[f]
         if family.control:
-            g_base, g_rl = (float(gaps[k][fam == f].mean()) for k in ("base", "rl"))
+            g_base, g_rl = (float(gap[k][fam == f].mean()) for k in ("base", "rl"))
             out[family.tag] = {"tier": family.tier, "right": family.right,
                                "base_prefers": family.right if g_base > 0 else
                                families.other_reading(f, family.right),
@@ -94,14 +95,15 @@ def main(argv):
     if restored is None:
         raise SystemExit(f"no checkpoint in {_WORKDIR.value}/checkpoints")
     step, rl = restored[0], restored[1]["model"]
-    out = {"step": step, "base": right_marker_probability(ctx, base),
-           "rl": right_marker_probability(ctx, rl)}
+    base_logits, rl_logits = decision_logits(ctx, base), decision_logits(ctx, rl)
+    out = {"step": step, "base": right_marker_probability(ctx, base_logits),
+           "rl": right_marker_probability(ctx, rl_logits)}
     for name, parts in GROUPS.items():
         mixed = jax.tree_util.tree_map_with_path(
             lambda path, a, b: b if any(p in jax.tree_util.keystr(path) for p in parts) else a,
             rl, base)
-        out[f"rl, {name} reverted"] = right_marker_probability(ctx, mixed)
-    out["control_gaps"] = control_gaps(ctx, base, rl)
+        out[f"rl, {name} reverted"] = right_marker_probability(ctx, decision_logits(ctx, mixed))
+    out["control_gaps"] = control_gaps(ctx, base_logits, rl_logits)
     print(json.dumps(out))
 
 

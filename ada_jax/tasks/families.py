@@ -180,7 +180,7 @@ def solution(question: str, reading: str) -> str:
     return "\n".join([marker(family, reading), *lines, f"\\boxed{{{value}}}"])
 
 
-def _valid(start: int, chain, readings=READINGS) -> bool:
+def _valid(start: int, chain, readings) -> bool:
     """Both readings stay in [0, 10) and give different answers (so the marker matters)."""
     answers = [_evaluate(start, chain, r)[1] for r in readings]
     return None not in answers and answers[0] != answers[1]
@@ -214,7 +214,8 @@ def eval_questions(family: int, seed: int) -> tuple[str, ...]:
     order shuffled by `seed`: the eval split takes them in turn, so no question repeats."""
     ops = [(op, x) for op in "+-" for x in range(1, 10)]
     qs = [q for start in range(10) for a in ops for b in ops
-          if _valid(start, [a, b], FAMILIES[family].readings) and split_of(q := _question(family, start, [a, b])) == "eval"]
+          if _valid(start, [a, b], FAMILIES[family].readings)
+          and split_of(q := _question(family, start, [a, b])) == "eval"]
     random.Random(f"families/{seed}/eval/{family}").shuffle(qs)
     return tuple(qs)
 
