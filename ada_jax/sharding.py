@@ -88,10 +88,25 @@ def exit_at_once(*exc_info) -> None:
         why = exc_info[0].__name__ + (f": {text.splitlines()[0]}" if text else "")
     who = (f"process {jax.process_index()} of {jax.process_count()} stops, and with it the job"
            if jax.process_count() > 1 else "the run stops")
-    print(f"ada_jax: {who}: {why}", file=sys.stderr)
+    _last_words(f"ada_jax: {who}: {why}")
+    os._exit(1)
+
+
+def _last_words(line: str) -> None:
+    """Write `line` as stderr's last line, whole. Other threads (orbax's unfinished writes)
+    print tracebacks while the process dies; from here on their output goes to /dev/null, and
+    the line starts on a fresh line in case one of them stopped mid-line."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(1)
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured stream (pytest's capsys)
+        print(line, file=sys.stderr)
+        return
+    keep = os.dup(fd)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.write(keep, f"\n{line}\n".encode())
 
 
 def make_mesh(mesh_config, devices=None) -> Mesh:

@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 
 import jax
@@ -178,6 +179,30 @@ def test_an_exception_on_one_process_ends_it_saying_why(monkeypatch, capsys, err
     assert codes == [1]
     last = capsys.readouterr().err.splitlines()[-1]
     assert last.startswith(f"ada_jax: process 0 of 2 stops, and with it the job: {says}")
+
+
+def test_the_error_is_the_last_line_while_other_threads_print():
+    """On a full disk orbax's writer threads print tracebacks while the run dies (CI saw
+    'RuntimeError: ' from one of them, then the run's line after it, on one line). A thread
+    printing half lines without pause stands in for them: the run's line is still last, whole."""
+    script = textwrap.dedent("""
+        import sys, threading, time
+        from ada_jax import sharding
+        sys.excepthook = sharding.exit_at_once
+        def noise():
+            while True:
+                sys.stderr.write("RuntimeError: ")
+                sys.stderr.flush()
+                sys.stderr.write("Event loop is closed\\n")
+        threading.Thread(target=noise, daemon=True).start()
+        time.sleep(0.2)
+        raise ValueError("No space left on device")
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=600)
+    assert out.returncode == 1, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1] == (
+        "ada_jax: the run stops: ValueError: No space left on device"), out.stderr[-2000:]
 
 
 def test_timeouts_must_be_positive_seconds():
