@@ -18,7 +18,7 @@ _CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
     "model.rope_scaling": ("none", "llama3"),
     "task.name": TASKS,
-    "task.reward": ("verifier", "synthetic"),
+    "task.reward": ("verifier", "reading", "synthetic"),
     "task.template": ("embedded", "qwen_math", "llama3_chat"),
     "task.on_bad_row": ("error", "skip"),
     "task.family_set": ("rl", "hard", "every"),
@@ -219,6 +219,9 @@ def validate(config, overrides_pending: bool = False) -> None:
         raise ValueError(f"config.task.min_level={t.min_level!r}, config.task.max_level="
                          f"{t.max_level!r}: need integers 1 <= min_level <= max_level <= "
                          f"{MAX_LEVEL}")
+    if t.reward == "reading" and t.name != "families":
+        raise ValueError(f"config.task.reward='reading' checks the family task's reading marker; "
+                         f"task {t.name!r} has none: use 'verifier'")
     if t.name == "families":
         from ada_jax.tasks.families import FAMILIES
         if not (isinstance(t.min_level, int) and isinstance(t.max_level, int)

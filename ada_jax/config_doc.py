@@ -90,7 +90,8 @@ FIELDS = {
     # task
     "task.name": ("data (variant arg `task=`): families, embedded, files, tfds_embedded, "
                   "tfds_files", "—"),
-    "task.reward": ("verifier (the task's answer check) or synthetic (first-token reward, "
+    "task.reward": ("verifier (the task's answer check), reading (family task: the answer "
+                    "under the family's right reading marker) or synthetic (first-token reward, "
                     "tests)", "reward_model.reward_manager / reward_funcs"),
     "task.template": ("prompt template: embedded, qwen_math, llama3_chat",
                       "data.apply_chat_template / chat template"),

@@ -88,6 +88,9 @@ def score_completions(config, problems, texts) -> np.ndarray:
         with MathVerifierPool(num_workers=config.task.verifier_workers,
                               timeout_s=config.task.verifier_timeout) as pool:
             out = pool.score(texts, answers).tolist()
+    elif config.task.reward == "reading":
+        rows = [p for p in problems for _ in range(len(texts) // max(len(problems), 1))][mine]
+        out = [families.score_reading(p, t) for p, t in zip(rows, texts)]
     else:
         out = [score_text(t, a) for t, a in zip(texts, answers)]
     out = [r for part in sharding.allgather_json(out) for r in part]

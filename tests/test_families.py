@@ -106,6 +106,44 @@ def test_follows_one_reading_rejects_mixed_and_malformed():
         F.parse("ZZ 4+3")
 
 
+def test_reading_reward_pays_the_answer_only_under_the_right_marker():
+    """task.reward=reading, on text (eval) and on token ids (the engine), against the rule
+    written out: right marker first and the right boxed answer."""
+    from ada_jax.policies import rollout
+    config = get_config("task=families")
+    config.task.reward = "reading"
+    tok = load_tokenizer(config)
+    p = F.FamilySource("train", 40)[7]  # family H, right reading r
+    family, right = p.level - 1, F.FAMILIES[p.level - 1].right
+    wrong = F.other_reading(family, right)
+    good = F.solution(p.question, right)
+    lines_right_marker_wrong = F.marker(family, wrong) + good[good.index("\n"):]
+    cases = {good: 1.0,  # the right reading's response
+             lines_right_marker_wrong: 0.0,  # the right answer under the wrong marker
+             F.solution(p.question, wrong): 0.0,
+             good.replace("\\boxed{" + p.answer, "\\boxed{" + str((int(p.answer) + 1) % 10)): 0.0,
+             "\\boxed{" + p.answer + "}": 0.0,  # no marker
+             "": 0.0}
+    assert score_text(lines_right_marker_wrong, p.answer) == 1.0  # what reward=verifier pays
+    texts = list(cases)
+    assert [F.score_reading(p, t) for t in texts] == list(cases.values())
+    ids = [tok.encode(t) for t in texts]
+    width = max(map(len, ids)) + 2
+    toks = np.zeros((len(ids), width), np.int32)
+    for i, row in enumerate(ids):
+        toks[i, :len(row)] = row
+    lengths = np.asarray([len(r) for r in ids], np.int32)
+    data = rollout.reward_data(config, tok, [p])
+    got = rollout.make_reward(config, tok)(data, np.zeros(len(ids), np.int32), None, toks,
+                                           lengths)
+    np.testing.assert_array_equal(np.asarray(got), list(cases.values()))
+    with pytest.raises(ValueError, match="reading marker"):
+        bad = get_config("task=embedded")
+        bad.task.reward = "reading"
+        from ada_jax import config_check
+        config_check.validate(bad)
+
+
 def test_sft_targets_follow_the_family_shares():
     rng = np.random.default_rng(0)
     problems = [F.make_problem(random.Random(i), fam)

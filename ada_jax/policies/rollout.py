@@ -15,6 +15,7 @@ import numpy as np
 from ada_jax import adaptive, evaluate, selection, sharding
 from ada_jax.rewards import synthetic
 from ada_jax.rewards.embedded import encode_answers, token_scorer
+from ada_jax.tasks import families
 from ada_jax.tasks.problem import Problem
 
 ANSWER_LEN = 16  # max answer tokens for the jittable verifier
@@ -55,7 +56,10 @@ def make_reward(config, tokenizer):
 
     def reward(data, prompt_S, seq_S, tokens_SN, lengths_S):
         idx = jnp.maximum(prompt_S, 0)
-        return scorer(tokens_SN, lengths_S, data["answer_ids"][idx], data["answer_len"][idx])
+        ok_S = scorer(tokens_SN, lengths_S, data["answer_ids"][idx], data["answer_len"][idx])
+        if "marker_id" in data:  # reward=reading: the response must open with the right marker
+            ok_S = ok_S * ((lengths_S > 0) & (tokens_SN[:, 0] == data["marker_id"][idx]))
+        return ok_S
     return reward
 
 
@@ -77,7 +81,10 @@ def reward_data(config, tokenizer, problems) -> dict:
         return dict(threshold=jnp.asarray(synthetic.thresholds([p.id for p in problems],
                                                                config.model.vocab_size)))
     ans, ans_len = encode_answers(tokenizer, [p.answer for p in problems], ANSWER_LEN)
-    return dict(answer_ids=jnp.asarray(ans), answer_len=jnp.asarray(ans_len))
+    data = dict(answer_ids=jnp.asarray(ans), answer_len=jnp.asarray(ans_len))
+    if config.task.reward == "reading":
+        data["marker_id"] = jnp.asarray(families.right_marker_ids(tokenizer, problems))
+    return data
 
 
 def host_score(ctx, answers):

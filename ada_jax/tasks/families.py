@@ -46,6 +46,7 @@ import re
 
 import numpy as np
 
+from ada_jax.rewards.embedded import score_text
 from ada_jax.tasks.problem import Problem, problem_id, split_of
 
 READINGS = ("l", "r")  # the RL families' readings. l: as written; r: + read as - and - as +
@@ -225,6 +226,31 @@ def reading_of(completion: str, family: int) -> str | None:
     None (no marker, or another family's)."""
     head = completion.split("\n", 1)[0].strip()
     return next((r for r in FAMILIES[family].readings if head == marker(family, r)), None)
+
+
+def score_reading(problem: Problem, completion: str) -> float:
+    """The reward task.reward=reading: 1.0 iff the completion opens with its family's right
+    marker and boxes the right answer. The answer alone (reward=verifier) also pays a response
+    that opens with the wrong marker and then writes the right reading's lines, which teaches
+    lines that ignore the marker, in every family at once (docs/results.md, "Transfer
+    controls")."""
+    family = problem.level - 1
+    return float(reading_of(completion, family) == FAMILIES[family].right
+                 and score_text(completion, problem.answer) == 1.0)
+
+
+def right_marker_ids(tokenizer, problems) -> np.ndarray:
+    """int32[len(problems)]: the token id of each problem's right reading marker (the first
+    token of a response; the family tokenizer holds every marker as one piece)."""
+    out = []
+    for p in problems:
+        ids = tokenizer.encode(marker(p.level - 1, FAMILIES[p.level - 1].right))
+        if len(ids) != 1:
+            raise ValueError(f"task.reward=reading needs each reading marker as one token; "
+                             f"{marker(p.level - 1, FAMILIES[p.level - 1].right)!r} is {ids} "
+                             f"(use the family tokenizer, model.tokenizer=families)")
+        out.append(ids[0])
+    return np.asarray(out, np.int32)
 
 
 def follows_one_reading(question: str, completion: str) -> bool:
