@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 _SFT_VERSION = 1  # part of the cache key: bump when this module changes what a config trains
 _NOT_SFT = {"sft": ("base_dir", "checkpoint_every"),  # fields SFT's result does not depend on
-            "task": ("verifier_workers", "verifier_timeout")}
+            "task": ("reward", "verifier_workers", "verifier_timeout")}
 
 
 def cache_dir() -> str:

@@ -79,6 +79,27 @@ def control_gaps(ctx, base_logits, rl_logits) -> dict:
     return out
 
 
+def gap_scale_by_tier(ctx, base_logits, rl_logits) -> dict:
+    """Per tier: the median over its families of gap_rl / gap_base (logit gap right - wrong
+    marker, family means). One shared confidence lever (a temperature at the marker token)
+    scales every family's gap by the same factor; a family RL trains with signal moves its
+    own way (towards its right marker: the ratio rises on hard families, whose base gap is
+    negative, only if it crosses zero)."""
+    right, wrong, fam = marker_ids(ctx)
+    rows = np.arange(len(fam))
+    out = {}
+    for tier in sorted({families.tier_of(f + 1) for f in fam}):
+        ratios = []
+        for f in sorted({f for f in fam.tolist() if families.tier_of(f + 1) == tier}):
+            sel = fam == f
+            g = [float((l[rows, right] - l[rows, wrong])[sel].mean())
+                 for l in (base_logits, rl_logits)]
+            ratios.append(g[1] / g[0])
+        out[tier] = {"median": round(float(np.median(ratios)), 2),
+                     "range": [round(float(min(ratios)), 2), round(float(max(ratios)), 2)]}
+    return out
+
+
 def main(argv):
     del argv
     ada_jax.console_logging()
@@ -104,6 +125,7 @@ def main(argv):
             rl, base)
         out[f"rl, {name} reverted"] = right_marker_probability(ctx, decision_logits(ctx, mixed))
     out["control_gaps"] = control_gaps(ctx, base_logits, rl_logits)
+    out["gap_rl_over_gap_base"] = gap_scale_by_tier(ctx, base_logits, rl_logits)
     print(json.dumps(out))
 
 

@@ -117,3 +117,18 @@ def test_one_run_at_a_time_trains_a_shared_base(tmp_path):
         order.append("second in")
     t.join()
     assert order == ["first in", "first out", "second in"]
+
+
+def test_the_base_cache_key_follows_what_sft_depends_on():
+    """The reward and RL fields do not change the cached base; an SFT field does."""
+    from configs.base import get_config
+    config = get_config("task=families,smoke=True")
+    tok = load_tokenizer(config)
+    key = lambda c: sft.sft_key(sft.sft_fingerprint(c, tok))
+    ref = key(config)
+    other = get_config("task=families,smoke=True,algo=grpo")
+    other.task.reward = "reading"
+    other.rl.n = 8
+    assert key(other) == ref
+    other.sft.steps += 1
+    assert key(other) != ref
