@@ -272,6 +272,10 @@ def get_config(arg: str = ""):
         c.model.vocab_size = 256
         c.task.max_level = 60  # task.min_level..max_level: the families used (1-based), all
         c.task.eval_size = c.eval.prompts = 960
+        # The answer pays only under the family's right reading marker: the answer alone also
+        # paid the right reading's lines under the wrong marker, which taught every family to
+        # write lines that ignore the marker (docs/results.md, "Transfer controls")
+        c.task.reward = "reading"
         c.sampling.max_new_tokens = 32
         # SFT sees ~1.3k targets per family, so a very hard family's 1-3% right readings are
         # 13-40 examples, not a handful

@@ -100,6 +100,21 @@ def gap_scale_by_tier(ctx, base_logits, rl_logits) -> dict:
     return out
 
 
+def parameter_change(base, rl) -> dict:
+    """Relative change ||rl - base|| / ||base|| of all parameters and of each group: how far
+    RL moved the network (forgetting of what no reward holds grows with it)."""
+    def norms(parts):
+        pick = lambda path: parts is None or any(p in jax.tree_util.keystr(path) for p in parts)
+        d = b = 0.0
+        for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(base),
+                                jax.tree_util.tree_leaves(rl)):
+            if pick(path):
+                x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+                d, b = d + float(((y - x) ** 2).sum()), b + float((x ** 2).sum())
+        return round(float(np.sqrt(d / b)), 4)
+    return {"all": norms(None), **{name: norms(parts) for name, parts in GROUPS.items()}}
+
+
 def main(argv):
     del argv
     ada_jax.console_logging()
@@ -126,6 +141,7 @@ def main(argv):
         out[f"rl, {name} reverted"] = right_marker_probability(ctx, decision_logits(ctx, mixed))
     out["control_gaps"] = control_gaps(ctx, base_logits, rl_logits)
     out["gap_rl_over_gap_base"] = gap_scale_by_tier(ctx, base_logits, rl_logits)
+    out["parameter_change"] = parameter_change(base, rl)
     print(json.dumps(out))
 
 

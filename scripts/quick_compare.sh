@@ -10,6 +10,6 @@
 # Knobs of scripts/reproduce.sh pass through (LR, BASE, ...); SEED picks the seed (default 0).
 set -euo pipefail
 export TASK=families METHODS_ONLY="grpo_n4 grpo_n16 ada_pos ada_balance" EVAL_EVERY=24
-export BUDGET=12288 EVAL_COST=1024 BAR=grpo_n4,grpo_n16
+export BUDGET=12288 EVAL_COST=${EVAL_COST:-2048} BAR=grpo_n4,grpo_n16
 export CLAIMS="ada_balance>grpo_n4 ada_pos>grpo_n4 ada_balance>ada_pos ada_balance>grpo_n16"
 exec bash "$(dirname "$0")/reproduce.sh" "${1:-runs_quick}" 24 "${SEED:-0}"
