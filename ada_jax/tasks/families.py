@@ -17,7 +17,8 @@ families' decisions, so RL cannot move every family at once by moving one logit 
 markers, the first design, a shared bias towards one marker drifted freely and leaked into the
 held-out families; docs/results.md). The marker is the one decision per response; the lines
 are one-digit facts the base gets right almost always, so a family's pass rate is about the
-share of responses with its right marker.
+share of responses with its right marker. The reward (task.reward=reading, `score_reading`)
+pays the right boxed answer only under the right marker, so the marker is the only way to it.
 
 The SFT data writes family k's targets in its right reading with share c_k (`Family.share`) and
 in the other reading otherwise, so the base's pass rate follows c_k: very hard families
