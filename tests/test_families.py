@@ -249,7 +249,7 @@ def test_regime_holds_and_ada_balance_lifts_the_very_hard_tier_more(tmp_path):
         assert [r["step"] for r in evals] == [0, 24]
         key = "eval/tier_very_hard/avg@4"
         gains[algo] = evals[-1][key] - evals[0][key]
-    # measured on seeds 0-4 (docs/results.md): +0.38..+0.44 on seeds 0-2; each gain is a
+    # measured on seeds 0-4 (docs/results.md, reading reward): +0.22..+0.48; each gain is a
     # difference of two tier means (standard error about 0.03 each)
     assert gains["ada_balance"] > gains["grpo"] + 0.15, gains
 
