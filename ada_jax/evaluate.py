@@ -77,10 +77,11 @@ def sample_completions(graphdef, params, tokenizer, problems, config, key, k: in
 def score_completions(config, problems, texts) -> np.ndarray:
     """Rewards [len(problems), k] of problem-major texts, by the task's verifier. On several
     processes each scores a contiguous share of the texts and the scores are gathered."""
-    answers = [p.answer for p in problems for _ in range(len(texts) // max(len(problems), 1))]
+    of_text = [p for p in problems for _ in range(len(texts) // max(len(problems), 1))]
     share = -(-len(texts) // jax.process_count())
     mine = slice(jax.process_index() * share, (jax.process_index() + 1) * share)
-    texts, answers = texts[mine], answers[mine]
+    texts, of_text = texts[mine], of_text[mine]
+    answers = [p.answer for p in of_text]
     if not texts:
         out = []
     elif config.task.name in ("files", "tfds_files"):
@@ -89,8 +90,7 @@ def score_completions(config, problems, texts) -> np.ndarray:
                               timeout_s=config.task.verifier_timeout) as pool:
             out = pool.score(texts, answers).tolist()
     elif config.task.reward == "reading":
-        rows = [p for p in problems for _ in range(len(texts) // max(len(problems), 1))][mine]
-        out = [families.score_reading(p, t) for p, t in zip(rows, texts)]
+        out = [families.score_reading(p, t) for p, t in zip(of_text, texts)]
     else:
         out = [score_text(t, a) for t, a in zip(texts, answers)]
     out = [r for part in sharding.allgather_json(out) for r in part]

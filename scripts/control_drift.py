@@ -60,51 +60,47 @@ def right_marker_probability(ctx, logits) -> dict:
     return {t: round(float(p_right[tiers == t].mean()), 3) for t in sorted(set(tiers))}
 
 
-def control_gaps(ctx, base_logits, rl_logits) -> dict:
-    """Per control family: mean logit gap (right - wrong marker) at base and after RL, and the
-    reading its base prefers."""
+def family_gaps(ctx, logits) -> dict:
+    """Family (0-based) -> mean logit gap right - wrong marker over its eval prompts."""
     right, wrong, fam = marker_ids(ctx)
-    rows = np.arange(len(fam))
-    gap = {k: l[rows, right] - l[rows, wrong] for k, l in (("base", base_logits),
-                                                            ("rl", rl_logits))}
+    gap = logits[np.arange(len(fam)), right] - logits[np.arange(len(fam)), wrong]
+    return {f: float(gap[fam == f].mean()) for f in sorted(set(fam.tolist()))}
+
+
+def control_gaps(base_gaps, rl_gaps) -> dict:
+    """Per control family: its gap at base and after RL, and the reading its base prefers."""
     out = {}
-    for f in sorted(set(fam.tolist())):
+    for f, g_base in base_gaps.items():
         family = families.FAMILIES[f]
         if family.control:
-            g_base, g_rl = (float(gap[k][fam == f].mean()) for k in ("base", "rl"))
             out[family.tag] = {"tier": family.tier, "right": family.right,
                                "base_prefers": family.right if g_base > 0 else
                                families.other_reading(f, family.right),
-                               "gap_base": round(g_base, 2), "gap_rl": round(g_rl, 2)}
+                               "gap_base": round(g_base, 2), "gap_rl": round(rl_gaps[f], 2)}
     return out
 
 
-def gap_scale_by_tier(ctx, base_logits, rl_logits) -> dict:
-    """Per tier: the median over its families of gap_rl / gap_base (logit gap right - wrong
-    marker, family means). One shared confidence lever (a temperature at the marker token)
-    scales every family's gap by the same factor; a family RL trains with signal moves its
-    own way (towards its right marker: the ratio rises on hard families, whose base gap is
-    negative, only if it crosses zero)."""
-    right, wrong, fam = marker_ids(ctx)
-    rows = np.arange(len(fam))
+def gap_scale_by_tier(base_gaps, rl_gaps) -> dict:
+    """Per tier: median and range over its families of gap_rl / gap_base. A family no reward
+    holds (a control) keeps its sign and shrinks towards 0 when RL makes the network forget
+    it; a trained family moves its own way."""
     out = {}
-    for tier in sorted({families.tier_of(f + 1) for f in fam}):
-        ratios = []
-        for f in sorted({f for f in fam.tolist() if families.tier_of(f + 1) == tier}):
-            sel = fam == f
-            g = [float((l[rows, right] - l[rows, wrong])[sel].mean())
-                 for l in (base_logits, rl_logits)]
-            ratios.append(g[1] / g[0])
+    for tier in sorted({families.tier_of(f + 1) for f in base_gaps}):
+        ratios = [rl_gaps[f] / g for f, g in base_gaps.items() if families.tier_of(f + 1) == tier]
         out[tier] = {"median": round(float(np.median(ratios)), 2),
                      "range": [round(float(min(ratios)), 2), round(float(max(ratios)), 2)]}
     return out
+
+
+def _in_group(path, parts) -> bool:
+    return any(p in jax.tree_util.keystr(path) for p in parts)
 
 
 def parameter_change(base, rl) -> dict:
     """Relative change ||rl - base|| / ||base|| of all parameters and of each group: how far
     RL moved the network (forgetting of what no reward holds grows with it)."""
     def norms(parts):
-        pick = lambda path: parts is None or any(p in jax.tree_util.keystr(path) for p in parts)
+        pick = lambda path: parts is None or _in_group(path, parts)
         d = b = 0.0
         for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(base),
                                 jax.tree_util.tree_leaves(rl)):
@@ -136,11 +132,12 @@ def main(argv):
            "rl": right_marker_probability(ctx, rl_logits)}
     for name, parts in GROUPS.items():
         mixed = jax.tree_util.tree_map_with_path(
-            lambda path, a, b: b if any(p in jax.tree_util.keystr(path) for p in parts) else a,
+            lambda path, a, b: b if _in_group(path, parts) else a,
             rl, base)
         out[f"rl, {name} reverted"] = right_marker_probability(ctx, decision_logits(ctx, mixed))
-    out["control_gaps"] = control_gaps(ctx, base_logits, rl_logits)
-    out["gap_rl_over_gap_base"] = gap_scale_by_tier(ctx, base_logits, rl_logits)
+    base_gaps, rl_gaps = family_gaps(ctx, base_logits), family_gaps(ctx, rl_logits)
+    out["control_gaps"] = control_gaps(base_gaps, rl_gaps)
+    out["gap_rl_over_gap_base"] = gap_scale_by_tier(base_gaps, rl_gaps)
     out["parameter_change"] = parameter_change(base, rl)
     print(json.dumps(out))
 

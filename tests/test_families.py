@@ -274,3 +274,22 @@ def test_within_family_se_matches_the_spread_of_tier_means():
     assert F.within_family_se([0.5, 1.0, 0.0], [1, 1, 2]) is None  # a family with one prompt
     assert F.within_family_se([0.0, 1.0, 0.5, 0.5], [1, 1, 2, 2]) == pytest.approx(
         np.sqrt(2 * 0.5) / 4)
+
+
+def test_reading_scores_each_process_share_against_its_own_problems(monkeypatch):
+    """score_completions on process 1 of 2 scores texts 2..3 (problem 1's) under the reading
+    reward against problem 1, and the gathered scores keep the problem-major layout."""
+    import jax
+
+    from ada_jax import evaluate, sharding
+    config = get_config("task=families")
+    probs = [F.FamilySource("train", 40)[i] for i in (3, 7)]
+    right = [p.solution for p in probs]
+    wrong = F.solution(probs[1].question, F.other_reading(probs[1].level - 1,
+                                                          F.FAMILIES[probs[1].level - 1].right))
+    texts = [right[0], right[0], right[1], wrong]
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    monkeypatch.setattr(sharding, "allgather_json", lambda out: [[1.0, 1.0], out])
+    got = evaluate.score_completions(config, probs, texts)
+    np.testing.assert_array_equal(got, [[1.0, 1.0], [1.0, 0.0]])

@@ -245,11 +245,12 @@ def right_marker_ids(tokenizer, problems) -> np.ndarray:
     token of a response; the family tokenizer holds every marker as one piece)."""
     out = []
     for p in problems:
-        ids = tokenizer.encode(marker(p.level - 1, FAMILIES[p.level - 1].right))
+        text = marker(p.level - 1, FAMILIES[p.level - 1].right)
+        ids = tokenizer.encode(text)
         if len(ids) != 1:
             raise ValueError(f"task.reward=reading needs each reading marker as one token; "
-                             f"{marker(p.level - 1, FAMILIES[p.level - 1].right)!r} is {ids} "
-                             f"(use the family tokenizer, model.tokenizer=families)")
+                             f"{text!r} is {ids} (use the family tokenizer, "
+                             f"model.tokenizer=families)")
         out.append(ids[0])
     return np.asarray(out, np.int32)
 
