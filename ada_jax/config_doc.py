@@ -244,6 +244,9 @@ FIELDS = {
                        "prompts over (docs/results.md, Decoupled PPO)", "actor.use_decoupled_loss (AReaL) / —"),
     "loss.behav_cap": ("cap on decoupled PPO's weight π_prox/π_behav (0 = no cap, else >= 1)",
                        "actor.behav_imp_weight_cap (AReaL) / —"),
+    "loss.credit_tokens": ("only the first k completion tokens carry the loss (0 = every "
+                           "token): an ablation of sequence-level credit, e.g. k=1 credits a "
+                           "family's reading marker alone (docs/results.md)", "—"),
     # optimizer
     "optim.lr": ("AdamW learning rate (constant after the linear warm-up)",
                  "actor.optim.lr / learning_rate"),

@@ -105,6 +105,9 @@ def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params, params=None)
     decoupled PPO, the proximal log-probs under `params`, the learner's before this update)."""
     c = ctx.config
     rows = training_rows(batch, toks, mask, rows_per_step)
+    if c.loss.credit_tokens > 0:  # ablation: credit the first k tokens only (e.g. the marker)
+        first_k = jnp.arange(rows["loss_mask"].shape[1]) < c.loss.credit_tokens
+        rows["loss_mask"] = rows["loss_mask"] & first_k[None]
     rewards = batch.reward_BG
     logprobs = functools.partial(completion_logprobs, ctx.graphdef,
                                  prompt_len=c.sampling.max_prompt_len,

@@ -211,7 +211,8 @@ def get_config(arg: str = ""):
     c.loss = ml_collections.ConfigDict(dict(
         clip_low=0.2, clip_high=0.28, dual_clip=0.0, agg=algo.get("loss_agg", "token_mean"),
         kl_coef=0.0, kl_type="k3", kl_in_reward=False, entropy_coef=0.0,
-        decoupled="auto", behav_cap=0.0))  # decoupled PPO for stale samples (SPEC §10)
+        decoupled="auto", behav_cap=0.0,  # decoupled PPO for stale samples (SPEC §10)
+        credit_tokens=0))  # >0: only the first k completion tokens carry the loss (an ablation)
 
     c.optim = ml_collections.ConfigDict(dict(
         lr=1e-4, warmup_steps=10, grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999,

@@ -516,6 +516,27 @@ def test_dapo_at_its_cap_trains_on_the_groups_it_has(tmp_path, caplog):
         collect.collect(ctx, params, iterator, jax.random.key(0), state)
 
 
+def test_credit_tokens_keeps_the_loss_on_the_first_completion_tokens(tmp_path):
+    """loss.credit_tokens=k (an ablation of sequence-level credit): each row's loss mask is
+    its full completion mask cut to the first k tokens; advantages are unchanged."""
+    from ada_jax import collect
+    from ada_jax.tasks import PromptIterator
+    c = _config("grpo")
+    ctx, params = train.setup(c, str(tmp_path))
+    iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=0)
+    _, batch, toks, mask, _ = collect.collect(ctx, params, iterator, jax.random.key(0), {})
+    rows_n = c.rl.prompts_per_step * c.rl.n
+    full = learn.prepare_rows(ctx, batch, toks, mask, rows_n, None)
+    for k in (1, 3):
+        ctx.config.loss.credit_tokens = k
+        cut = learn.prepare_rows(ctx, batch, toks, mask, rows_n, None)
+        want = np.asarray(full["loss_mask"]).copy()
+        want[:, k:] = False
+        np.testing.assert_array_equal(np.asarray(cut["loss_mask"]), want)
+        assert want[:, :k].sum() > 0 and want.sum() < np.asarray(full["loss_mask"]).sum()
+        np.testing.assert_array_equal(np.asarray(cut["adv"]), np.asarray(full["adv"]))
+
+
 @pytest.mark.slow
 def test_dapo_defaults_run_to_the_end_on_the_default_task(tmp_path):
     """`scripts/train.py --config=configs/base.py:algo=dapo` stopped at step 3 (issue 22): it
