@@ -53,7 +53,7 @@ _NON_NEGATIVE_INTS = (  # step counts and cadences (0 = none / off), counts
     "optim.warmup_steps", "sft.steps", "sft.warmup_steps", "sft.checkpoint_every", "eval.every",
     "eval.train_prompts", "eval.every_cost", "rl.cost_budget",
     "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg", "rl.daro_buckets",
-    "optim.max_skipped_steps", "loss.credit_tokens",
+    "optim.max_skipped_steps", "loss.credit_tokens", "rl.pad_multiple",
 )
 _NON_NEGATIVE = (
     "sampling.temperature", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",

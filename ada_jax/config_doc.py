@@ -219,6 +219,10 @@ FIELDS = {
                         "actor.ppo_micro_batch_size_per_gpu / gradient_accumulation_steps"),
     "rl.daro": ("DARO: learned per-difficulty loss weights", "—"),
     "rl.daro_buckets": ("DARO difficulty buckets (0 = rl.n)", "—"),
+    "rl.pad_multiple": ("the learner trims each step's rows to the batch's longest prompt and "
+                        "completion, rounded up to a multiple of this (few shapes, few "
+                        "compiles; long contexts want a larger one); 0 = every column",
+                        "— / padding_free (TRL)"),
     "rl.inject_nan_step": ("tests: make this step's loss NaN (-1 = never)", "—"),
     "rl.hints": ("self-hinting on collapsed groups: none, sage, sage_light (needs a longer "
                  "max_prompt_len)", "—"),

@@ -425,8 +425,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
                   config.to_json_best_effort(indent=1, sort_keys=True))
     # The reference policy for KL is the base policy (a copy: the learner's buffers are donated).
     ref_params = (jax.tree.map(jnp.copy, params) if c.loss.kl_coef > 0 else None)
-    train_step = learn.make_train_step(ctx.graphdef, optimizer, c, c.sampling.max_prompt_len,
-                                 c.rl.prompts_per_step)
+    train_step = learn.make_train_step(ctx.graphdef, optimizer, c, c.rl.prompts_per_step)
     base_key = jax.random.key(c.seed)
     train_key, eval_key = jax.random.fold_in(base_key, 0), jax.random.fold_in(base_key, 1)
     totals = {"generated_tokens": 0, "samples": 0, "samples_launched": 0, "samples_trained": 0,

@@ -200,7 +200,7 @@ def worker_grpo_ada(a):
     iterator = PromptIterator(ctx.train_source, B, seed=c.seed,
                               rows=sharding.process_rows(ctx.mesh, c.sharding_rules, B))
     state = collect.init_state(ctx, trainable["model"])
-    train_step = learn.make_train_step(ctx.graphdef, optimizer, c, c.sampling.max_prompt_len, B)
+    train_step = learn.make_train_step(ctx.graphdef, optimizer, c, B)
     key0 = jax.random.fold_in(jax.random.key(c.seed), 0)
     s = dict(trainable=trainable, opt=opt_state)
     gen, upd = _Clock(), _Clock()

@@ -447,7 +447,7 @@ def _one_update(c, workdir, ctx=None):
     ctx, params = ctx or train.setup(c, workdir)
     optimizer, trainable, opt_state = train.init_train_state(ctx, params)
     before = jax.device_get(trainable)
-    step = learn.make_train_step(ctx.graphdef, optimizer, c, c.sampling.max_prompt_len, 4)
+    step = learn.make_train_step(ctx.graphdef, optimizer, c, 4)
     R, P, N = 8, c.sampling.max_prompt_len, c.sampling.max_new_tokens
     rng = np.random.default_rng(0)
     lens = np.array([1, 3, 16, 0, 7, 16, 2, 5])
@@ -462,6 +462,57 @@ def _one_update(c, workdir, ctx=None):
     new, _, met = step(trainable, opt_state, jax.tree.map(jax.numpy.asarray, mb),
                        jax.numpy.asarray(False))
     return before, jax.device_get(new), jax.device_get(met)
+
+
+def test_trim_padding_keeps_the_used_columns_in_multiples():
+    P, N = 10, 8
+    prompt = np.arange(P)[None] >= np.array([6, 3, 9])[:, None]  # left-padded, 4 / 7 / 1 long
+    done = np.arange(N)[None] < np.array([2, 5, 0])[:, None]
+    rows = dict(tokens=np.arange(3 * (P + N)).reshape(3, P + N),
+                mask=np.concatenate([prompt, done], 1), loss_mask=done,
+                old_logp=np.ones((3, N)), adv=np.ones(3))
+    cut = learn.trim_padding(rows, P, 2)  # prompt 7 -> 8 columns, completion 5 -> 6
+    np.testing.assert_array_equal(cut["tokens"], rows["tokens"][:, 2:16])
+    np.testing.assert_array_equal(cut["loss_mask"], done[:, :6])
+    assert cut["old_logp"].shape == (3, 6) and cut["adv"] is rows["adv"]
+    assert learn.trim_padding(rows, P, 64)["tokens"].shape == (3, P + N)  # capped at the full
+    assert learn.trim_padding(rows, P, 0) is rows
+    with pytest.raises(ValueError, match="extra"):
+        learn.trim_padding({**rows, "extra": np.ones((3, N))}, P, 2)
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "constant"])
+def test_trimmed_rows_give_the_same_update(tmp_path, agg):
+    """The learner's update on rows cut to their used columns (rl.pad_multiple) equals the
+    update on the full rows: loss, gradient norm and new params, for a per-token and a
+    constant (Dr.GRPO, divided by the full max_new_tokens) aggregation."""
+    c = _config("grpo", **{"loss.agg": agg, "loss.kl_coef": 0.1, "loss.entropy_coef": 0.01,
+                           "optim.warmup_steps": 0})
+    ctx, params = train.setup(c, str(tmp_path))
+    R, P, N = 8, c.sampling.max_prompt_len, c.sampling.max_new_tokens
+    rng = np.random.default_rng(1)
+    lens = np.array([1, 3, 9, 0, 7, 9, 2, 5])
+    loss_mask = np.arange(N)[None] < lens[:, None]
+    prompt = np.arange(P)[None] >= P - rng.integers(4, 20, R)[:, None]
+    mb = dict(tokens=rng.integers(1, 100, (R, P + N)).astype(np.int32),
+              mask=np.concatenate([prompt, loss_mask], 1), loss_mask=loss_mask,
+              old_logp=-rng.random((R, N)).astype(np.float32),
+              ref_logp=-rng.random((R, N)).astype(np.float32),
+              adv=rng.normal(size=R).astype(np.float32),
+              group=np.repeat(np.arange(4), 2), mu=np.full(R, 0.5, np.float32))
+    out = []
+    for rows in (mb, learn.trim_padding(mb, P, 4)):
+        optimizer, trainable, opt_state = train.init_train_state(
+            ctx, jax.tree.map(jax.numpy.copy, params))  # the step donates its params
+        step = learn.make_train_step(ctx.graphdef, optimizer, c, 4)
+        new, _, met = step(trainable, opt_state, jax.tree.map(jax.numpy.asarray, rows),
+                           jax.numpy.asarray(False))
+        out.append((jax.device_get(new), jax.device_get(met), rows["tokens"].shape))
+    assert out[1][2] == (R, 20 + 12) and out[0][2] == (R, P + N)
+    for k in ("loss", "grad_norm", "pg_loss", "kl", "entropy"):
+        assert out[1][1][k] == pytest.approx(out[0][1][k], rel=1e-5, abs=1e-7), k
+    for a, b in zip(jax.tree.leaves(out[0][0]), jax.tree.leaves(out[1][0])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("agg", ["token_mean", "constant",
