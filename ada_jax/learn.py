@@ -109,23 +109,15 @@ def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params, params=None)
         first_k = jnp.arange(rows["loss_mask"].shape[1]) < c.loss.credit_tokens
         rows["loss_mask"] = rows["loss_mask"] & first_k[None]
     rewards = batch.reward_BG
-    # The extra forwards run on the trimmed columns too; the columns past them (padding in
-    # every row) take the sampler's log-probs, so a ratio or KL there is exactly 1 or 0.
-    view = trim_padding({k: rows[k] for k in ("tokens", "mask", "loss_mask")},
-                        c.sampling.max_prompt_len, c.rl.pad_multiple)
-    n_kept = view["loss_mask"].shape[1]
-
-    def logprobs(under):
-        lp = completion_logprobs(ctx.graphdef, under, view["tokens"], view["mask"],
-                                 prompt_len=view["tokens"].shape[1] - n_kept,
+    logprobs = functools.partial(completion_logprobs, ctx.graphdef,
+                                 prompt_len=c.sampling.max_prompt_len,
                                  temperature=max(c.sampling.temperature, 1e-6))
-        return jnp.concatenate([lp, rows["old_logp"][:, n_kept:]], axis=1)
     if decoupled(c):
         if params is None:
             raise ValueError("loss.decoupled needs the learner's params (the proximal policy)")
-        rows["prox_logp"] = logprobs(params)
+        rows["prox_logp"] = logprobs(params, rows["tokens"], rows["mask"])
     if ref_params is not None:
-        rows["ref_logp"] = logprobs(ref_params)
+        rows["ref_logp"] = logprobs(ref_params, rows["tokens"], rows["mask"])
         if c.loss.kl_in_reward:  # β·Σ_t KL_t subtracted from each sample's outcome reward
             pen = losses.kl_reward_penalty(rows["old_logp"], rows["ref_logp"],
                                            rows["loss_mask"], c.loss.kl_coef, c.loss.kl_type)

@@ -588,31 +588,6 @@ def test_credit_tokens_keeps_the_loss_on_the_first_completion_tokens(tmp_path):
         np.testing.assert_array_equal(np.asarray(cut["adv"]), np.asarray(full["adv"]))
 
 
-def test_reference_and_proximal_logprobs_on_trimmed_rows_equal_the_full_ones(tmp_path):
-    """prepare_rows' extra forwards (KL reference, decoupled PPO's proximal policy) run on the
-    trimmed columns: at every completion token they equal the full rows' values, and past the
-    trimmed columns they are the sampler's log-probs (ratio 1, KL 0)."""
-    from ada_jax import collect
-    from ada_jax.tasks import PromptIterator
-    c = _config("grpo", **{"loss.kl_coef": 0.1, "loss.decoupled": "on"})
-    ctx, params = train.setup(c, str(tmp_path))
-    iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=0)
-    _, batch, toks, mask, _ = collect.collect(ctx, params, iterator, jax.random.key(0), {})
-    out = {}
-    for multiple in (0, 8):
-        ctx.config.rl.pad_multiple = multiple
-        out[multiple] = learn.prepare_rows(ctx, batch, toks, mask,
-                                           c.rl.prompts_per_step * c.rl.n, params, params)
-    used = np.asarray(out[0]["loss_mask"])
-    cut = learn.trim_padding(out[0], c.sampling.max_prompt_len, 8)
-    kept = cut["loss_mask"].shape[1]
-    assert cut["tokens"].shape[1] < out[0]["tokens"].shape[1]  # the test trims something
-    for k in ("ref_logp", "prox_logp"):
-        a, b = np.asarray(out[0][k]), np.asarray(out[8][k])
-        np.testing.assert_allclose(b[used], a[used], rtol=1e-5, atol=1e-6)
-        np.testing.assert_array_equal(b[:, kept:], np.asarray(out[8]["old_logp"])[:, kept:])
-
-
 @pytest.mark.slow
 def test_dapo_defaults_run_to_the_end_on_the_default_task(tmp_path):
     """`scripts/train.py --config=configs/base.py:algo=dapo` stopped at step 3 (issue 22): it
