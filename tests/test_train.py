@@ -441,24 +441,32 @@ def test_daro_keeps_kl_term(tmp_path):
     assert runs[0.5][2]["loss"] - runs[0.0][2]["loss"] == pytest.approx(0.5 * kl, rel=1e-3)
 
 
-def _one_update(c, workdir, ctx=None):
-    """One train_step on fixed synthetic rows of unequal lengths (row 3 empty): (params before,
-    params after, metrics), all on the host. `ctx`: setup's (ctx, params), if done already."""
+def _synthetic_rows(c, seed=0, lens=(1, 3, 16, 0, 7, 16, 2, 5), prompt_lens=None,
+                    mu=(.25, .25, .5, .5, .75, .75, .5, .5)):
+    """8 training rows of unequal completion lengths (`lens`; 0: empty) in 4 groups, with
+    prompts filling all P columns or, given `prompt_lens`, left-padded to them."""
+    R, P, N = len(lens), c.sampling.max_prompt_len, c.sampling.max_new_tokens
+    rng = np.random.default_rng(seed)
+    loss_mask = np.arange(N)[None] < np.asarray(lens)[:, None]
+    prompt = (np.ones((R, P), bool) if prompt_lens is None
+              else np.arange(P)[None] >= P - np.asarray(prompt_lens)[:, None])
+    return dict(tokens=rng.integers(1, 100, (R, P + N)).astype(np.int32),
+                mask=np.concatenate([prompt, loss_mask], 1),
+                loss_mask=loss_mask, old_logp=-rng.random((R, N)).astype(np.float32),
+                ref_logp=-rng.random((R, N)).astype(np.float32),
+                adv=rng.normal(size=R).astype(np.float32),
+                group=np.repeat(np.arange(4), 2), mu=np.asarray(mu, np.float32))
+
+
+def _one_update(c, workdir, ctx=None, mb=None):
+    """One train_step on `mb` (default: `_synthetic_rows(c)`): (params before, params after,
+    metrics), all on the host. `ctx`: setup's (ctx, params), if done already (the step
+    donates those params)."""
     ctx, params = ctx or train.setup(c, workdir)
     optimizer, trainable, opt_state = train.init_train_state(ctx, params)
     before = jax.device_get(trainable)
     step = learn.make_train_step(ctx.graphdef, optimizer, c, 4)
-    R, P, N = 8, c.sampling.max_prompt_len, c.sampling.max_new_tokens
-    rng = np.random.default_rng(0)
-    lens = np.array([1, 3, 16, 0, 7, 16, 2, 5])
-    loss_mask = np.arange(N)[None] < lens[:, None]
-    mb = dict(tokens=rng.integers(1, 100, (R, P + N)).astype(np.int32),
-              mask=np.concatenate([np.ones((R, P), bool), loss_mask], 1),
-              loss_mask=loss_mask, old_logp=-rng.random((R, N)).astype(np.float32),
-              ref_logp=-rng.random((R, N)).astype(np.float32),
-              adv=rng.normal(size=R).astype(np.float32),
-              group=np.repeat(np.arange(4), 2), mu=np.array([.25, .25, .5, .5, .75, .75, .5, .5],
-                                                            np.float32))
+    mb = _synthetic_rows(c) if mb is None else mb
     new, _, met = step(trainable, opt_state, jax.tree.map(jax.numpy.asarray, mb),
                        jax.numpy.asarray(False))
     return before, jax.device_get(new), jax.device_get(met)
@@ -486,28 +494,19 @@ def test_trimmed_rows_give_the_same_update(tmp_path, agg):
     """The learner's update on rows cut to their used columns (rl.pad_multiple) equals the
     update on the full rows: loss, gradient norm and new params, for a per-token and a
     constant (Dr.GRPO, divided by the full max_new_tokens) aggregation."""
+    # Adam's first step is about lr·sign(g): with eps 1e-8 a gradient entry near 0 turns a
+    # rounding difference into a whole step; eps 1e-3 keeps the params' change ∝ the gradient.
     c = _config("grpo", **{"loss.agg": agg, "loss.kl_coef": 0.1, "loss.entropy_coef": 0.01,
-                           "optim.warmup_steps": 0})
+                           "optim.warmup_steps": 0, "optim.eps": 1e-3})
     ctx, params = train.setup(c, str(tmp_path))
     R, P, N = 8, c.sampling.max_prompt_len, c.sampling.max_new_tokens
-    rng = np.random.default_rng(1)
-    lens = np.array([1, 3, 9, 0, 7, 9, 2, 5])
-    loss_mask = np.arange(N)[None] < lens[:, None]
-    prompt = np.arange(P)[None] >= P - rng.integers(4, 20, R)[:, None]
-    mb = dict(tokens=rng.integers(1, 100, (R, P + N)).astype(np.int32),
-              mask=np.concatenate([prompt, loss_mask], 1), loss_mask=loss_mask,
-              old_logp=-rng.random((R, N)).astype(np.float32),
-              ref_logp=-rng.random((R, N)).astype(np.float32),
-              adv=rng.normal(size=R).astype(np.float32),
-              group=np.repeat(np.arange(4), 2), mu=np.full(R, 0.5, np.float32))
+    mb = _synthetic_rows(c, seed=1, lens=(1, 3, 9, 0, 7, 9, 2, 5),
+                         prompt_lens=(4, 19, 7, 12, 5, 17, 9, 6), mu=(0.5,) * 8)
     out = []
-    for rows in (mb, learn.trim_padding(mb, P, 4)):
-        optimizer, trainable, opt_state = train.init_train_state(
-            ctx, jax.tree.map(jax.numpy.copy, params))  # the step donates its params
-        step = learn.make_train_step(ctx.graphdef, optimizer, c, 4)
-        new, _, met = step(trainable, opt_state, jax.tree.map(jax.numpy.asarray, rows),
-                           jax.numpy.asarray(False))
-        out.append((jax.device_get(new), jax.device_get(met), rows["tokens"].shape))
+    for rows in (mb, learn.trim_padding(mb, P, 4)):  # prompts 19 -> 20, completions 9 -> 12
+        _, new, met = _one_update(c, str(tmp_path), (ctx, jax.tree.map(jax.numpy.copy, params)),
+                                  rows)
+        out.append((new, met, rows["tokens"].shape))
     assert out[1][2] == (R, 20 + 12) and out[0][2] == (R, P + N)
     for k in ("loss", "grad_norm", "pg_loss", "kl", "entropy"):
         assert out[1][1][k] == pytest.approx(out[0][1][k], rel=1e-5, abs=1e-7), k
