@@ -93,7 +93,8 @@ _STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_
 # model (configs/base.py PRETRAINED, model=hf) is a real language model and needs real data.
 TOY_MODELS = ("tiny", "small")
 _FILE_TASKS, _TOY_TASKS = ("files", "tfds_files"), ("embedded", "families", "tfds_embedded")
-_BOOLS = ("checkpoint.allow_config_change", "checkpoint.start_over_if_unreadable")
+_BOOLS = ("checkpoint.allow_config_change", "checkpoint.start_over_if_unreadable",
+          "rl.share_prompts")
 
 
 def _get(config, dotted: str) -> Any:

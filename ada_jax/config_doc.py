@@ -223,6 +223,10 @@ FIELDS = {
                         "completion, rounded up to a multiple of this (few shapes, few "
                         "compiles; long contexts want a larger one); 0 = every column",
                         "— / padding_free (TRL)"),
+    "rl.share_prompts": ("the learner runs each prompt once per minibatch and continues its "
+                         "samples from the prompt's keys and values (where a minibatch holds "
+                         "at least 2 rows per prompt on average); False = every row whole",
+                         "— (prefix sharing)"),
     "rl.inject_nan_step": ("tests: make this step's loss NaN (-1 = never)", "—"),
     "rl.hints": ("self-hinting on collapsed groups: none, sage, sage_light (needs a longer "
                  "max_prompt_len)", "—"),

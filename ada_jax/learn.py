@@ -83,12 +83,27 @@ def pack(rows, values_BG):
     return jnp.where(rows["real"], values_BG.reshape(-1)[rows["flat"]], 0.0)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature"))
-def completion_logprobs(graphdef, params, tokens, mask, *, prompt_len, temperature):
+def completion_logits(model, tokens, mask, group, *, prompt_len: int, n_groups: int,
+                      share: bool):
+    """Logits [R, T - P, V] of rows [R, T] at the positions predicting their completion
+    tokens (P = prompt_len). With `share`, where the rows hold at least 2 per group on average,
+    each group's prompt runs once (model.shared_prompt_logits: the same values up to float
+    rounding); otherwise every row runs whole."""
+    R, T = tokens.shape
+    if share and R >= 2 * n_groups:
+        return model_lib.shared_prompt_logits(model, tokens, mask, group, n_groups, prompt_len)
+    logits, _ = model(tokens, model_lib.positions_from_mask(mask), mask,
+                      logits_slice=(prompt_len - 1, T - 1))
+    return logits
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature",
+                                             "n_groups", "share"))
+def completion_logprobs(graphdef, params, tokens, mask, group, *, prompt_len, temperature,
+                        n_groups, share):
     """log π(a_t | …) of the completion tokens [R, N] (float32), e.g. under the reference."""
-    T = tokens.shape[1]
-    logits, _ = nnx.merge(graphdef, params)(tokens, model_lib.positions_from_mask(mask), mask,
-                                            logits_slice=(prompt_len - 1, T - 1))
+    logits = completion_logits(nnx.merge(graphdef, params), tokens, mask, group,
+                               prompt_len=prompt_len, n_groups=n_groups, share=share)
     return model_lib.token_logprobs(logits, tokens[:, prompt_len:], temperature)[0]
 
 
@@ -111,13 +126,14 @@ def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params, params=None)
     rewards = batch.reward_BG
     logprobs = functools.partial(completion_logprobs, ctx.graphdef,
                                  prompt_len=c.sampling.max_prompt_len,
-                                 temperature=max(c.sampling.temperature, 1e-6))
+                                 temperature=max(c.sampling.temperature, 1e-6),
+                                 n_groups=rewards.shape[0], share=c.rl.share_prompts)
     if decoupled(c):
         if params is None:
             raise ValueError("loss.decoupled needs the learner's params (the proximal policy)")
-        rows["prox_logp"] = logprobs(params, rows["tokens"], rows["mask"])
+        rows["prox_logp"] = logprobs(params, rows["tokens"], rows["mask"], rows["group"])
     if ref_params is not None:
-        rows["ref_logp"] = logprobs(ref_params, rows["tokens"], rows["mask"])
+        rows["ref_logp"] = logprobs(ref_params, rows["tokens"], rows["mask"], rows["group"])
         if c.loss.kl_in_reward:  # β·Σ_t KL_t subtracted from each sample's outcome reward
             pen = losses.kl_reward_penalty(rows["old_logp"], rows["ref_logp"],
                                            rows["loss_mask"], c.loss.kl_coef, c.loss.kl_type)
@@ -139,12 +155,11 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
 
     def loss_fn(trainable, mb, nan_now):
         model = nnx.merge(graphdef, trainable["model"])
-        positions = model_lib.positions_from_mask(mb["mask"])
         # Logits at the completion positions only (those predicting tokens P..T-1).
-        T = mb["tokens"].shape[1]
-        prompt_len = T - mb["loss_mask"].shape[1]
-        logits, _ = model(mb["tokens"], positions, mb["mask"],
-                          logits_slice=(prompt_len - 1, T - 1))
+        prompt_len = mb["tokens"].shape[1] - mb["loss_mask"].shape[1]
+        logits = completion_logits(model, mb["tokens"], mb["mask"], mb["group"],
+                                   prompt_len=prompt_len, n_groups=n_groups,
+                                   share=rl.share_prompts)
         logp, ent = model_lib.token_logprobs(logits, mb["tokens"][:, prompt_len:], temperature)
         kl_in_loss = "ref_logp" in mb and not l.kl_in_reward
         # Decoupled PPO: clip against the proximal policy, the sampler's log-probs as a weight.

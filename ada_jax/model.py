@@ -210,7 +210,8 @@ class Transformer(nnx.Module):
                                   ("embed", "vocab"), pd, 1.0 / math.sqrt(cfg.d_model))
 
     def __call__(self, tokens_BT, positions_BT, mask_BT, cache: Cache | None = None,
-                 logits_at_BU=None, logits_slice: tuple[int, int] | None = None):
+                 logits_at_BU=None, logits_slice: tuple[int, int] | None = None,
+                 remat: bool | None = None):
         """Logits [B,T,V] (float32) and the updated cache (None without one).
 
         mask_BT marks real tokens (False = padding). Positions are each token's index among
@@ -221,6 +222,8 @@ class Transformer(nnx.Module):
         logits_slice: optional static (start, stop); then the logits are [B, stop - start, V]
         at positions start..stop-1 (the learner's completion positions: no output head and
         log-softmax over the prompt).
+        remat: recompute each block in the backward pass (default: config.model.remat
+        without a cache; decoding is never differentiated).
         """
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
@@ -239,7 +242,7 @@ class Transformer(nnx.Module):
                 cache["valid"], mask_BT, pos_B)
             kv_mask = valid[:, None, :] & (jnp.arange(S)[None, None, :] <= idx_BT[:, :, None])
         new_layers = []
-        remat = cfg.remat and cache is None  # decoding is never differentiated
+        remat = cfg.remat and cache is None if remat is None else remat
         for i, block in enumerate(self.blocks):
             lc = None if cache is None else {"k": cache["k"][i], "v": cache["v"][i],
                                               "pos": cache["pos"]}
@@ -274,6 +277,36 @@ def _block_call(block, x, positions_BT, inv_freq, kv_mask, layer_cache, remat: b
         return nnx.merge(graphdef, state)(x, positions_BT, inv_freq, kv_mask, layer_cache)
 
     return jax.checkpoint(pure)(state, x, positions_BT, inv_freq, kv_mask, layer_cache)
+
+
+def shared_prompt_logits(model, tokens_RT, mask_RT, group_R, n_groups: int, prompt_len: int):
+    """Logits [R, T - P, V] at positions P-1 .. T-2 (those predicting the completion tokens),
+    equal to `model(tokens, positions, mask, logits_slice=(P - 1, T - 1))` up to float
+    rounding, with each group's prompt run once instead of once per row. Rows with the same
+    `group_R` (0..n_groups-1) must hold the same prompt in their first P columns (the
+    learner's rows: the samples of one prompt). The prompts' keys and values go into a cache
+    that every row of the group continues from, so a step with G samples per prompt runs the
+    prompt part on R / G rows. A group with no row here runs on an arbitrary row (unused)."""
+    R, T = tokens_RT.shape
+    P = prompt_len
+    rep_B = jnp.minimum(jax.ops.segment_min(jnp.arange(R), group_R, num_segments=n_groups),
+                        R - 1)
+    positions = positions_from_mask(mask_RT)
+    remat = model.cfg.remat
+    first_B, cache = model(tokens_RT[rep_B, :P], positions[rep_B, :P], mask_RT[rep_B, :P],
+                           init_cache(model.cfg, n_groups, P),
+                           logits_at_BU=jnp.full((n_groups, 1), P - 1), remat=remat)
+    first = first_B[group_R]
+    if T - 1 == P:  # one completion column: its logits come from the prompt's last position
+        return first
+    more = T - 1 - P  # cache columns for the completion tokens (all but the last)
+    grow = lambda x: jnp.pad(x[group_R], [(0, 0), (0, 0), (0, more), (0, 0)])  # noqa: E731
+    rows = {"k": [grow(k) for k in cache["k"]], "v": [grow(v) for v in cache["v"]],
+            "valid": jnp.pad(cache["valid"][group_R], [(0, 0), (0, more)]),
+            "pos": cache["pos"][group_R]}
+    rest, _ = model(tokens_RT[:, P:T - 1], positions[:, P:T - 1], mask_RT[:, P:T - 1], rows,
+                    remat=remat)
+    return jnp.concatenate([first, rest], axis=1)
 
 
 def init_cache(cfg: ModelConfig, batch: int, length: int) -> Cache:

@@ -206,7 +206,7 @@ def get_config(arg: str = ""):
         std_normalise=False, objective="linear", objective_alpha=0.5, objective_weight=False,
         importance_correction=False, ppo_epochs=1, minibatches=2, microbatches=1,
         daro=algo.get("daro", False), daro_buckets=0, inject_nan_step=-1,
-        hints="none", pad_multiple=16))
+        hints="none", pad_multiple=16, share_prompts=True))
 
     c.loss = ml_collections.ConfigDict(dict(
         clip_low=0.2, clip_high=0.28, dual_clip=0.0, agg=algo.get("loss_agg", "token_mean"),

@@ -124,6 +124,43 @@ def test_remat_gives_same_gradients():
         np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+@pytest.mark.parametrize("variant,remat,new", [("base", False, 5), ("qwen_like", True, 5),
+                                               ("mha", False, 1)])
+def test_shared_prompt_logits_equal_the_whole_rows(variant, remat, new):
+    """Each group's prompt run once, its samples continued from the prompt's keys and values:
+    the logits at the completion positions and their gradients are the whole rows'. Groups
+    of different sizes in shuffled order, left-padded prompts of different lengths, ragged
+    completions, and one group with no row (n_groups 4, rows of 3)."""
+    model = _randomise_biases(tiny_model(remat=remat, **VARIANTS[variant]))
+    graphdef, params = nnx.split(model)
+    rng = np.random.default_rng(5)
+    P, N = 7, new
+    group = rng.permutation(np.repeat(np.arange(3), [4, 1, 3]))
+    prompt_lens = np.asarray([7, 3, 5])
+    prompt_mask = np.arange(P)[None] >= (P - prompt_lens)[:, None]
+    prompts = rng.integers(3, 64, (3, P)) * prompt_mask
+    done = rng.integers(1, N + 1, len(group))
+    completion_mask = np.arange(N)[None] < done[:, None]
+    tokens = jnp.asarray(np.concatenate([prompts[group],
+                                         rng.integers(3, 64, (len(group), N))], 1))
+    mask = jnp.asarray(np.concatenate([prompt_mask[group], completion_mask], 1))
+    weight = jnp.asarray(rng.normal(size=(len(group), N, 64)) * completion_mask[..., None],
+                         jnp.float32)
+
+    def whole(p):
+        return nnx.merge(graphdef, p)(tokens, model_lib.positions_from_mask(mask), mask,
+                                      logits_slice=(P - 1, P + N - 1))[0]
+
+    def shared(p):
+        return model_lib.shared_prompt_logits(nnx.merge(graphdef, p), tokens, mask,
+                                              jnp.asarray(group), 4, P)
+    np.testing.assert_allclose(shared(params), whole(params), atol=2e-5)
+    g_whole = jax.grad(lambda p: jnp.sum(whole(p) * weight))(params)
+    g_shared = jax.grad(lambda p: jnp.sum(shared(p) * weight))(params)
+    for a, b in zip(jax.tree.leaves(g_shared), jax.tree.leaves(g_whole)):
+        np.testing.assert_allclose(a, b, atol=2e-5 * max(1.0, float(jnp.abs(b).max())))
+
+
 def test_bfloat16_compute_is_close_to_float32():
     rng = np.random.default_rng(3)
     toks = rng.integers(3, 64, size=(2, 8))

@@ -443,19 +443,22 @@ def test_daro_keeps_kl_term(tmp_path):
 
 def _synthetic_rows(c, seed=0, lens=(1, 3, 16, 0, 7, 16, 2, 5), prompt_lens=None,
                     mu=(.25, .25, .5, .5, .75, .75, .5, .5)):
-    """8 training rows of unequal completion lengths (`lens`; 0: empty) in 4 groups, with
-    prompts filling all P columns or, given `prompt_lens`, left-padded to them."""
+    """8 training rows of unequal completion lengths (`lens`; 0: empty) in 4 groups of 2,
+    the rows of a group with the same prompt (as the learner's rows: samples of one prompt),
+    filling all P columns or, given `prompt_lens` (one per group), left-padded to them."""
     R, P, N = len(lens), c.sampling.max_prompt_len, c.sampling.max_new_tokens
     rng = np.random.default_rng(seed)
+    group = np.repeat(np.arange(4), 2)
     loss_mask = np.arange(N)[None] < np.asarray(lens)[:, None]
     prompt = (np.ones((R, P), bool) if prompt_lens is None
-              else np.arange(P)[None] >= P - np.asarray(prompt_lens)[:, None])
-    return dict(tokens=rng.integers(1, 100, (R, P + N)).astype(np.int32),
-                mask=np.concatenate([prompt, loss_mask], 1),
+              else np.arange(P)[None] >= P - np.asarray(prompt_lens)[group][:, None])
+    tokens = rng.integers(1, 100, (R, P + N)).astype(np.int32)
+    tokens[:, :P] = tokens[group * 2, :P]
+    return dict(tokens=tokens, mask=np.concatenate([prompt, loss_mask], 1),
                 loss_mask=loss_mask, old_logp=-rng.random((R, N)).astype(np.float32),
                 ref_logp=-rng.random((R, N)).astype(np.float32),
-                adv=rng.normal(size=R).astype(np.float32),
-                group=np.repeat(np.arange(4), 2), mu=np.asarray(mu, np.float32))
+                adv=rng.normal(size=R).astype(np.float32), group=group,
+                mu=np.asarray(mu, np.float32))
 
 
 def _one_update(c, workdir, ctx=None, mb=None):
@@ -501,7 +504,7 @@ def test_trimmed_rows_give_the_same_update(tmp_path, agg):
     ctx, params = train.setup(c, str(tmp_path))
     R, P, N = 8, c.sampling.max_prompt_len, c.sampling.max_new_tokens
     mb = _synthetic_rows(c, seed=1, lens=(1, 3, 9, 0, 7, 9, 2, 5),
-                         prompt_lens=(4, 19, 7, 12, 5, 17, 9, 6), mu=(0.5,) * 8)
+                         prompt_lens=(4, 19, 7, 12), mu=(0.5,) * 8)
     out = []
     for rows in (mb, learn.trim_padding(mb, P, 4)):  # prompts 19 -> 20, completions 9 -> 12
         _, new, met = _one_update(c, str(tmp_path), (ctx, jax.tree.map(jax.numpy.copy, params)),
@@ -512,6 +515,31 @@ def test_trimmed_rows_give_the_same_update(tmp_path, agg):
         assert out[1][1][k] == pytest.approx(out[0][1][k], rel=1e-5, abs=1e-7), k
     for a, b in zip(jax.tree.leaves(out[0][0]), jax.tree.leaves(out[1][0])):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_shared_prompts_give_the_same_update(tmp_path):
+    """rl.share_prompts (each group's prompt run once, its rows continued from the prompt's
+    keys and values) updates the params as whole rows do: loss, gradient norm, new params."""
+    out = []
+    for share in (False, True):
+        c = _config("grpo", **{"rl.share_prompts": share, "loss.kl_coef": 0.1,
+                               "loss.entropy_coef": 0.01, "optim.warmup_steps": 0,
+                               "optim.eps": 1e-3})  # eps: see test_trimmed_rows_give_…
+        out.append(_one_update(c, str(tmp_path / str(share)), mb=_synthetic_rows(
+            c, seed=2, prompt_lens=(4, 19, 7, 12)))[1:])
+    for k in ("loss", "grad_norm", "pg_loss", "kl", "entropy"):
+        assert out[1][1][k] == pytest.approx(out[0][1][k], rel=1e-5, abs=1e-7), k
+    for a, b in zip(jax.tree.leaves(out[0][0]), jax.tree.leaves(out[1][0])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    # The reference / proximal log-probs of prepare_rows, the same way.
+    ctx, params = train.setup(c, str(tmp_path / "ref"))
+    rows = _synthetic_rows(c, seed=3, prompt_lens=(4, 19, 7, 12))
+    logp = [learn.completion_logprobs(ctx.graphdef, params, rows["tokens"], rows["mask"],
+                                      rows["group"], prompt_len=c.sampling.max_prompt_len,
+                                      temperature=1.0, n_groups=4, share=share)
+            for share in (False, True)]
+    np.testing.assert_allclose(logp[1] * rows["loss_mask"], logp[0] * rows["loss_mask"],
+                               atol=2e-5)
 
 
 @pytest.mark.parametrize("agg", ["token_mean", "constant",

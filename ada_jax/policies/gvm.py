@@ -60,9 +60,9 @@ def sample_grad_norms(graphdef, params, tokens, mask, loss_mask, *, prompt_len, 
 
         def logp_sum(p):
             logits, _ = nnx.merge(graphdef, p)(tok[None], model_lib.positions_from_mask(m[None]),
-                                               m[None])
-            logp, _ = model_lib.token_logprobs(logits[:, prompt_len - 1:-1],
-                                               tok[None, prompt_len:], temperature)
+                                               m[None], logits_slice=(prompt_len - 1,
+                                                                      tok.shape[0] - 1))
+            logp, _ = model_lib.token_logprobs(logits, tok[None, prompt_len:], temperature)
             return jnp.sum(logp * lm[None])
         return global_norm(jax.grad(logp_sum)(params))
     return jax.lax.map(one, (tokens, mask, loss_mask))
