@@ -282,11 +282,32 @@ def trim_padding(rows, prompt_len: int, multiple: int):
     return {**rows, **cut}
 
 
+def check_groups(rows, n_groups: int):
+    """Raise unless the rows' groups are 0..n_groups-1 and the rows of a group hold one prompt
+    (tokens and mask of the prompt columns): what shared prompts (rl.share_prompts) compute
+    from. Every row builder here gives that; a new one that does not would otherwise train on
+    another row's prompt without a sign."""
+    group = np.asarray(rows["group"])
+    P = rows["tokens"].shape[1] - rows["loss_mask"].shape[1]
+    if group.min() < 0 or group.max() >= n_groups:
+        raise ValueError(f"training rows' groups span {group.min()}..{group.max()}, outside "
+                         f"0..{n_groups - 1} (config.rl.prompts_per_step)")
+    mask = np.asarray(rows["mask"][:, :P])
+    tokens = np.where(mask, np.asarray(rows["tokens"][:, :P]), 0)
+    first = np.unique(group, return_index=True)
+    rep = first[1][np.searchsorted(first[0], group)]  # each row's group's first row
+    if not (np.array_equal(mask, mask[rep]) and np.array_equal(tokens, tokens[rep])):
+        raise ValueError("training rows of one group hold different prompts: "
+                         "config.rl.share_prompts=True needs one prompt per group")
+
+
 def learn(ctx, train_step, trainable, opt_state, rows, step: int):
     """ppo_epochs passes over the rows (their padding trimmed) in `minibatches` shuffled
     minibatches."""
     c = ctx.config
     rows = trim_padding(rows, c.sampling.max_prompt_len, c.rl.pad_multiple)
+    if c.rl.share_prompts:
+        check_groups(rows, c.rl.prompts_per_step)
     R = rows["tokens"].shape[0]
     mbs = c.rl.minibatches
     rng = np.random.default_rng([c.seed, step])

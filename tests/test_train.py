@@ -542,6 +542,21 @@ def test_shared_prompts_give_the_same_update(tmp_path):
                                atol=2e-5)
 
 
+def test_check_groups_refuses_rows_a_shared_prompt_would_get_wrong():
+    c = _config("grpo")
+    rows = _synthetic_rows(c, prompt_lens=(4, 19, 7, 12))
+    learn.check_groups(rows, 4)
+    with pytest.raises(ValueError, match="outside 0..2"):
+        learn.check_groups(rows, 3)
+    other = {**rows, "tokens": rows["tokens"].copy()}
+    other["tokens"][3, -c.sampling.max_new_tokens - 1] += 1  # row 3's last prompt token
+    with pytest.raises(ValueError, match="different prompts"):
+        learn.check_groups(other, 4)
+    padded = {**rows, "tokens": rows["tokens"].copy()}
+    padded["tokens"][3, 0] += 1  # under the left padding (group 1's prompt is 19 long)
+    learn.check_groups(padded, 4)
+
+
 @pytest.mark.parametrize("agg", ["token_mean", "constant",
                                  *(pytest.param(a, marks=pytest.mark.slow)
                                    for a in ("seq_mean_token_mean", "seq_mean_token_sum"))])
