@@ -294,8 +294,8 @@ def check_groups(rows, n_groups: int):
                          f"0..{n_groups - 1} (config.rl.prompts_per_step)")
     mask = np.asarray(rows["mask"][:, :P])
     tokens = np.where(mask, np.asarray(rows["tokens"][:, :P]), 0)
-    first = np.unique(group, return_index=True)
-    rep = first[1][np.searchsorted(first[0], group)]  # each row's group's first row
+    groups, first_row = np.unique(group, return_index=True)
+    rep = first_row[np.searchsorted(groups, group)]  # each row's group's first row
     if not (np.array_equal(mask, mask[rep]) and np.array_equal(tokens, tokens[rep])):
         raise ValueError("training rows of one group hold different prompts: "
                          "config.rl.share_prompts=True needs one prompt per group")

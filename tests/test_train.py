@@ -475,6 +475,15 @@ def _one_update(c, workdir, ctx=None, mb=None):
     return before, jax.device_get(new), jax.device_get(met)
 
 
+def _assert_same_update(got, want, rel=1e-5, atol=1e-7):
+    """Two `_one_update` results (params after, metrics) agree: the loss terms, the gradient
+    norm and every new param."""
+    for k in ("loss", "grad_norm", "pg_loss", "kl", "entropy"):
+        assert got[1][k] == pytest.approx(want[1][k], rel=rel, abs=atol), k
+    for a, b in zip(jax.tree.leaves(want[0]), jax.tree.leaves(got[0])):
+        np.testing.assert_allclose(a, b, rtol=rel, atol=atol)
+
+
 def test_trim_padding_keeps_the_used_columns_in_multiples():
     P, N = 10, 8
     prompt = np.arange(P)[None] >= np.array([6, 3, 9])[:, None]  # left-padded, 4 / 7 / 1 long
@@ -511,10 +520,7 @@ def test_trimmed_rows_give_the_same_update(tmp_path, agg):
                                   rows)
         out.append((new, met, rows["tokens"].shape))
     assert out[1][2] == (R, 20 + 12) and out[0][2] == (R, P + N)
-    for k in ("loss", "grad_norm", "pg_loss", "kl", "entropy"):
-        assert out[1][1][k] == pytest.approx(out[0][1][k], rel=1e-5, abs=1e-7), k
-    for a, b in zip(jax.tree.leaves(out[0][0]), jax.tree.leaves(out[1][0])):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    _assert_same_update(out[1][:2], out[0][:2])
 
 
 def test_shared_prompts_give_the_same_update(tmp_path):
@@ -527,10 +533,7 @@ def test_shared_prompts_give_the_same_update(tmp_path):
                                "optim.eps": 1e-3})  # eps: see test_trimmed_rows_give_…
         out.append(_one_update(c, str(tmp_path / str(share)), mb=_synthetic_rows(
             c, seed=2, prompt_lens=(4, 19, 7, 12)))[1:])
-    for k in ("loss", "grad_norm", "pg_loss", "kl", "entropy"):
-        assert out[1][1][k] == pytest.approx(out[0][1][k], rel=1e-5, abs=1e-7), k
-    for a, b in zip(jax.tree.leaves(out[0][0]), jax.tree.leaves(out[1][0])):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    _assert_same_update(out[1], out[0])
     # The reference / proximal log-probs of prepare_rows, the same way.
     ctx, params = train.setup(c, str(tmp_path / "ref"))
     rows = _synthetic_rows(c, seed=3, prompt_lens=(4, 19, 7, 12))
