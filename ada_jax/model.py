@@ -140,13 +140,19 @@ class Attention(nnx.Module):
         k = apply_rope(k, positions_BT, inv_freq)
         B, T, H, E = q.shape
         K, G = k.shape[2], H // k.shape[2]
-        k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [B,K,T,E]: the cache layout
-        if layer_cache is not None:
-            k, v, layer_cache = _write_cache(layer_cache, k, v)
-        # Plain batched matmuls over (b, k) with the G·T queries of a kv head as rows: XLA CPU
-        # runs them on the cache as stored, with no per-step transposed copy of the cache.
+        v = v.transpose(0, 2, 1, 3)  # [B,K,T,E]
+        # Plain batched matmuls over (b, k) with the G·T queries of a kv head as rows, on the
+        # keys as stored (no per-step transposed copy of a cache). The cache holds keys as
+        # [B,K,E,S]: decoding's scores are then q [G,E] @ k [E,S] per (b, k), which XLA CPU
+        # runs 2-5x faster than against keys [S,E] (a sampler 1.3x faster; issue 31).
         q = q.reshape(B, T, K, G, E).transpose(0, 2, 3, 1, 4).reshape(B, K, G * T, E)
-        scores = jnp.einsum("bkqe,bkse->bkqs", q, k).astype(jnp.float32) / math.sqrt(E)
+        if layer_cache is None:
+            k = k.transpose(0, 2, 1, 3)  # [B,K,T,E]
+            scores = jnp.einsum("bkqe,bkse->bkqs", q, k)
+        else:
+            k, v, layer_cache = _write_cache(layer_cache, k.transpose(0, 2, 3, 1), v)
+            scores = jnp.einsum("bkqe,bkes->bkqs", q, k)
+        scores = scores.astype(jnp.float32) / math.sqrt(E)
         scores = scores.reshape(B, K, G, T, -1)
         scores = jnp.where(kv_mask_BTS[:, None, None], scores, _NEG_INF)
         probs = jax.nn.softmax(scores, axis=-1).astype(dt).reshape(B, K, G * T, -1)
@@ -155,12 +161,15 @@ class Attention(nnx.Module):
         return dense(out, self.o[...].astype(dt), n_in=2), layer_cache
 
 
-def _write_cache(layer_cache, k_BKTE, v_BKTE):
-    """Write new keys/values at each row's own position; returns full-length k, v [B,K,S,E]."""
+def _write_cache(layer_cache, k_BKET, v_BKTE):
+    """Write new keys/values at each row's own position; returns the full-length keys
+    [B,K,E,S] and values [B,K,S,E]."""
     pos_B = layer_cache["pos"]
-    write = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, (0, i, 0)))
-    k = write(layer_cache["k"], k_BKTE.astype(layer_cache["k"].dtype), pos_B)
-    v = write(layer_cache["v"], v_BKTE.astype(layer_cache["v"].dtype), pos_B)
+    write = lambda at: jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, at(i)))  # noqa: E731
+    k = write(lambda i: (0, 0, i))(layer_cache["k"], k_BKET.astype(layer_cache["k"].dtype),
+                                   pos_B)
+    v = write(lambda i: (0, i, 0))(layer_cache["v"], v_BKTE.astype(layer_cache["v"].dtype),
+                                   pos_B)
     return k, v, {"k": k, "v": v, "pos": pos_B}
 
 
@@ -300,8 +309,9 @@ def shared_prompt_logits(model, tokens_RT, mask_RT, group_R, n_groups: int, prom
     if T - 1 == P:  # one completion column: its logits come from the prompt's last position
         return first
     more = T - 1 - P  # cache columns for the completion tokens (all but the last)
-    grow = lambda x: jnp.pad(x[group_R], [(0, 0), (0, 0), (0, more), (0, 0)])  # noqa: E731
-    rows = {"k": [grow(k) for k in cache["k"]], "v": [grow(v) for v in cache["v"]],
+    grow = lambda x, axis: jnp.pad(  # noqa: E731
+        x[group_R], [(0, more) if a == axis else (0, 0) for a in range(x.ndim)])
+    rows = {"k": [grow(k, 3) for k in cache["k"]], "v": [grow(v, 2) for v in cache["v"]],
             "valid": jnp.pad(cache["valid"][group_R], [(0, 0), (0, more)]),
             "pos": cache["pos"][group_R]}
     rest, _ = model(tokens_RT[:, P:T - 1], positions[:, P:T - 1], mask_RT[:, P:T - 1], rows,
@@ -310,11 +320,12 @@ def shared_prompt_logits(model, tokens_RT, mask_RT, group_R, n_groups: int, prom
 
 
 def init_cache(cfg: ModelConfig, batch: int, length: int) -> Cache:
-    """Empty cache: per-layer k/v [B,K,S,E] in compute dtype, valid [B,S], write pos [B]."""
-    shape = (batch, cfg.n_kv_heads, length, cfg.head_dim)
+    """Empty cache: per-layer keys [B,K,E,S] and values [B,K,S,E] in compute dtype (the
+    layouts attention reads fastest, `Attention`), valid [B,S], write pos [B]."""
+    B, K, E, S = batch, cfg.n_kv_heads, cfg.head_dim, length
     dt = jnp.dtype(cfg.dtype)
-    return {"k": [jnp.zeros(shape, dt) for _ in range(cfg.n_layers)],
-            "v": [jnp.zeros(shape, dt) for _ in range(cfg.n_layers)],
+    return {"k": [jnp.zeros((B, K, E, S), dt) for _ in range(cfg.n_layers)],
+            "v": [jnp.zeros((B, K, S, E), dt) for _ in range(cfg.n_layers)],
             "valid": jnp.zeros((batch, length), bool),
             "pos": jnp.zeros((batch,), jnp.int32)}
 

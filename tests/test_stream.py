@@ -282,10 +282,12 @@ def test_resumed_slot_caches_equal_decoded_ones(dtype, tol):
         np.testing.assert_array_equal(np.asarray(r["cache"][f])[run], np.asarray(g["cache"][f])[run])
     np.testing.assert_array_equal(np.asarray(r["next_pos"])[run], np.asarray(g["next_pos"])[run])
     valid = np.asarray(g["cache"]["valid"])[run]
-    for a, b in zip(r["cache"]["k"] + r["cache"]["v"], g["cache"]["k"] + g["cache"]["v"]):
-        a, b = np.asarray(a, np.float32)[run], np.asarray(b, np.float32)[run]
-        np.testing.assert_allclose(a.transpose(0, 2, 1, 3)[valid], b.transpose(0, 2, 1, 3)[valid],
-                                   atol=tol, rtol=0)
+    # keys [S,K,E,len], values [S,K,len,E]: put the cache length second, then pick valid
+    for order, name in (((0, 3, 1, 2), "k"), ((0, 2, 1, 3), "v")):
+        for a, b in zip(r["cache"][name], g["cache"][name]):
+            a, b = np.asarray(a, np.float32)[run], np.asarray(b, np.float32)[run]
+            np.testing.assert_allclose(a.transpose(order)[valid], b.transpose(order)[valid],
+                                       atol=tol, rtol=0)
     np.testing.assert_allclose(np.asarray(r["logits"])[run], np.asarray(g["logits"])[run],
                                atol=tol, rtol=0)
 
