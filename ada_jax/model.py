@@ -165,11 +165,13 @@ def _write_cache(layer_cache, k_BKET, v_BKTE):
     """Write new keys/values at each row's own position; returns the full-length keys
     [B,K,E,S] and values [B,K,S,E]."""
     pos_B = layer_cache["pos"]
-    write = lambda at: jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, at(i)))  # noqa: E731
-    k = write(lambda i: (0, 0, i))(layer_cache["k"], k_BKET.astype(layer_cache["k"].dtype),
-                                   pos_B)
-    v = write(lambda i: (0, i, 0))(layer_cache["v"], v_BKTE.astype(layer_cache["v"].dtype),
-                                   pos_B)
+
+    def write(cache, new, axis):  # axis: the positions' axis of one row's [K, ., .] block
+        at = lambda i: tuple(i if a == axis else 0 for a in range(3))  # noqa: E731
+        return jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, at(i)))(
+            cache, new.astype(cache.dtype), pos_B)
+
+    k, v = write(layer_cache["k"], k_BKET, 2), write(layer_cache["v"], v_BKTE, 1)
     return k, v, {"k": k, "v": v, "pos": pos_B}
 
 
