@@ -61,15 +61,15 @@ class ModelGenerator:
         idx = jnp.maximum(prompt_S, 0)
         rows = jnp.where(start_S, jnp.arange(S), S)  # S = out of range: not written
 
-        def put(slot_arr, prompt_arr, axis):  # the cache length is axis 3 of k, 2 of v
-            at = (rows,) + (slice(None),) * (axis - 1) + (slice(0, P),)
+        def put(slot_arr, prompt_arr, name):  # the first P positions of the started slots
+            at = (rows,) + (slice(None),) * (model_lib.CACHE_LEN_AXIS[name] - 1) + (slice(0, P),)
             return slot_arr.at[at].set(prompt_arr[idx], mode="drop")
 
         valid = jnp.where(start_S[:, None],
                           jnp.zeros_like(sc["valid"]).at[:, :P].set(pc["valid"][idx]),
                           sc["valid"])
-        cache = dict(k=[put(s, p, 3) for s, p in zip(sc["k"], pc["k"])],
-                     v=[put(s, p, 2) for s, p in zip(sc["v"], pc["v"])], valid=valid,
+        cache = dict(k=[put(s, p, "k") for s, p in zip(sc["k"], pc["k"])],
+                     v=[put(s, p, "v") for s, p in zip(sc["v"], pc["v"])], valid=valid,
                      pos=jnp.where(start_S, P, sc["pos"]))
         return dict(cache=cache,
                     logits=jnp.where(start_S[:, None], prompt_state["logits"][idx], gen["logits"]),

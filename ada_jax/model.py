@@ -161,17 +161,23 @@ class Attention(nnx.Module):
         return dense(out, self.o[...].astype(dt), n_in=2), layer_cache
 
 
+# The positions' axis of each layer's cached keys [B,K,E,S] and values [B,K,S,E] (`init_cache`).
+CACHE_LEN_AXIS = {"k": 3, "v": 2}
+
+
 def _write_cache(layer_cache, k_BKET, v_BKTE):
     """Write new keys/values at each row's own position; returns the full-length keys
     [B,K,E,S] and values [B,K,S,E]."""
     pos_B = layer_cache["pos"]
 
-    def write(cache, new, axis):  # axis: the positions' axis of one row's [K, ., .] block
-        at = lambda i: tuple(i if a == axis else 0 for a in range(3))  # noqa: E731
-        return jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, at(i)))(
-            cache, new.astype(cache.dtype), pos_B)
+    def write(name, new):
+        axis = CACHE_LEN_AXIS[name] - 1  # in one row's block (vmapped over the batch)
+        cache = layer_cache[name]
+        return jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(
+            c, u, tuple(i if a == axis else 0 for a in range(3))))(
+                cache, new.astype(cache.dtype), pos_B)
 
-    k, v = write(layer_cache["k"], k_BKET, 2), write(layer_cache["v"], v_BKTE, 1)
+    k, v = write("k", k_BKET), write("v", v_BKTE)
     return k, v, {"k": k, "v": v, "pos": pos_B}
 
 
@@ -311,9 +317,9 @@ def shared_prompt_logits(model, tokens_RT, mask_RT, group_R, n_groups: int, prom
     if T - 1 == P:  # one completion column: its logits come from the prompt's last position
         return first
     more = T - 1 - P  # cache columns for the completion tokens (all but the last)
-    grow = lambda x, axis: jnp.pad(  # noqa: E731
-        x[group_R], [(0, more) if a == axis else (0, 0) for a in range(x.ndim)])
-    rows = {"k": [grow(k, 3) for k in cache["k"]], "v": [grow(v, 2) for v in cache["v"]],
+    grow = lambda x, name: jnp.pad(  # noqa: E731
+        x[group_R], [(0, more) if a == CACHE_LEN_AXIS[name] else (0, 0) for a in range(x.ndim)])
+    rows = {"k": [grow(k, "k") for k in cache["k"]], "v": [grow(v, "v") for v in cache["v"]],
             "valid": jnp.pad(cache["valid"][group_R], [(0, 0), (0, more)]),
             "pos": cache["pos"][group_R]}
     rest, _ = model(tokens_RT[:, P:T - 1], positions[:, P:T - 1], mask_RT[:, P:T - 1], rows,
@@ -323,7 +329,8 @@ def shared_prompt_logits(model, tokens_RT, mask_RT, group_R, n_groups: int, prom
 
 def init_cache(cfg: ModelConfig, batch: int, length: int) -> Cache:
     """Empty cache: per-layer keys [B,K,E,S] and values [B,K,S,E] in compute dtype (the
-    layouts attention reads fastest, `Attention`), valid [B,S], write pos [B]."""
+    layouts attention reads fastest, `Attention`; `CACHE_LEN_AXIS`), valid [B,S], write pos
+    [B]."""
     B, K, E, S = batch, cfg.n_kv_heads, cfg.head_dim, length
     dt = jnp.dtype(cfg.dtype)
     return {"k": [jnp.zeros((B, K, E, S), dt) for _ in range(cfg.n_layers)],
