@@ -48,18 +48,19 @@ _POSITIVE_INTS = (
     "adaptive.gvm_pilot", "adaptive.gvm_budget_per_prompt", "adaptive.dapo_max_gen_batches",
     "adaptive.knapsack_budget_per_prompt", "adaptive.knapsack_n_min", "adaptive.knapsack_n_max",
     "adaptive.vip_budget_per_prompt", "adaptive.vip_n_min", "adaptive.vip_n_max",
+    "loss.replay_rows",
 )
 _NON_NEGATIVE_INTS = (  # step counts and cadences (0 = none / off), counts
     "optim.warmup_steps", "sft.steps", "sft.warmup_steps", "sft.checkpoint_every", "eval.every",
     "eval.train_prompts", "eval.every_cost", "rl.cost_budget",
     "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg", "rl.daro_buckets",
-    "optim.max_skipped_steps", "loss.credit_tokens", "rl.pad_multiple",
+    "optim.max_skipped_steps", "loss.credit_tokens", "rl.pad_multiple", "loss.replay_skip",
 )
 _NON_NEGATIVE = (
     "sampling.temperature", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",
     "adaptive.overcommit", "sampling.prefill_chunk", "optim.daro_lr",
     "sampling.eval_temperature", "optim.weight_decay", "loss.dual_clip", "adaptive.gvm_alpha",
-    "adaptive.gvm_beta", "optim.max_update_ratio", "loss.behav_cap",
+    "adaptive.gvm_beta", "optim.max_update_ratio", "loss.behav_cap", "loss.replay_coef",
 )
 # Finite and > 0. optim.grad_clip = 0 is not "off": every update is clipped to 0 (NaN at a zero
 # gradient); optim.eps = 0 divides 0 by 0 where a gradient is 0.

@@ -255,6 +255,13 @@ FIELDS = {
     "loss.credit_tokens": ("only the first k completion tokens carry the loss (0 = every "
                            "token): an ablation of sequence-level credit, e.g. k=1 credits a "
                            "family's reading marker alone (docs/results.md)", "—"),
+    "loss.replay_coef": ("weight of the base's SFT corpus replayed in every update, a next-token "
+                         "loss beside the policy's (the pretraining mix of PPO-ptx; 0 = off): "
+                         "holds skills no reward holds (docs/results.md, Transfer controls)",
+                         "— / — (InstructGPT's ptx_coef)"),
+    "loss.replay_rows": ("SFT rows replayed per update", "—"),
+    "loss.replay_skip": ("replay leaves out each target's first k tokens (the family task: 1, "
+                         "its reading marker, the choice RL moves)", "—"),
     # optimizer
     "optim.lr": ("AdamW learning rate (constant after the linear warm-up)",
                  "actor.optim.lr / learning_rate"),

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ada_jax import advantages, losses, selection, sharding
+from ada_jax import advantages, losses, selection, sharding, sft
 from ada_jax import model as model_lib
 
 
@@ -225,12 +225,24 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
         (loss, met, grads), _ = jax.lax.scan(body, zeros, (split, w_j, wm_j))
         return (loss, met), grads
 
+    def replay_grad(model_params, replay):
+        """loss.replay_coef times the replayed SFT rows' log-loss, and its gradient."""
+        nll, g = jax.value_and_grad(lambda p: sft.sequence_nll(
+            nnx.merge(graphdef, p), replay["tokens"], replay["mask"], replay["loss_mask"]))(
+                model_params)
+        return nll, jax.tree.map(lambda x: l.replay_coef * x, g)
+
     @functools.partial(jax.jit, donate_argnums=(0, 1))
-    def train_step(trainable, opt_state, mb, nan_now):
+    def train_step(trainable, opt_state, mb, nan_now, replay=None):
         if micro > 1:
             (loss, met), grads = accumulated_grad(trainable, mb, nan_now)
         else:
             (loss, met), grads = grad_fn(trainable, mb, nan_now)
+        if replay is not None:  # the SFT corpus's loss beside the policy's (sft.Replay)
+            nll, g = replay_grad(trainable["model"], replay)
+            grads = {**grads, "model": jax.tree.map(jnp.add, grads["model"], g)}
+            loss = loss + l.replay_coef * nll
+            met = dict(met, replay_nll=nll)
         gnorm = global_norm(grads)
         updates, new_opt = optimizer.update(grads, opt_state, trainable)
         new = optax.apply_updates(trainable, updates)
@@ -301,9 +313,9 @@ def check_groups(rows, n_groups: int):
                          "config.rl.share_prompts=True needs one prompt per group")
 
 
-def learn(ctx, train_step, trainable, opt_state, rows, step: int):
+def learn(ctx, train_step, trainable, opt_state, rows, step: int, replay=None):
     """ppo_epochs passes over the rows (their padding trimmed) in `minibatches` shuffled
-    minibatches."""
+    minibatches; `replay` (sft.Replay.rows: one batch per update) beside them when given."""
     c = ctx.config
     rows = trim_padding(rows, c.sampling.max_prompt_len, c.rl.pad_multiple)
     if c.rl.share_prompts:
@@ -313,11 +325,13 @@ def learn(ctx, train_step, trainable, opt_state, rows, step: int):
     rng = np.random.default_rng([c.seed, step])
     mets = []
     nan_now = jnp.asarray(step == c.rl.get("inject_nan_step", -1))
-    for _ in range(c.rl.ppo_epochs):
+    for epoch in range(c.rl.ppo_epochs):
         perm = rng.permutation(R).reshape(mbs, R // mbs)
-        for idx in perm:
+        for i, idx in enumerate(perm):
             mb = jax.tree.map(lambda x: x[idx], rows)
-            trainable, opt_state, met = train_step(trainable, opt_state, mb, nan_now)
+            extra = () if replay is None else (
+                jax.tree.map(lambda x: x[epoch * mbs + i], replay),)
+            trainable, opt_state, met = train_step(trainable, opt_state, mb, nan_now, *extra)
             mets.append(met)
     mets = jax.device_get(mets)
     out = {k: float(np.mean([m[k] for m in mets])) for k in mets[0]}

@@ -159,6 +159,52 @@ def sft_task(config):
     return cfg
 
 
+class Replay:
+    """The base's SFT corpus replayed inside RL updates (loss.replay_coef > 0): a next-token
+    loss on SFT rows (sft_task's train split, sft_targets' targets), every target token but
+    the first loss.replay_skip ones. What RL moves in shared weights wears away skills no
+    reward holds (docs/results.md, "Transfer controls"); replaying the corpus the base learnt
+    them from holds them, the field's pretraining mix (InstructGPT's PPO-ptx). Skipping the
+    first tokens keeps the corpus's choices out of it (the family task's reading marker, whose
+    SFT share c_k RL is meant to move): replay holds how a response is written, not which
+    one is chosen. Deterministic from the seed; `state()` goes into checkpoints."""
+
+    def __init__(self, config, tokenizer):
+        self.config, self.tokenizer = config, tokenizer
+        self.length = config.sampling.max_prompt_len + config.sampling.max_new_tokens
+        self.iterator = PromptIterator(load_split(sft_task(config), "train"),
+                                       config.loss.replay_rows, seed=config.seed + 3)
+        self.target_rng = np.random.default_rng(config.seed + 4)
+
+    def rows(self, updates: int) -> dict:
+        """`updates` batches of loss.replay_rows rows, stacked: tokens, mask and loss_mask
+        [updates, rows, L] (L: the longest row rounded up to 32, one length for all)."""
+        problems = [p for _ in range(updates) for p in next(self.iterator)]
+        toks, mask, loss = sft_rows(self.tokenizer, problems, self.config.task.template,
+                                    self.length, targets=sft_targets(self.config, problems,
+                                                                     self.target_rng))
+        loss &= np.cumsum(loss, axis=1) > self.config.loss.replay_skip
+        shape = (updates, len(problems) // updates, -1)
+        return {"tokens": toks.reshape(shape), "mask": mask.reshape(shape),
+                "loss_mask": loss.reshape(shape)}
+
+    def state(self) -> dict:
+        return {"iterator": self.iterator.state(),
+                "target_rng": self.target_rng.bit_generator.state}
+
+    def restore(self, state: dict) -> None:
+        self.iterator.restore(state["iterator"])
+        self.target_rng.bit_generator.state = state["target_rng"]
+
+
+def sequence_nll(model, toks, mask, loss_mask):
+    """Mean next-token log-loss of the loss_mask tokens (float32): SFT's loss and replay's."""
+    logits, _ = model(toks, model_lib.positions_from_mask(mask), mask)
+    logp, _ = model_lib.token_logprobs(logits[:, :-1], toks[:, 1:])
+    m = loss_mask[:, 1:]
+    return -jnp.sum(logp * m) / jnp.maximum(jnp.sum(m), 1)
+
+
 def train_base(config, out_dir: str, mesh, tokenizer, init=None):
     """Run SFT (resuming its progress checkpoint in `<out_dir>/progress` if there is one) and
     save the base checkpoint; returns (graphdef, params). `init`: the (graphdef, params) of
@@ -219,11 +265,7 @@ def _sft_step(graphdef, steps: int, lr: float, warmup_steps: int, mesh, rules):
     @functools.partial(jax.jit, donate_argnums=(0, 1))
     def step(params, opt_state, toks, mask, loss_mask):
         def loss_fn(p):
-            model = nnx.merge(graphdef, p)
-            logits, _ = model(toks, model_lib.positions_from_mask(mask), mask)
-            logp, _ = model_lib.token_logprobs(logits[:, :-1], toks[:, 1:])
-            m = loss_mask[:, 1:]
-            return -jnp.sum(logp * m) / jnp.maximum(jnp.sum(m), 1)
+            return sequence_nll(nnx.merge(graphdef, p), toks, mask, loss_mask)
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss

@@ -407,6 +407,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
     # What persists across steps besides params: what the policies declare (Ada-Est history,
     # hint levels, the stream; ada_jax/policies/).
     state = collect.init_state(ctx, trainable["model"])
+    replay = sft.Replay(c, ctx.tokenizer) if c.loss.replay_coef > 0 else None
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), c.checkpoint.keep)
     start = 0
     try:
@@ -419,6 +420,11 @@ def _train(ctx: Context, params, workdir: str) -> dict:
         start, trainable, opt_state, meta = restored
         iterator.restore(meta["iterator"])
         state.update(collect.restore(meta))
+        if replay is not None:
+            if "replay" not in meta:
+                raise ValueError("loss.replay_coef > 0 but the checkpoint was saved without "
+                                 "replay: resume with the run's own loss.replay_coef")
+            replay.restore(meta["replay"])
         log.info("resumed from step %d", start)
     writer = MetricsWriter(workdir, start, c)
     _write_atomic(os.path.join(workdir, "config.json"),
@@ -429,7 +435,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
     base_key = jax.random.key(c.seed)
     train_key, eval_key = jax.random.fold_in(base_key, 0), jax.random.fold_in(base_key, 1)
     totals = {"generated_tokens": 0, "samples": 0, "samples_launched": 0, "samples_trained": 0,
-              "trained_tokens": 0, "wall": 0.0}
+              "trained_tokens": 0, "replay_tokens": 0, "wall": 0.0}
     if start:  # from the checkpoint (every process has it; older ones: process 0's metrics)
         saved = meta.get("totals") or {f: writer.last.get(f"cum_{f}", 0) for f in totals}
         totals = {k: saved.get(k, 0) for k in totals}
@@ -440,7 +446,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             arrays["stream"] = state["stream"].arrays()
         ckpt.save(step, arrays,
                   {"iterator": sharding.allgather_json(iterator.state()),
-                   **collect.checkpoint(state), "step": step, "totals": dict(totals)})
+                   **collect.checkpoint(state), "step": step, "totals": dict(totals),
+                   **({"replay": replay.state()} if replay is not None else {})})
 
     bar, skipped = _progress(c, start), 0  # updates skipped since the last one applied
     met = {k: v for k, v in writer.last.items() if k != "step"}  # returned if nothing is left
@@ -460,8 +467,10 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             rows = learn.prepare_rows(ctx, batch, got.prompt_BP, got.mask_BP, rows_per_step,
                                       ref_params, trainable["model"])
             t2 = time.perf_counter()
+            replay_rows = (replay.rows(c.rl.ppo_epochs * c.rl.minibatches)
+                           if replay is not None else None)
             trainable, opt_state, lmet = learn.learn(ctx, train_step, trainable, opt_state, rows,
-                                               step)
+                                                     step, replay_rows)
             t3 = time.perf_counter()
             if lmet["skipped"]:
                 skipped += 1
@@ -478,12 +487,14 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             met["response_length"] = float(lens.mean()) if lens.size else 0.0
             met["samples_trained"] = int(lens.size) * c.rl.ppo_epochs
             met["trained_tokens"] = int(lens.sum()) * c.rl.ppo_epochs
+            met["replay_tokens"] = (int(replay_rows["loss_mask"].sum())
+                                    if replay is not None else 0)
             if is_embedded(c):
                 met["careful_share"] = careful_share(ctx.tokenizer, batch)
             met.update(time_sampling=t1 - t0, time_scoring=t2 - t1, time_learning=t3 - t2)
             totals["generated_tokens"] += met["generated_tokens"]
             totals["samples"] += met["samples_total"]
-            for k in ("samples_launched", "samples_trained", "trained_tokens"):
+            for k in ("samples_launched", "samples_trained", "trained_tokens", "replay_tokens"):
                 totals[k] += met[k]
             totals["wall"] += t3 - t0
             met.update({f"cum_{k}": v for k, v in totals.items()}, **cost(totals))
@@ -527,9 +538,11 @@ def cost(totals: dict) -> dict:
     """What a run has spent so far, the seeds' way (training is not free): `cost_samples` =
     samples generated (launched, cut ones included) + samples trained (times PPO epochs);
     `cost_flop_tokens` = generated tokens + 3 x trained response tokens (a training pass is
-    about a forward and a backward, 3 forwards; prompts are the same for every method)."""
+    about a forward and a backward, 3 forwards; prompts are the same for every method), plus
+    3 x the replayed SFT tokens (loss.replay_coef; not samples: nothing is generated)."""
     return {"cost_samples": totals["samples_launched"] + totals["samples_trained"],
-            "cost_flop_tokens": totals["generated_tokens"] + 3 * totals["trained_tokens"]}
+            "cost_flop_tokens": totals["generated_tokens"] + 3 * (
+                totals["trained_tokens"] + totals.get("replay_tokens", 0))}
 
 
 def out_of_budget(config, cost_samples: int) -> bool:

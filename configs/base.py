@@ -212,7 +212,10 @@ def get_config(arg: str = ""):
         clip_low=0.2, clip_high=0.28, dual_clip=0.0, agg=algo.get("loss_agg", "token_mean"),
         kl_coef=0.0, kl_type="k3", kl_in_reward=False, entropy_coef=0.0,
         decoupled="auto", behav_cap=0.0,  # decoupled PPO for stale samples (SPEC §10)
-        credit_tokens=0))  # >0: only the first k completion tokens carry the loss (an ablation)
+        credit_tokens=0,  # >0: only the first k completion tokens carry the loss (an ablation)
+        # The base's SFT corpus replayed beside the policy loss (sft.Replay): coefficient,
+        # rows per update, and the first target tokens left out (the family task: its marker)
+        replay_coef=0.0, replay_rows=16, replay_skip=0))
 
     c.optim = ml_collections.ConfigDict(dict(
         lr=1e-4, warmup_steps=10, grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999,
@@ -277,6 +280,7 @@ def get_config(arg: str = ""):
         # paid the right reading's lines under the wrong marker, which taught every family to
         # write lines that ignore the marker (docs/results.md, "Transfer controls")
         c.task.reward = "reading"
+        c.loss.replay_skip = 1  # replay leaves a response's reading marker (its first token)
         c.sampling.max_new_tokens = 32
         # SFT sees ~1.3k targets per family, so a very hard family's 1-3% right readings are
         # 13-40 examples, not a handful
