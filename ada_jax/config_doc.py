@@ -256,8 +256,9 @@ FIELDS = {
                            "token): an ablation of sequence-level credit, e.g. k=1 credits a "
                            "family's reading marker alone (docs/results.md)", "—"),
     "loss.replay_coef": ("weight of the base's SFT corpus replayed in every update, a next-token "
-                         "loss beside the policy's (the pretraining mix of PPO-ptx; 0 = off): "
-                         "holds skills no reward holds (docs/results.md, Transfer controls)",
+                         "loss beside the policy's (the pretraining mix of PPO-ptx; 0 = off); on the "
+                         "family task it holds the trained families' lines, not the transfer "
+                         "controls (docs/results.md)",
                          "— / — (InstructGPT's ptx_coef)"),
     "loss.replay_rows": ("SFT rows replayed per update", "—"),
     "loss.replay_skip": ("replay leaves out each target's first k tokens (the family task: 1, "

@@ -162,12 +162,13 @@ def sft_task(config):
 class Replay:
     """The base's SFT corpus replayed inside RL updates (loss.replay_coef > 0): a next-token
     loss on SFT rows (sft_task's train split, sft_targets' targets), every target token but
-    the first loss.replay_skip ones. What RL moves in shared weights wears away skills no
-    reward holds (docs/results.md, "Transfer controls"); replaying the corpus the base learnt
-    them from holds them, the field's pretraining mix (InstructGPT's PPO-ptx). Skipping the
-    first tokens keeps the corpus's choices out of it (the family task's reading marker, whose
-    SFT share c_k RL is meant to move): replay holds how a response is written, not which
-    one is chosen. Deterministic from the seed; `state()` goes into checkpoints."""
+    the first loss.replay_skip ones: the field's pretraining mix (InstructGPT's PPO-ptx)
+    against what RL's updates wear away in shared weights. Skipping the first tokens keeps
+    the corpus's choices out of it (the family task's reading marker, whose SFT share c_k RL
+    is meant to move): replay trains how a response is written, not which one is chosen. On
+    the family task it holds the trained families' lines, not the transfer controls
+    (docs/results.md, "replaying the SFT corpus"). Deterministic from the seed; `state()` goes
+    into checkpoints."""
 
     def __init__(self, config, tokenizer):
         self.config, self.tokenizer = config, tokenizer

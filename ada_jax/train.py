@@ -420,11 +420,10 @@ def _train(ctx: Context, params, workdir: str) -> dict:
         start, trainable, opt_state, meta = restored
         iterator.restore(meta["iterator"])
         state.update(collect.restore(meta))
-        if replay is not None:
-            if "replay" not in meta:
-                raise ValueError("loss.replay_coef > 0 but the checkpoint was saved without "
-                                 "replay: resume with the run's own loss.replay_coef")
+        if replay is not None and "replay" in meta:
             replay.restore(meta["replay"])
+        elif replay is not None:  # turned on at this resume (checkpoint.allow_config_change)
+            log.info("loss.replay_coef is on from step %d: replay starts the SFT corpus", start)
         log.info("resumed from step %d", start)
     writer = MetricsWriter(workdir, start, c)
     _write_atomic(os.path.join(workdir, "config.json"),
