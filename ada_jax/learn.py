@@ -225,12 +225,11 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
         (loss, met, grads), _ = jax.lax.scan(body, zeros, (split, w_j, wm_j))
         return (loss, met), grads
 
-    def replay_grad(model_params, replay):
-        """loss.replay_coef times the replayed SFT rows' log-loss, and its gradient."""
-        nll, g = jax.value_and_grad(lambda p: sft.sequence_nll(
-            nnx.merge(graphdef, p), replay["tokens"], replay["mask"], replay["loss_mask"]))(
-                model_params)
-        return nll, jax.tree.map(lambda x: l.replay_coef * x, g)
+    def replay_loss(model_params, replay):
+        """(loss.replay_coef × the replayed SFT rows' log-loss, the log-loss)."""
+        nll = sft.sequence_nll(nnx.merge(graphdef, model_params), replay["tokens"],
+                               replay["mask"], replay["loss_mask"])
+        return l.replay_coef * nll, nll
 
     @functools.partial(jax.jit, donate_argnums=(0, 1))
     def train_step(trainable, opt_state, mb, nan_now, replay=None):
@@ -239,9 +238,10 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
         else:
             (loss, met), grads = grad_fn(trainable, mb, nan_now)
         if replay is not None:  # the SFT corpus's loss beside the policy's (sft.Replay)
-            nll, g = replay_grad(trainable["model"], replay)
+            (weighted, nll), g = jax.value_and_grad(replay_loss, has_aux=True)(
+                trainable["model"], replay)
             grads = {**grads, "model": jax.tree.map(jnp.add, grads["model"], g)}
-            loss = loss + l.replay_coef * nll
+            loss = loss + weighted
             met = dict(met, replay_nll=nll)
         gnorm = global_norm(grads)
         updates, new_opt = optimizer.update(grads, opt_state, trainable)
@@ -329,9 +329,8 @@ def learn(ctx, train_step, trainable, opt_state, rows, step: int, replay=None):
         perm = rng.permutation(R).reshape(mbs, R // mbs)
         for i, idx in enumerate(perm):
             mb = jax.tree.map(lambda x: x[idx], rows)
-            extra = () if replay is None else (
-                jax.tree.map(lambda x: x[epoch * mbs + i], replay),)
-            trainable, opt_state, met = train_step(trainable, opt_state, mb, nan_now, *extra)
+            rep = None if replay is None else jax.tree.map(lambda x: x[epoch * mbs + i], replay)
+            trainable, opt_state, met = train_step(trainable, opt_state, mb, nan_now, rep)
             mets.append(met)
     mets = jax.device_get(mets)
     out = {k: float(np.mean([m[k] for m in mets])) for k in mets[0]}

@@ -185,7 +185,7 @@ class Replay:
                                     self.length, targets=sft_targets(self.config, problems,
                                                                      self.target_rng))
         loss &= np.cumsum(loss, axis=1) > self.config.loss.replay_skip
-        shape = (updates, len(problems) // updates, -1)
+        shape = (updates, self.config.loss.replay_rows, -1)
         return {"tokens": toks.reshape(shape), "mask": mask.reshape(shape),
                 "loss_mask": loss.reshape(shape)}
 

@@ -541,7 +541,7 @@ def cost(totals: dict) -> dict:
     3 x the replayed SFT tokens (loss.replay_coef; not samples: nothing is generated)."""
     return {"cost_samples": totals["samples_launched"] + totals["samples_trained"],
             "cost_flop_tokens": totals["generated_tokens"] + 3 * (
-                totals["trained_tokens"] + totals.get("replay_tokens", 0))}
+                totals["trained_tokens"] + totals["replay_tokens"])}
 
 
 def out_of_budget(config, cost_samples: int) -> bool:
