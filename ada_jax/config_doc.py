@@ -260,7 +260,8 @@ FIELDS = {
                          "family task it holds the trained families' lines, not the transfer "
                          "controls (docs/results.md)",
                          "— / — (InstructGPT's ptx_coef)"),
-    "loss.replay_rows": ("SFT rows replayed per update", "—"),
+    "loss.replay_rows": ("SFT rows replayed per update (micro-batched as the policy's rows: "
+                         "rl.microbatches must divide it)", "—"),
     "loss.replay_skip": ("replay leaves out each target's first k tokens (the family task: 1, "
                          "its reading marker, the choice RL moves)", "—"),
     # optimizer

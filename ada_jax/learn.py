@@ -231,6 +231,30 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
                                replay["mask"], replay["loss_mask"])
         return l.replay_coef * nll, nll
 
+    replay_grad_fn = jax.value_and_grad(replay_loss, has_aux=True)
+
+    def replay_grad(model_params, replay):
+        """replay_loss and its gradient, over `micro` sequential micro-batches of the rows as
+        the policy loss (bounded activation memory): micro-batch j's log-loss, weighted by
+        its share of the scored tokens, sums exactly to the whole batch's token mean."""
+        if micro == 1:
+            return replay_grad_fn(model_params, replay)
+        split = jax.tree.map(lambda x: jnp.swapaxes(x.reshape((-1, micro) + x.shape[1:]), 0, 1),
+                             replay)
+        tokens_j = split["loss_mask"][:, :, 1:].sum((1, 2)).astype(jnp.float32)
+        w_j = tokens_j / jnp.maximum(tokens_j.sum(), 1.0)
+
+        def body(acc, xs):
+            part, w = xs
+            (weighted, nll), g = replay_grad_fn(model_params, part)
+            return (acc[0] + w * weighted, acc[1] + w * nll,
+                    jax.tree.map(lambda a, b: a + w * b, acc[2], g)), None
+
+        zeros = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32),
+                 jax.tree.map(jnp.zeros_like, model_params))
+        (weighted, nll, grads), _ = jax.lax.scan(body, zeros, (split, w_j))
+        return (weighted, nll), grads
+
     @functools.partial(jax.jit, donate_argnums=(0, 1))
     def train_step(trainable, opt_state, mb, nan_now, replay=None):
         if micro > 1:
@@ -238,8 +262,7 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
         else:
             (loss, met), grads = grad_fn(trainable, mb, nan_now)
         if replay is not None:  # the SFT corpus's loss beside the policy's (sft.Replay)
-            (weighted, nll), g = jax.value_and_grad(replay_loss, has_aux=True)(
-                trainable["model"], replay)
+            (weighted, nll), g = replay_grad(trainable["model"], replay)
             grads = {**grads, "model": jax.tree.map(jnp.add, grads["model"], g)}
             loss = loss + weighted
             met = dict(met, replay_nll=nll)

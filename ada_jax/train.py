@@ -236,7 +236,8 @@ def _write_atomic(path: str, text: str) -> None:
 
 # ----------------------------------------------------------------------------- main loop
 def check_batches(config, rows_per_prompt: int) -> None:
-    """The training rows per step must split into minibatches, and those into micro-batches."""
+    """The training rows per step must split into minibatches, and those (and the replayed SFT
+    rows of an update) into micro-batches."""
     rl = config.rl
     rows_per_step = rl.prompts_per_step * rows_per_prompt
     if rl.microbatches > 1 and rl.daro:
@@ -248,6 +249,10 @@ def check_batches(config, rows_per_prompt: int) -> None:
     if (rows_per_step // rl.minibatches) % rl.microbatches:
         raise ValueError(f"config.rl.microbatches={rl.microbatches} must divide the "
                          f"{rows_per_step // rl.minibatches} rows of a minibatch")
+    if config.loss.replay_coef > 0 and config.loss.replay_rows % rl.microbatches:
+        raise ValueError(f"config.rl.microbatches={rl.microbatches} must divide the "
+                         f"config.loss.replay_rows={config.loss.replay_rows} replayed SFT rows "
+                         f"of an update (they are micro-batched as the policy's)")
 
 
 def check_resume(config, workdir: str) -> None:

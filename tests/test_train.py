@@ -577,6 +577,22 @@ def test_microbatches_give_the_minibatch_gradient(tmp_path, agg):
         assert out[2][1][k] == pytest.approx(out[1][1][k], rel=1e-4, abs=1e-7), k
 
 
+def test_check_batches_names_what_does_not_divide():
+    """train.check_batches refuses, by name, rows that do not split into minibatches, a
+    minibatch that does not split into micro-batches, and replayed rows that do not either."""
+    c = _config("grpo", **{"rl.minibatches": 3})
+    with pytest.raises(ValueError, match="minibatches=3 must divide"):
+        train.check_batches(c, c.rl.n)
+    c = _config("grpo", **{"rl.microbatches": 3})
+    with pytest.raises(ValueError, match="microbatches=3 must divide the .* rows of a minibatch"):
+        train.check_batches(c, c.rl.n)
+    c = _config("grpo", **{"rl.microbatches": 2, "loss.replay_coef": 1.0, "loss.replay_rows": 3})
+    with pytest.raises(ValueError, match="replay_rows=3 replayed SFT rows"):
+        train.check_batches(c, c.rl.n)
+    c.loss.replay_rows = 4
+    train.check_batches(c, c.rl.n)
+
+
 def test_daro_weights_have_their_own_learning_rate(tmp_path):
     """optim.daro_lr routes DARO's log-weights to their own AdamW: with the policy lr at 0 only
     they move, by the first Adam step's daro_lr per weight."""
@@ -703,21 +719,27 @@ def test_replay_rows_leave_out_the_first_target_tokens_and_resume():
         np.testing.assert_array_equal(resumed[k], nxt[k])
 
 
-def test_replay_adds_its_coefficient_times_the_sft_gradient(tmp_path):
+@pytest.mark.parametrize("micro", [1, 2])
+def test_replay_adds_its_coefficient_times_the_sft_gradient(tmp_path, micro):
     """With zero advantages the policy loss has no gradient, so an update's gradient is
     loss.replay_coef times the replayed rows' log-loss gradient, and its loss that times the
-    log-loss (a wrong or doubled coefficient would show)."""
+    log-loss (a wrong or doubled coefficient would show); with rl.microbatches = 2 the replayed
+    rows are micro-batched too and give the same (micro-batches of unequal token counts, so
+    weighting them equally would show)."""
     from ada_jax import collect, sft
     from ada_jax.tasks import PromptIterator
     from flax import nnx
     coef = 0.37
-    c = _config("grpo", **{"loss.replay_coef": coef, "loss.replay_rows": 4})
+    c = _config("grpo", **{"loss.replay_coef": coef, "loss.replay_rows": 4,
+                           "rl.microbatches": micro})
     ctx, params = train.setup(c, str(tmp_path))
     iterator = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=0)
     _, batch, toks, mask, _ = collect.collect(ctx, params, iterator, jax.random.key(0), {})
     rows = learn.prepare_rows(ctx, batch, toks, mask, c.rl.prompts_per_step * c.rl.n, None)
     rows["adv"] = jax.numpy.zeros_like(rows["adv"])
     replay = jax.tree.map(lambda x: x[0], sft.Replay(c, ctx.tokenizer).rows(1))
+    scored = np.asarray(replay["loss_mask"])[:, 1:]
+    assert scored[0::2].sum() != scored[1::2].sum()  # the strided micro-batches differ
     nll, g = jax.value_and_grad(lambda p: sft.sequence_nll(
         nnx.merge(ctx.graphdef, p), replay["tokens"], replay["mask"], replay["loss_mask"]))(
             params)
