@@ -349,8 +349,29 @@ def _load_hf(config, mesh):
     return graphdef, params
 
 
+def environment() -> dict:
+    """What a base depends on besides its SFT config: XLA compiles for the host, so the same
+    SFT (code, config, JAX) on another CPU rounds differently, and 1,200 steps turn that into
+    another base (docs/results.md, "The headline on a second base")."""
+    import importlib.metadata
+    import platform
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            first = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines()
+                         if ":" in line)
+        first = {k.strip(): v.strip() for k, v in first.items()}
+        cpu = (f"{first.get('model name', cpu)} (family {first.get('cpu family', '?')}, "
+               f"model {first.get('model', '?')})")
+    except OSError:
+        pass
+    return {"jax": jax.__version__, "jaxlib": importlib.metadata.version("jaxlib"),
+            "backend": jax.default_backend(), "device": jax.devices()[0].device_kind, "cpu": cpu}
+
+
 def base_report(config, graphdef, params, tokenizer, k: int = 16) -> dict:
-    """Pass-rate spread of the base policy on the eval split at the sampling temperature."""
+    """Pass-rate spread of the base policy on the eval split at the sampling temperature, and
+    the environment it was made in (`environment`)."""
     source = load_split(config, "eval")
     problems = [source[i] for i in range(min(config.eval.prompts, len(source)))]
     cfg = config.copy_and_resolve_references()
@@ -360,6 +381,7 @@ def base_report(config, graphdef, params, tokenizer, k: int = 16) -> dict:
                                jax.random.key(config.seed + 7), k)
     report["k"] = k
     report["prompts"] = len(problems)
+    report["environment"] = environment()
     return report
 
 

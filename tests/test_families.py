@@ -2,6 +2,7 @@
 import collections
 import random
 
+import jax
 import numpy as np
 import pytest
 
@@ -236,7 +237,8 @@ def test_regime_holds_and_ada_balance_lifts_the_very_hard_tier_more(tmp_path):
     assert report["prompts"] == 960 and report["k"] == 16
     assert report["share_p_lt_0.1"] >= 0.3 and report["share_p_gt_0.9"] >= 0.3
     assert report["share_p_in_(0,0.15)"] >= 0.1
-    assert report["one_reading_share"] >= 0.95  # 0.993 measured
+    assert report["one_reading_share"] >= 0.95  # 0.994 / 0.970 measured on two CPUs
+    assert report["environment"]["jax"] == jax.__version__  # where the base was made
     assert 0.005 <= report["tier_very_hard/avg@16"] <= 0.03  # 0.016 measured
     assert report["tier_hard/avg@16"] < 0.12 and report["tier_easy/avg@16"] > 0.9
     gains = {}

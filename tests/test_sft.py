@@ -132,3 +132,14 @@ def test_the_base_cache_key_follows_what_sft_depends_on():
     assert key(other) == ref
     other.sft.steps += 1
     assert key(other) != ref
+
+
+def test_environment_names_what_a_base_depends_on_besides_its_config():
+    """sft.environment (recorded in a base's pass_rates.json): the JAX and jaxlib versions,
+    the backend and device, and the CPU, whose float rounding makes another base."""
+    import importlib.metadata
+    env = sft.environment()
+    assert env["jax"] == jax.__version__ and env["jaxlib"] == importlib.metadata.version("jaxlib")
+    assert env["backend"] == jax.default_backend() == "cpu"
+    assert env["device"] == jax.devices()[0].device_kind and env["cpu"]
+    json.dumps(env)  # goes into pass_rates.json
