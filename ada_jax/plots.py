@@ -320,14 +320,17 @@ def smoothed_evals(workdir: str, cost: str) -> np.ndarray:
 
 
 def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], references: Sequence[str],
-             threshold: float = 0.5) -> list[dict]:
+             threshold: float = 0.5, peak: bool = False) -> list[dict]:
     """The bar, per seed: each seed's reference is the run of `references` (one arm, or plain
     GRPO's arms at one total cost: the frontier) with the highest accuracy (mean of its last
-    two evals) on that seed; a method's ratio on that seed is its cost to reach that accuracy
-    (smoothed_evals, interpolated) over the reference's final cost, per cost of COSTS. Rows:
-    the samples ratio per seed ("-": not reached by the run's end), how many seeds meet
-    <= `threshold` per cost, and the pooled seed-mean figure (cost_to_reach) beside them."""
+    two evals; with `peak`, the best mean of two consecutive evals anywhere in its run, so a
+    reference that declines late is not read at its decline) on that seed; a method's ratio on
+    that seed is its cost to reach that accuracy (smoothed_evals, interpolated) over the
+    reference's final cost, per cost of COSTS. Rows: the samples ratio per seed ("-": not
+    reached by the run's end), how many seeds meet <= `threshold` per cost, and the pooled
+    seed-mean figure (cost_to_reach) beside them."""
     by_label = dict(groups)
+    level = (lambda pts: pts[:, 1].max()) if peak else (lambda pts: pts[-1, 1])  # noqa: E731
     refs: dict = {}  # seed -> (target, final costs, label)
     for label in references:
         for d in by_label[label]:
@@ -336,13 +339,13 @@ def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], references: Sequence[s
                 continue
             last = load_metrics(d)[-1]
             best = refs.get(run_seed(d))
-            if best is None or pts[-1, 1] > best[0]:
-                refs[run_seed(d)] = (float(pts[-1, 1]), {c: last.get(c) for c in COSTS}, label)
+            if best is None or level(pts) > best[0]:
+                refs[run_seed(d)] = (float(level(pts)), {c: last.get(c) for c in COSTS}, label)
     seeds = sorted(refs, key=str)
     pooled_ref = max(references, key=lambda lb: np.mean(
-        [smoothed_evals(d, COSTS[0])[-1, 1] for d in by_label[lb]]))
+        [level(smoothed_evals(d, COSTS[0])) for d in by_label[lb]]))
     pooled_runs = [load_metrics(d) for d in by_label[pooled_ref]]
-    pooled_target = float(np.mean([smoothed_evals(d, COSTS[0])[-1, 1]
+    pooled_target = float(np.mean([level(smoothed_evals(d, COSTS[0]))
                                    for d in by_label[pooled_ref]]))
     rows = [{"method": "reference: accuracy", **{f"seed {s}": f"{refs[s][2]}: {refs[s][0]:.3f}"
                                                   for s in seeds}}]

@@ -93,6 +93,17 @@ def test_the_bar_per_seed_against_the_frontier(tmp_path):
            "is not met" in words
     lines = plots.ordering_counts(groups, [("fast", "a")], 20)
     assert lines[0] == "fast > a at step 20, all: 2 of 2 seeds (+0.100..+0.100) - holds"
+    # peak: the reference's best two consecutive evals, not its last two; the same where
+    # it ends at its best
+    late = [run("late", 0, [0.3, 0.8, 0.4])]  # smoothed 0.55, 0.60: last 0.60 = peak
+    dip = [run("dip", 0, [0.7, 0.7, 0.3])]  # smoothed 0.70 then 0.50
+    assert plots.cost_bar([("dip", dip), ("fast", fast[:1])], ["dip"])[0]["seed 0"] == \
+        "dip: 0.500"
+    peak = {r["method"]: r for r in plots.cost_bar([("dip", dip), ("fast", fast[:1])],
+                                                     ["dip"], peak=True)}
+    assert peak["reference: accuracy"]["seed 0"] == "dip: 0.700"
+    assert peak["fast"]["seed 0"] == pytest.approx(0.75)  # reaches 0.70 at 1500 of 2000
+    assert plots.cost_bar([("late", late)], ["late"], peak=True)[0]["seed 0"] == "late: 0.600"
     one = [("fast", fast[:1]), ("b", b[:1])]
     assert plots.ordering_counts(one, [("b", "fast")], 20) == [
         "b > fast at step 20, all: 0 of 1 seed (-0.200..-0.200) - does not hold"]
