@@ -144,6 +144,12 @@ def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params, params=None)
     return rows
 
 
+def _strided_split(tree, micro: int):
+    """Rows [R, ...] -> [micro, R / micro, ...], micro-batch j holding rows j, j + micro, …:
+    with rows sharded in contiguous blocks over the devices, every micro-batch spans them all."""
+    return jax.tree.map(lambda x: jnp.swapaxes(x.reshape((-1, micro) + x.shape[1:]), 0, 1), tree)
+
+
 def make_train_step(graphdef, optimizer, config, n_groups: int):
     """Jitted PPO minibatch update over {model, daro} params; skips a non-finite update, or
     one larger than optim.max_update_ratio times the params (in norm). The rows' prompt part
@@ -195,10 +201,7 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
         (bounded activation memory). Every aggregation is a sum over rows divided by a count of
         tokens or rows, so micro-batch j's value, weighted by its share of that count, sums
         exactly to the whole minibatch's; metrics are token means, weighted by token share."""
-        # Strided split (micro-batch j holds rows j, j + micro, …): with rows sharded in
-        # contiguous blocks over the devices, every micro-batch spans all of them.
-        split = jax.tree.map(lambda x: jnp.swapaxes(x.reshape((-1, micro) + x.shape[1:]), 0, 1),
-                             mb)
+        split = _strided_split(mb, micro)
         tokens_j = split["loss_mask"].sum((1, 2)).astype(jnp.float32)
         rows_j = (split["loss_mask"].sum(2) > 0).sum(1).astype(jnp.float32)
         if l.agg == "token_mean":
@@ -239,8 +242,7 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
         its share of the scored tokens, sums exactly to the whole batch's token mean."""
         if micro == 1:
             return replay_grad_fn(model_params, replay)
-        split = jax.tree.map(lambda x: jnp.swapaxes(x.reshape((-1, micro) + x.shape[1:]), 0, 1),
-                             replay)
+        split = _strided_split(replay, micro)
         tokens_j = split["loss_mask"][:, :, 1:].sum((1, 2)).astype(jnp.float32)
         w_j = tokens_j / jnp.maximum(tokens_j.sum(), 1.0)
 
