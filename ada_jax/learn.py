@@ -150,6 +150,15 @@ def _strided_split(tree, micro: int):
     return jax.tree.map(lambda x: jnp.swapaxes(x.reshape((-1, micro) + x.shape[1:]), 0, 1), tree)
 
 
+def _sum_over(fn, xs):
+    """Σ_j fn(xs[j]) (a pytree), one j at a time in a scan: micro-batches' weighted losses and
+    gradients with one micro-batch's activations alive at once."""
+    zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                         jax.eval_shape(fn, jax.tree.map(lambda x: x[0], xs)))
+    total, _ = jax.lax.scan(lambda acc, x: (jax.tree.map(jnp.add, acc, fn(x)), None), zeros, xs)
+    return total
+
+
 def make_train_step(graphdef, optimizer, config, n_groups: int):
     """Jitted PPO minibatch update over {model, daro} params; skips a non-finite update, or
     one larger than optim.max_update_ratio times the params (in norm). The rows' prompt part
@@ -212,20 +221,13 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
             w_j = rows_j / jnp.maximum(rows_j.sum(), 1.0)
         wm_j = tokens_j / jnp.maximum(tokens_j.sum(), 1.0)
 
-        def body(acc, xs):
-            part, w, wm = xs
-            (loss, met), g = grad_fn(trainable, part, nan_now)
-            acc_loss, acc_met, acc_g = acc
+        def part(xs):
+            rows, w, wm = xs
+            (loss, met), g = grad_fn(trainable, rows, nan_now)
             met = {k: (w if k == "pg_loss" else wm) * v for k, v in met.items()}
-            return (acc_loss + w * loss, jax.tree.map(jnp.add, acc_met, met),
-                    jax.tree.map(lambda a, b: a + w * b, acc_g, g)), None
+            return w * loss, met, jax.tree.map(lambda x: w * x, g)
 
-        first = jax.tree.map(lambda x: x[0], split)
-        met_shape = jax.eval_shape(lambda: grad_fn(trainable, first, nan_now)[0][1])
-        zeros = (jnp.zeros((), jnp.float32),
-                 jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), met_shape),
-                 jax.tree.map(jnp.zeros_like, trainable))
-        (loss, met, grads), _ = jax.lax.scan(body, zeros, (split, w_j, wm_j))
+        loss, met, grads = _sum_over(part, (split, w_j, wm_j))
         return (loss, met), grads
 
     def replay_loss(model_params, replay):
@@ -246,15 +248,12 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
         tokens_j = split["loss_mask"][:, :, 1:].sum((1, 2)).astype(jnp.float32)
         w_j = tokens_j / jnp.maximum(tokens_j.sum(), 1.0)
 
-        def body(acc, xs):
-            part, w = xs
-            (weighted, nll), g = replay_grad_fn(model_params, part)
-            return (acc[0] + w * weighted, acc[1] + w * nll,
-                    jax.tree.map(lambda a, b: a + w * b, acc[2], g)), None
+        def part(xs):
+            rows, w = xs
+            (weighted, nll), g = replay_grad_fn(model_params, rows)
+            return w * weighted, w * nll, jax.tree.map(lambda x: w * x, g)
 
-        zeros = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32),
-                 jax.tree.map(jnp.zeros_like, model_params))
-        (weighted, nll, grads), _ = jax.lax.scan(body, zeros, (split, w_j))
+        weighted, nll, grads = _sum_over(part, (split, w_j))
         return (weighted, nll), grads
 
     @functools.partial(jax.jit, donate_argnums=(0, 1))

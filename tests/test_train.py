@@ -740,12 +740,13 @@ def test_replay_adds_its_coefficient_times_the_sft_gradient(tmp_path, micro):
     replay = jax.tree.map(lambda x: x[0], sft.Replay(c, ctx.tokenizer).rows(1))
     scored = np.asarray(replay["loss_mask"])[:, 1:]
     assert scored[0::2].sum() != scored[1::2].sum()  # the strided micro-batches differ
-    # One jitted program (op by op, the sharded reductions of 8 fake devices can deadlock
-    # XLA's CPU collectives on a loaded machine: "Termination timeout for all reduce").
-    nll, gnorm = jax.jit(lambda p: (lambda v, g: (v, learn.global_norm(g)))(
-        *jax.value_and_grad(lambda q: sft.sequence_nll(
-            nnx.merge(ctx.graphdef, q), replay["tokens"], replay["mask"],
-            replay["loss_mask"]))(p)))(params)
+    def reference(p):  # the SFT rows' log-loss and the norm of its gradient
+        nll, g = jax.value_and_grad(lambda q: sft.sequence_nll(
+            nnx.merge(ctx.graphdef, q), replay["tokens"], replay["mask"], replay["loss_mask"]))(p)
+        return nll, learn.global_norm(g)
+    # One jitted program: op by op, reductions over the 8 fake devices' shards can deadlock
+    # XLA's CPU collectives on a loaded machine ("Termination timeout for all reduce").
+    nll, gnorm = jax.jit(reference)(params)
     want_norm = coef * float(gnorm)
     optimizer, trainable, opt_state = train.init_train_state(ctx, params)
     step = learn.make_train_step(ctx.graphdef, optimizer, c, c.rl.prompts_per_step)
