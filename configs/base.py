@@ -270,21 +270,25 @@ def get_config(arg: str = ""):
         c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
 
     if args["task"] == "families" and c.model.name in MODELS and c.model.name not in PRETRAINED:
-        # tasks/families.py: 60 families x 16 distinct held-out prompts; its own tokenizer
-        # (202 ids), whose tags and markers are single tokens
+        # tasks/families.py: 16 distinct held-out prompts per RL family and 64 per control
+        # (a control tier's 128: its standard error <= 0.03); its own tokenizer (202 ids),
+        # whose tags and markers are single tokens
         c.model.tokenizer = "families"
         c.model.vocab_size = 256
         c.task.max_level = 60  # task.min_level..max_level: the families used (1-based), all
-        c.task.eval_size = c.eval.prompts = 960
+        c.task.eval_size = c.eval.prompts = 1152
         # The answer pays only under the family's right reading marker: the answer alone also
         # paid the right reading's lines under the wrong marker, which taught every family to
         # write lines that ignore the marker (docs/results.md, "Transfer controls")
         c.task.reward = "reading"
         c.loss.replay_skip = 1  # replay leaves a response's reading marker (its first token)
         c.sampling.max_new_tokens = 32
-        # SFT sees ~1.3k targets per family, so a very hard family's 1-3% right readings are
-        # 13-40 examples, not a handful
-        c.sft.steps = 1200
+        # SFT sees ~3.8k targets per family, so a very hard family's 1-3% right readings are
+        # 40-120 examples, not a handful; and it runs to convergence (one reading 0.995+):
+        # at 1,200 steps the base's lines were unsettled (one reading 0.970 on one CPU) and
+        # long RL runs wore them away in every family, the transfer controls first
+        # (docs/results.md, "Transfer controls")
+        c.sft.steps = 3600
         # The optimizer of the seeds' reference runs (verl's actor: AdamW, eps 1e-8, weight
         # decay 0.01, constant lr after warm-up, grad-norm clip 1.0), lr from a sweep on
         # GRPO-n4 and Ada-Seq-balance (docs/results.md, "The recipe": lr 3e-5 / 1e-4 / 3e-4 /

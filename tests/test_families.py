@@ -160,16 +160,16 @@ def test_sft_targets_follow_the_family_shares():
 
 def test_splits_family_sets_and_config_variant():
     c = get_config("task=families")
-    assert c.task.name == "families" and c.eval.prompts == c.task.eval_size == 960
+    assert c.task.name == "families" and c.eval.prompts == c.task.eval_size == 1152
     assert load_tokenizer(c).encode("E") == _tokenizer().encode("E")
     train, ev = load_split(c, "train"), load_split(c, "eval")
     tiers_train = {F.tier_of(train[i].level) for i in range(200)}
     assert tiers_train == {"very_hard", "hard", "mid", "easy"}  # no controls among RL's
-    count = collections.Counter(F.tier_of(ev[i].level) for i in range(960))
-    assert count == {"very_hard": 192, "hard": 192, "mid": 128, "easy": 384, "control_hard": 32,
-                     "control_easy": 32}  # 16 per family
-    questions = [ev[i].question for i in range(960)]
-    assert len(set(questions)) == 960  # distinct: none counts twice in a tier's mean
+    count = collections.Counter(F.tier_of(ev[i].level) for i in range(1152))
+    assert count == {"very_hard": 192, "hard": 192, "mid": 128, "easy": 384,
+                     "control_hard": 128, "control_easy": 128}  # 16 per family, 64 per control
+    questions = [ev[i].question for i in range(1152)]
+    assert len(set(questions)) == 1152  # distinct: none counts twice in a tier's mean
     assert not set(questions) & {train[i].question for i in range(2000)}
     hard = get_config("task=families")
     hard.unlock()
@@ -202,11 +202,26 @@ def test_family_metrics_per_tier():
 
 
 def test_eval_questions_are_distinct_and_bounded():
-    src = F.FamilySource("eval", 60 * 16, seed=3, family_set="every")
-    assert len({src[i].question for i in range(len(src))}) == len(src)
-    assert all(F.split_of(src[i].question) == "eval" for i in range(0, len(src), 7))
+    src = F.FamilySource("eval", 72 * 16, seed=3, family_set="every")
+    assert len(src.eval_slots()) == 72  # 56 RL families once, 4 controls 4 times each
+    problems = [src[i] for i in range(len(src))]
+    assert len({p.question for p in problems}) == len(src)
+    assert all(F.family_split(p.level - 1, p.question) == "eval" for p in problems)
+    assert all(F.split_of(p.question) == "eval" for p in problems if p.level <= 56)
     with pytest.raises(IndexError, match="distinct held-out questions"):
-        F.FamilySource("eval", 60 * 40, seed=3, family_set="every")[60 * 39]
+        F.FamilySource("eval", 72 * 40, seed=3, family_set="every")[72 * 39]
+
+
+def test_control_families_hold_out_half_their_questions():
+    """A control (never an RL prompt) holds out 4 of the 8 id buckets, an RL family 1: about
+    100 and 25 of their 200 questions; the train split (SFT's) never meets the eval split."""
+    held = [len(F.eval_questions(f, 0)) for f in range(len(F.FAMILIES))]
+    assert all(15 <= n <= 40 for n in held[:56]) and all(75 <= n <= 125 for n in held[56:])
+    train = F.FamilySource("train", 400, seed=0, family_set="every")
+    assert all(F.family_split(p.level - 1, p.question) == "train"
+               for p in (train[i] for i in range(400)))
+    assert not {train[i].question for i in range(400)} & {
+        q for f in range(56, 60) for q in F.eval_questions(f, 0)}
 
 
 def _run(script, tmp_path, *args):
@@ -234,7 +249,7 @@ def test_regime_holds_and_ada_balance_lifts_the_very_hard_tier_more(tmp_path):
     _run("sft.py", tmp_path, f"--workdir={tmp_path}", f"--config.sft.base_dir={base}",
          "--config.log.progress=False")
     report = json.load(open(base / "pass_rates.json"))
-    assert report["prompts"] == 960 and report["k"] == 16
+    assert report["prompts"] == 1152 and report["k"] == 16
     assert report["share_p_lt_0.1"] >= 0.3 and report["share_p_gt_0.9"] >= 0.3
     assert report["share_p_in_(0,0.15)"] >= 0.1
     assert report["one_reading_share"] >= 0.95  # 0.994 / 0.970 measured on two CPUs

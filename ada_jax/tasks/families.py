@@ -30,7 +30,10 @@ eval, never among RL's training prompts (config.task.family_set); their accuracy
 of what RL learns on other families leaks into theirs. They read the chain with only the first
 operator swapped (`f`) or only the second (`g`), not `l` / `r`: per operator position the RL
 families' axis l - r and the controls' f - g are orthogonal, so what moves them is a lever shared
-by every family, not the RL families' reading (docs/results.md, "Transfer controls").
+by every family, not the RL families' reading. They are firm (shares 0.01 / 0.99, the tiers'
+extremes): RL shrinks a held-out family's marker logit gap by a part (what no reward holds),
+which moved controls at 0.06 / 0.94 by 0.1-0.3 in accuracy and moves these by a few hundredths
+(docs/results.md, "Transfer controls").
 
 Both readings keep every value in [0, 10) and give different answers (so the marker matters).
 `Problem.level` is the family's number (1-based), so eval reports per family; `tier_of` maps it
@@ -48,7 +51,7 @@ import re
 import numpy as np
 
 from ada_jax.rewards.embedded import score_text
-from ada_jax.tasks.problem import Problem, problem_id, split_of
+from ada_jax.tasks.problem import EVAL_BUCKETS, Problem, problem_id, split_of
 
 READINGS = ("l", "r")  # the RL families' readings. l: as written; r: + read as - and - as +
 CONTROL_READINGS = ("f", "g")  # the controls'. f: the first operator swapped; g: the others
@@ -58,6 +61,12 @@ CONTROL_READINGS = ("f", "g")  # the controls'. f: the first operator swapped; g
 _SWAPS = {"l": lambda i: False, "r": lambda i: True, "f": lambda i: i == 0,
           "g": lambda i: i > 0}
 FAMILY_SETS = ("rl", "hard", "every")  # which families a train split holds (see family_indices)
+# A control tier is two families: at 16 held-out prompts each its mean's standard error was
+# 0.04-0.08 at a run's end. A control family holds half its questions out (4 of the 8 id
+# buckets, the others 1) and the eval split takes CONTROL_EVAL_WEIGHT times as many of them,
+# so a control tier has 128 prompts at 16 per RL family (docs/results.md).
+CONTROL_EVAL_BUCKETS = 4
+CONTROL_EVAL_WEIGHT = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,8 +107,8 @@ FAMILIES = tuple(
     + _tier("mid", _TAGS[24:32], _MID)
     + _tier("easy", _TAGS[32:56], tuple(round(1 - c, 4) for c in _VERY_HARD + _HARD),
             first=1)
-    + _tier("hard", _TAGS[56:58], (0.06, 0.06), control=True)
-    + _tier("easy", _TAGS[58:60], (0.94, 0.94), control=True, first=1))
+    + _tier("hard", _TAGS[56:58], (0.01, 0.01), control=True)
+    + _tier("easy", _TAGS[58:60], (0.99, 0.99), control=True, first=1))
 
 
 def marker(family: int, reading: str) -> str:
@@ -175,6 +184,16 @@ def parse(question: str):
     return tags.index(m.group(1)), int(m.group(2)), chain
 
 
+def family_split(family: int, question: str) -> str:
+    """'eval' or 'train' for a question of family `family`: the task's split by question
+    text (problem.split_of), with a control family holding out CONTROL_EVAL_BUCKETS of the
+    EVAL_BUCKETS id buckets instead of one (it is never a training prompt of RL, and SFT
+    keeps about half its questions)."""
+    if FAMILIES[family].control:
+        return "eval" if problem_id(question) % EVAL_BUCKETS < CONTROL_EVAL_BUCKETS else "train"
+    return split_of(question)
+
+
 def solution(question: str, reading: str) -> str:
     """The response that reads `question` in `reading`: marker, lines, boxed answer."""
     family, start, chain = parse(question)
@@ -212,12 +231,13 @@ def make_problem(rng: random.Random, family: int, steps: int = 2) -> Problem:
 
 @functools.lru_cache(maxsize=None)
 def eval_questions(family: int, seed: int) -> tuple[str, ...]:
-    """Every held-out question of family `family` (two steps: about 25 of its 200), in an
-    order shuffled by `seed`: the eval split takes them in turn, so no question repeats."""
+    """Every held-out question of family `family` (two steps: about 25 of its 200; about 100
+    for a control, `family_split`), in an order shuffled by `seed`: the eval split takes
+    them in turn, so no question repeats."""
     ops = [(op, x) for op in "+-" for x in range(1, 10)]
     qs = [q for start in range(10) for a in ops for b in ops
           if _valid(start, [a, b], FAMILIES[family].readings)
-          and split_of(q := _question(family, start, [a, b])) == "eval"]
+          and family_split(family, q := _question(family, start, [a, b])) == "eval"]
     random.Random(f"families/{seed}/eval/{family}").shuffle(qs)
     return tuple(qs)
 
@@ -279,8 +299,9 @@ def follows_one_reading(question: str, completion: str) -> bool:
 class FamilySource:
     """A split of the family task as a random-access sequence of `size` Problems: index i is
     a problem of family family_indices(family_set)[i % count], so every slice is stratified by
-    family; drawn from rng(seed, split, i) until its question falls in this split (eval:
-    the family's distinct held-out questions in turn). min_level..max_level: the family
+    family; drawn from rng(seed, split, i) until its question falls in this split. Eval:
+    each family's distinct held-out questions in turn, in rounds of `eval_slots` (a control
+    family CONTROL_EVAL_WEIGHT times per round). min_level..max_level: the family
     numbers used (1-based; max_level 0: the last)."""
     split: str
     size: int
@@ -297,28 +318,39 @@ class FamilySource:
     def families(self) -> list[int]:
         return family_indices(self.family_set, self.min_level, self.max_level)
 
+    def eval_slots(self) -> list[int]:
+        """One round of the eval split: each RL family once, each control family
+        CONTROL_EVAL_WEIGHT times (so a control tier's mean has a standard error like the
+        others')."""
+        return [f for f in self.families()
+                for _ in range(CONTROL_EVAL_WEIGHT if FAMILIES[f].control else 1)]
+
     def __len__(self) -> int:
         return self.size
 
     def __getitem__(self, index: int) -> Problem:
         if not 0 <= index < self.size:
             raise IndexError(f"index {index} out of range for {self.size} problems")
-        fams = self.families()
-        family = fams[index % len(fams)]
         if self.split == "eval":  # distinct: a duplicate would count twice in a tier's mean
+            slots = self.eval_slots()
+            family = slots[index % len(slots)]
+            weight = slots.count(family)
+            j = index // len(slots) * weight + slots[:index % len(slots)].count(family)
             questions = eval_questions(family, self.seed)
-            j = index // len(fams)
             if j >= len(questions):
+                most = len(slots) * min(len(eval_questions(f, self.seed)) // slots.count(f)
+                                        for f in set(slots))
                 raise IndexError(
                     f"family task eval: family {FAMILIES[family].tag} has {len(questions)} "
                     f"distinct held-out questions, index {index} needs {j + 1}; set "
-                    f"config.task.eval_size / eval.prompts <= "
-                    f"{len(fams) * min(len(eval_questions(f, self.seed)) for f in fams)}")
+                    f"config.task.eval_size / eval.prompts <= {most}")
             return _problem(family, questions[j])
+        fams = self.families()
+        family = fams[index % len(fams)]
         rng = random.Random(f"families/{self.seed}/{self.split}/{index}")
         while True:
             problem = make_problem(rng, family)
-            if split_of(problem.question) == self.split:
+            if family_split(family, problem.question) == self.split:
                 return problem
 
 
