@@ -236,9 +236,9 @@ def _run(script, tmp_path, *args):
 
 @pytest.mark.slow
 def test_regime_holds_and_ada_balance_lifts_the_very_hard_tier_more(tmp_path):
-    """From the shipped recipe (slow: 4 min 52 s on 2 idle cores, SFT 3,600 steps): the base's tails, the very
-    hard tier at p 0.01-0.03, one reading per response; and at matched steps (24) Ada-Seq-balance
-    lifts the very hard tier more than GRPO-n4 on seed 0. That ordering is the stable one at
+    """From the shipped recipe (slow: 4 min 52 s on 2 idle cores, SFT 3,600 steps): the base's
+    tails, the very hard tier at p 0.01-0.03, one reading per response, firm controls; and at
+    matched steps (24) Ada-Seq-balance lifts the very hard tier more than GRPO-n4 on seed 0. That ordering is the stable one at
     test size: docs/results.md has it on 5 of 5 seeds with the smallest margin far above the
     tier's eval noise (standard error about 0.02-0.03), because it is signal collapse itself:
     a GRPO-n4 group of a very hard prompt is all wrong 94% of the time, Ada-Seq-balance samples
