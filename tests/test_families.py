@@ -243,8 +243,9 @@ def test_regime_holds_and_ada_balance_lifts_the_very_hard_tier_more(tmp_path):
     tier's eval noise (standard error about 0.02-0.03), because it is signal collapse itself:
     a GRPO-n4 group of a very hard prompt is all wrong 94% of the time, Ada-Seq-balance samples
     it until 2 positives. And the transfer controls stay within 0.10 of the base through step
-    24 under both (docs/results.md: -0.02..+0.05 on the 10 runs of seeds 0 and 3; firm controls,
-    SFT to convergence)."""
+    24 under both (docs/results.md: -0.03..+0.04 for GRPO-n4 and Ada-Seq-balance on seeds 0-4;
+    firm controls, SFT to convergence; later in a run, and under other arms, a break of lines
+    can move them further)."""
     import json
     base = tmp_path / "base"
     _run("sft.py", tmp_path, f"--workdir={tmp_path}", f"--config.sft.base_dir={base}",
