@@ -51,7 +51,7 @@ import re
 import numpy as np
 
 from ada_jax.rewards.embedded import score_text
-from ada_jax.tasks.problem import EVAL_BUCKETS, Problem, problem_id, split_of
+from ada_jax.tasks.problem import Problem, problem_id, split_of
 
 READINGS = ("l", "r")  # the RL families' readings. l: as written; r: + read as - and - as +
 CONTROL_READINGS = ("f", "g")  # the controls'. f: the first operator swapped; g: the others
@@ -186,12 +186,10 @@ def parse(question: str):
 
 def family_split(family: int, question: str) -> str:
     """'eval' or 'train' for a question of family `family`: the task's split by question
-    text (problem.split_of), with a control family holding out CONTROL_EVAL_BUCKETS of the
-    EVAL_BUCKETS id buckets instead of one (it is never a training prompt of RL, and SFT
-    keeps about half its questions)."""
-    if FAMILIES[family].control:
-        return "eval" if problem_id(question) % EVAL_BUCKETS < CONTROL_EVAL_BUCKETS else "train"
-    return split_of(question)
+    text (problem.split_of), a control family holding out CONTROL_EVAL_BUCKETS of the id
+    buckets instead of one (it is never a training prompt of RL; SFT keeps about half its
+    questions)."""
+    return split_of(question, CONTROL_EVAL_BUCKETS if FAMILIES[family].control else 1)
 
 
 def solution(question: str, reading: str) -> str:

@@ -2,7 +2,7 @@
 import dataclasses
 import hashlib
 
-EVAL_BUCKETS = 8  # a question belongs to the eval split iff its id % EVAL_BUCKETS == 0
+EVAL_BUCKETS = 8  # a question belongs to the eval split iff its id % EVAL_BUCKETS < held_out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,9 +23,10 @@ def problem_id(question: str) -> int:
     return int.from_bytes(digest, "little") & (2**63 - 1)
 
 
-def split_of(question: str) -> str:
-    """'eval' or 'train', decided by the question text alone, so the splits are disjoint."""
-    return "eval" if problem_id(question) % EVAL_BUCKETS == 0 else "train"
+def split_of(question: str, held_out: int = 1) -> str:
+    """'eval' or 'train', decided by the question text alone, so the splits are disjoint:
+    `held_out` of the EVAL_BUCKETS id buckets are held out (1: one question in 8)."""
+    return "eval" if problem_id(question) % EVAL_BUCKETS < held_out else "train"
 
 
 def hint(problem: Problem, strength: int) -> str:
