@@ -25,8 +25,8 @@ BASE=${BASE:-"$OUT/base"}
 [ -d "$BASE" ] || python scripts/sft.py --config=configs/base.py:task=$TASK --workdir="$OUT" \
   --config.sft.base_dir="$BASE" --config.log.progress=False
 
-# Held-out eval (eval/…), avg@4: 256 prompts of the embedded task, 1,152 distinct ones (16 per
-# RL family, 64 per control) of the family task. On the family task every method takes 2 optimiser updates per
+# Held-out eval (eval/…), avg@4: 256 prompts of the embedded task, 1,488 distinct ones (12 per
+# RL family, 48 per control) of the family task. On the family task every method takes 2 optimiser updates per
 # step (the seeds' matched steps); on the embedded task GRPO-n16 takes 4 (its historical
 # setting).
 if [ "$TASK" = families ]; then

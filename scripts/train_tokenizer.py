@@ -8,8 +8,8 @@ ids; pad=0 unk=1 bos=2 eos=3.
 
   python scripts/train_tokenizer.py [--task=embedded] [--vocab_size=N] [--problems=4000]
 
---vocab_size defaults to the task's: 128 (embedded), 210 (families: its 180 tags and markers
-and the embedded symbols need 202 pieces).
+--vocab_size defaults to the task's: 128 (embedded), 370 (families: its 336 tags and markers,
+the embedded symbols and the special ids make 358 pieces).
 """
 import argparse
 import io
@@ -29,7 +29,7 @@ def corpus(task: str, n: int):
     if task == "families":
         for p in families.FamilySource("train", n, seed=0, family_set="every"):
             yield p.question
-            for r in families.FAMILIES[p.level - 1].readings:
+            for r in families.READINGS:
                 yield from families.solution(p.question, r).split("\n")
         return
     for i, p in enumerate(EmbeddedSource("train", n, seed=0)):
@@ -45,7 +45,7 @@ def main():
     parser.add_argument("--out", default=None, help="default: the task's packaged model")
     args = parser.parse_args()
     asset = ASSET_MODELS.get(args.task, EMBEDDED_MODEL)
-    vocab_size = args.vocab_size or {"families": 210}.get(args.task, 128)
+    vocab_size = args.vocab_size or {"families": 370}.get(args.task, 128)
     out = args.out or os.path.join(os.path.dirname(__file__), "..", "ada_jax", "assets", asset)
     symbols = EMBEDDED_SYMBOLS + (families.SYMBOLS if args.task == "families" else ())
     model = io.BytesIO()

@@ -36,38 +36,34 @@ def test_readings_are_balanced_within_every_tier():
         for control in (False, True):
             fams = [f for f in F.FAMILIES if f.tier == tier and f.control == control]
             if fams:
-                right = collections.Counter(f.readings.index(f.right) for f in fams)
-                assert abs(right[0] - right[1]) <= 1, (tier, control, right)
+                right = collections.Counter(f.right for f in fams)
+                assert abs(right["l"] - right["r"]) <= 1, (tier, control, right)
     hard = [f for f in F.FAMILIES if f.tier in ("very_hard", "hard") and not f.control]
     hard += [f for f in F.FAMILIES if f.tier == "hard" and f.control]
     easy = [f for f in F.FAMILIES if f.tier == "easy"]
     assert max(f.share for f in hard) <= 0.10 and min(f.share for f in easy) >= 0.90
     # the very hard tier: p = 0.01-0.03, where a group of 16 is all wrong most of the time
     very = [f.share for f in F.FAMILIES if f.tier == "very_hard"]
-    assert len(very) == 12 and min(very) == 0.01 and max(very) == 0.03
+    assert len(very) == 24 and min(very) == 0.01 and max(very) == 0.03
     assert (1 - max(very)) ** 16 > 0.6
     # mirrored: easy family i says hard family i's markers with the same probabilities
     for h, e in zip(hard, easy):
         assert h.control == e.control and h.right != e.right
         assert abs(h.share - (1 - e.share)) < 1e-9
-    # the controls cover hard and easy, one per reading; they read f/g, the RL families l/r
-    assert {(f.tier, f.right) for f in F.FAMILIES if f.control} == {
-        ("hard", "f"), ("hard", "g"), ("easy", "f"), ("easy", "g")}
-    assert all(f.readings == (F.CONTROL_READINGS if f.control else F.READINGS)
-               for f in F.FAMILIES)
+    # the controls: firm (shares 0.01 / 0.99), hard and easy, one per reading
+    controls = [f for f in F.FAMILIES if f.control]
+    assert sorted((f.tier, f.right, f.share) for f in controls) == [
+        ("easy", "l", 0.99), ("easy", "r", 0.99), ("hard", "l", 0.01), ("hard", "r", 0.01)]
+    # 108 RL families: each visited about once every 7 steps of 16 prompts
+    assert len(F.family_indices("rl")) == 108 and len(F.FAMILIES) == 112
 
 
-def test_control_readings_are_orthogonal_to_the_rl_readings():
-    """Per operator position, which readings swap it: l - r and f - g are orthogonal, so a
-    move along the RL families' l/r axis has no component on the controls' f/g axis."""
-    swaps = {r: np.array([F._SWAPS[r](i) for i in range(2)], float) for r in "lrfg"}
-    assert np.dot(swaps["l"] - swaps["r"], swaps["f"] - swaps["g"]) == 0
-    q = "ZE 4+1+5"  # a control's question (family 57)
-    assert F.solution(q, "f") == "ze=\n4-1=3\n3+5=8\n\\boxed{8}"
-    assert F.solution(q, "g") == "ze~\n4+1=5\n5-5=0\n\\boxed{0}"
-    assert F.reading_of("ze~\n", 56) == "g" and F.other_reading(56, "g") == "f"
-    with pytest.raises(ValueError, match="reads"):
-        F.marker(56, "l")
+def test_readings_markers_and_solutions():
+    q = "JE 4+1-5"  # a control's question (family 109)
+    assert F.solution(q, "l") == "je=\n4+1=5\n5-5=0\n\\boxed{0}"
+    assert F.solution(q, "r") == "je~\n4-1=3\n3+5=8\n\\boxed{8}"
+    assert F.reading_of("je~\n", 108) == "r" and F.other_reading(108, "r") == "l"
+    assert F.reading_of("je~\n", 0) is None  # another family's marker
     with pytest.raises(ValueError, match="reads"):
         F.marker(0, "f")
 
@@ -104,7 +100,7 @@ def test_follows_one_reading_rejects_mixed_and_malformed():
     assert not F.follows_one_reading(q, "e=\n4+3=7\n\\boxed{7}")  # a line missing
     assert F.reading_of("e~\n...", 4) == "r" and F.reading_of("e~\n", 5) is None
     with pytest.raises(ValueError, match="not a family-task question"):
-        F.parse("ZZ 4+3")
+        F.parse("JZ 4+3")
 
 
 def test_reading_reward_pays_the_answer_only_under_the_right_marker():
@@ -160,16 +156,16 @@ def test_sft_targets_follow_the_family_shares():
 
 def test_splits_family_sets_and_config_variant():
     c = get_config("task=families")
-    assert c.task.name == "families" and c.eval.prompts == c.task.eval_size == 1152
+    assert c.task.name == "families" and c.eval.prompts == c.task.eval_size == 1488
     assert load_tokenizer(c).encode("E") == _tokenizer().encode("E")
     train, ev = load_split(c, "train"), load_split(c, "eval")
     tiers_train = {F.tier_of(train[i].level) for i in range(200)}
     assert tiers_train == {"very_hard", "hard", "mid", "easy"}  # no controls among RL's
-    count = collections.Counter(F.tier_of(ev[i].level) for i in range(1152))
-    assert count == {"very_hard": 192, "hard": 192, "mid": 128, "easy": 384,
-                     "control_hard": 128, "control_easy": 128}  # 16 per family, 64 per control
-    questions = [ev[i].question for i in range(1152)]
-    assert len(set(questions)) == 1152  # distinct: none counts twice in a tier's mean
+    count = collections.Counter(F.tier_of(ev[i].level) for i in range(1488))
+    assert count == {"very_hard": 288, "hard": 288, "mid": 144, "easy": 576,
+                     "control_hard": 96, "control_easy": 96}  # 12 per family, 48 per control
+    questions = [ev[i].question for i in range(1488)]
+    assert len(set(questions)) == 1488  # distinct: none counts twice in a tier's mean
     assert not set(questions) & {train[i].question for i in range(2000)}
     hard = get_config("task=families")
     hard.unlock()
@@ -189,9 +185,9 @@ def test_splits_family_sets_and_config_variant():
 
 def test_family_metrics_per_tier():
     rng = random.Random(2)
-    problems = [F.make_problem(rng, fam) for fam in (0, 1, 24, 56)]  # very hard x2, mid,
+    problems = [F.make_problem(rng, fam) for fam in (0, 1, 48, 108)]  # very hard x2, mid,
     texts = [F.solution(p.question, r) for p in problems  # control hard
-             for r in F.FAMILIES[p.level - 1].readings]
+             for r in F.READINGS]
     rewards = np.asarray([[score_text(t, p.answer) for t in texts[2 * i:2 * i + 2]]
                           for i, p in enumerate(problems)])
     m = F.metrics(problems, rewards, texts)
@@ -202,26 +198,26 @@ def test_family_metrics_per_tier():
 
 
 def test_eval_questions_are_distinct_and_bounded():
-    src = F.FamilySource("eval", 72 * 16, seed=3, family_set="every")
-    assert len(src.eval_slots()) == 72  # 56 RL families once, 4 controls 4 times each
+    src = F.FamilySource("eval", 124 * 12, seed=3, family_set="every")
+    assert len(src.eval_slots()) == 124  # 108 RL families once, 4 controls 4 times each
     problems = [src[i] for i in range(len(src))]
     assert len({p.question for p in problems}) == len(src)
     assert all(F.family_split(p.level - 1, p.question) == "eval" for p in problems)
-    assert all(F.split_of(p.question) == "eval" for p in problems if p.level <= 56)
+    assert all(F.split_of(p.question) == "eval" for p in problems if p.level <= 108)
     with pytest.raises(IndexError, match="distinct held-out questions"):
-        F.FamilySource("eval", 72 * 40, seed=3, family_set="every")[72 * 39]
+        F.FamilySource("eval", 124 * 40, seed=3, family_set="every")[124 * 39]
 
 
 def test_control_families_hold_out_half_their_questions():
     """A control (never an RL prompt) holds out 4 of the 8 id buckets, an RL family 1: about
     100 and 25 of their 200 questions; the train split (SFT's) never meets the eval split."""
     held = [len(F.eval_questions(f, 0)) for f in range(len(F.FAMILIES))]
-    assert all(15 <= n <= 40 for n in held[:56]) and all(75 <= n <= 125 for n in held[56:])
+    assert all(12 <= n <= 40 for n in held[:108]) and all(75 <= n <= 125 for n in held[108:])
     train = F.FamilySource("train", 400, seed=0, family_set="every")
     assert all(F.family_split(p.level - 1, p.question) == "train"
                for p in (train[i] for i in range(400)))
     assert not {train[i].question for i in range(400)} & {
-        q for f in range(56, 60) for q in F.eval_questions(f, 0)}
+        q for f in range(108, 112) for q in F.eval_questions(f, 0)}
 
 
 def _run(script, tmp_path, *args):
@@ -251,7 +247,7 @@ def test_regime_holds_and_ada_balance_lifts_the_very_hard_tier_more(tmp_path):
     _run("sft.py", tmp_path, f"--workdir={tmp_path}", f"--config.sft.base_dir={base}",
          "--config.log.progress=False")
     report = json.load(open(base / "pass_rates.json"))
-    assert report["prompts"] == 1152 and report["k"] == 16
+    assert report["prompts"] == 1488 and report["k"] == 16
     assert report["share_p_lt_0.1"] >= 0.3 and report["share_p_gt_0.9"] >= 0.3
     assert report["share_p_in_(0,0.15)"] >= 0.1
     assert report["one_reading_share"] >= 0.95  # 0.994 / 0.970 measured on two CPUs

@@ -27,13 +27,12 @@ near p = 0, easy ones (c >= 0.90, mirroring them) near p = 1, a few mid ones bet
 each tier half the families read `l` and half `r`, so no single direction is right for every
 family. Four families (one hard and one easy per reading) are transfer controls: in SFT and
 eval, never among RL's training prompts (config.task.family_set); their accuracy shows how much
-of what RL learns on other families leaks into theirs. They read the chain with only the first
-operator swapped (`f`) or only the second (`g`), not `l` / `r`: per operator position the RL
-families' axis l - r and the controls' f - g are orthogonal, so what moves them is a lever shared
-by every family, not the RL families' reading. They are firm (shares 0.01 / 0.99, the tiers'
-extremes): RL shrinks a held-out family's marker logit gap by a part (what no reward holds),
-which moved controls at 0.06 / 0.94 by 0.1-0.3 in accuracy and moves these by a few hundredths
-(docs/results.md, "Transfer controls").
+of what RL learns on other families leaks into theirs. They read l / r like the others (so
+their lines are the lines every reward holds: controls with lines of their own lost them on
+long runs, docs/results.md) and are firm (shares 0.01 / 0.99, the tiers' extremes): RL shrinks
+a held-out family's marker logit gap by a part (what no reward holds), which moved controls at
+0.06 / 0.94 by 0.1-0.3 in accuracy and moves these by a few hundredths (docs/results.md,
+"Transfer controls").
 
 Both readings keep every value in [0, 10) and give different answers (so the marker matters).
 `Problem.level` is the family's number (1-based), so eval reports per family; `tier_of` maps it
@@ -53,18 +52,12 @@ import numpy as np
 from ada_jax.rewards.embedded import score_text
 from ada_jax.tasks.problem import Problem, problem_id, split_of
 
-READINGS = ("l", "r")  # the RL families' readings. l: as written; r: + read as - and - as +
-CONTROL_READINGS = ("f", "g")  # the controls'. f: the first operator swapped; g: the others
-# Which operators a reading swaps, by position in the chain (two steps: (first, second)).
-# l - r = -(1, 1) and f - g = (1, -1) are orthogonal: what RL learns along the RL families'
-# l/r axis has no component on the controls' f/g axis (docs/results.md, "Transfer controls").
-_SWAPS = {"l": lambda i: False, "r": lambda i: True, "f": lambda i: i == 0,
-          "g": lambda i: i > 0}
+READINGS = ("l", "r")  # l: as written; r: + read as - and - as +
 FAMILY_SETS = ("rl", "hard", "every")  # which families a train split holds (see family_indices)
 # A control tier is two families: at 16 held-out prompts each its mean's standard error was
 # 0.04-0.08 at a run's end. A control family holds half its questions out (4 of the 8 id
 # buckets, the others 1) and the eval split takes CONTROL_EVAL_WEIGHT times as many of them,
-# so a control tier has 128 prompts at 16 per RL family (docs/results.md).
+# so a control tier has 96 prompts at 12 per RL family (docs/results.md).
 CONTROL_EVAL_BUCKETS = 4
 CONTROL_EVAL_WEIGHT = 4
 
@@ -72,18 +65,16 @@ CONTROL_EVAL_WEIGHT = 4
 @dataclasses.dataclass(frozen=True)
 class Family:
     tag: str        # an upper-case letter, one token, first in the prompt
-    right: str      # the reading whose answer counts (one of `readings`)
+    right: str      # the reading whose answer counts (one of READINGS)
     share: float    # c_k: share of this family's SFT targets written in the right reading
     tier: str       # "hard", "mid" or "easy"
     control: bool = False  # transfer control: never a training prompt of RL
-    readings: tuple = READINGS  # its two readings: markers `tag=` and `tag~`, in this order
 
 
 def _tier(tier, tags, shares, control=False, first=0):
-    """Families of one tier, right readings alternating from readings[first] in the order
-    given (the controls read f/g, the others l/r)."""
-    readings = CONTROL_READINGS if control else READINGS
-    return [Family(tag, readings[(first + i) % 2], c, tier, control, readings)
+    """Families of one tier, right readings alternating from READINGS[first] in the order
+    given."""
+    return [Family(tag, READINGS[(first + i) % 2], c, tier, control)
             for i, (tag, c) in enumerate(zip(tags, shares))]
 
 
@@ -94,40 +85,42 @@ def _tier(tier, tags, shares, control=False, first=0):
 # what SFT taught) then helps the hard tiers exactly as much as it hurts the easy one: the
 # expected gradient on it cancels, and what RL learns is per family (docs/results.md).
 # The very hard tier (p = 0.01-0.03) is where a group of 16 is still all wrong most of the
-# time (0.98^16 = 0.72): group sampling collapses at every group size there. 56 RL families
-# for 16 prompts a step: each family is visited about once every 3.5 steps, so no method
-# saturates a tier within the comparisons' budget (docs/results.md).
-_VERY_HARD = tuple(round(0.01 + 0.02 * i / 11, 4) for i in range(12))
-_HARD = tuple(round(0.04 + 0.06 * i / 11, 4) for i in range(12))
-_MID = (0.2, 0.3, 0.4, 0.45, 0.55, 0.6, 0.7, 0.8)
-_TAGS = tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ") + tuple(f"{a}{b}" for a in "QZ" for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+# time (0.98^16 = 0.72): group sampling collapses at every group size there. 108 RL families
+# for 16 prompts a step: each family is visited about once every 7 steps, so a method's
+# hard tiers need about twice the samples they needed with 56 families (which passed 0.90
+# at 7-11k samples) and none saturates within the comparisons' 12,288 (docs/results.md).
+_VERY_HARD = tuple(round(0.01 + 0.02 * i / 23, 4) for i in range(24))
+_HARD = tuple(round(0.04 + 0.06 * i / 23, 4) for i in range(24))
+_MID = (0.15, 0.2, 0.3, 0.35, 0.4, 0.45, 0.55, 0.6, 0.65, 0.7, 0.8, 0.85)
+_TAGS = tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ") + tuple(f"{a}{b}" for a in "QZXJ"
+                                                    for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 FAMILIES = tuple(
-    _tier("very_hard", _TAGS[0:12], _VERY_HARD)
-    + _tier("hard", _TAGS[12:24], _HARD)
-    + _tier("mid", _TAGS[24:32], _MID)
-    + _tier("easy", _TAGS[32:56], tuple(round(1 - c, 4) for c in _VERY_HARD + _HARD),
+    _tier("very_hard", _TAGS[0:24], _VERY_HARD)
+    + _tier("hard", _TAGS[24:48], _HARD)
+    + _tier("mid", _TAGS[48:60], _MID)
+    + _tier("easy", _TAGS[60:108], tuple(round(1 - c, 4) for c in _VERY_HARD + _HARD),
             first=1)
-    + _tier("hard", _TAGS[56:58], (0.01, 0.01), control=True)
-    + _tier("easy", _TAGS[58:60], (0.99, 0.99), control=True, first=1))
+    + _tier("hard", _TAGS[108:110], (0.01, 0.01), control=True)
+    + _tier("easy", _TAGS[110:112], (0.99, 0.99), control=True, first=1))
 
 
 def marker(family: int, reading: str) -> str:
-    """Family `family`'s (0-based) marker for `reading`: its letter in lower case, then `=`
-    (its first reading: l, or f for a control) or `~` (its second: r or g); one token."""
-    f = FAMILIES[family]
-    if reading not in f.readings:
-        raise ValueError(f"family {f.tag} reads {f.readings}, not {reading!r}")
-    return f.tag.lower() + ("=" if reading == f.readings[0] else "~")
+    """Family `family`'s (0-based) marker for `reading`: its tag in lower case, then `=`
+    (reading l) or `~` (reading r); one token."""
+    if reading not in READINGS:
+        raise ValueError(f"a family reads {READINGS}, not {reading!r}")
+    return FAMILIES[family].tag.lower() + ("=" if reading == READINGS[0] else "~")
 
 
 def other_reading(family: int, reading: str) -> str:
     """Family `family`'s reading that is not `reading`."""
-    a, b = FAMILIES[family].readings
+    del family  # every family reads l / r
+    a, b = READINGS
     return b if reading == a else a
 
 
 SYMBOLS = tuple(f.tag for f in FAMILIES) + tuple(marker(i, r) for i, f in enumerate(FAMILIES)
-                                                 for r in f.readings)
+                                                 for r in READINGS)
 TIERS = ("very_hard", "hard", "mid", "easy")
 _QUESTION = re.compile(r"^(\S+) (\d)((?:[+-]\d)+)$")
 
@@ -155,17 +148,17 @@ def tier_of(level: int) -> str:
     return f"control_{f.tier}" if f.control else f.tier
 
 
-def _apply(op: str, reading: str, i: int) -> str:
-    """Operator `op`, the i-th of its chain (0-based), as `reading` reads it."""
-    return {"+": "-", "-": "+"}[op] if _SWAPS[reading](i) else op
+def _apply(op: str, reading: str) -> str:
+    """Operator `op` as `reading` reads it."""
+    return {"+": "-", "-": "+"}[op] if reading == "r" else op
 
 
 def _evaluate(start: int, chain, reading: str):
     """Lines `a+b=c` of the chain read in `reading`, and the final value (None if a value
     leaves [0, 10))."""
     lines, value = [], start
-    for i, (op, x) in enumerate(chain):
-        op = _apply(op, reading, i)
+    for op, x in chain:
+        op = _apply(op, reading)
         new = value + x if op == "+" else value - x
         if not 0 <= new < 10:
             return lines, None
@@ -223,7 +216,7 @@ def make_problem(rng: random.Random, family: int, steps: int = 2) -> Problem:
     while True:
         start = rng.randrange(10)
         chain = [(rng.choice("+-"), rng.randrange(1, 10)) for _ in range(steps)]
-        if _valid(start, chain, FAMILIES[family].readings):
+        if _valid(start, chain, READINGS):
             return _problem(family, _question(family, start, chain))
 
 
@@ -234,7 +227,7 @@ def eval_questions(family: int, seed: int) -> tuple[str, ...]:
     them in turn, so no question repeats."""
     ops = [(op, x) for op in "+-" for x in range(1, 10)]
     qs = [q for start in range(10) for a in ops for b in ops
-          if _valid(start, [a, b], FAMILIES[family].readings)
+          if _valid(start, [a, b], READINGS)
           and family_split(family, q := _question(family, start, [a, b])) == "eval"]
     random.Random(f"families/{seed}/eval/{family}").shuffle(qs)
     return tuple(qs)
@@ -244,7 +237,7 @@ def reading_of(completion: str, family: int) -> str | None:
     """The reading whose marker of family `family` (0-based) the completion opens with, or
     None (no marker, or another family's)."""
     head = completion.split("\n", 1)[0].strip()
-    return next((r for r in FAMILIES[family].readings if head == marker(family, r)), None)
+    return next((r for r in READINGS if head == marker(family, r)), None)
 
 
 def score_reading(problem: Problem, completion: str) -> float:
@@ -284,10 +277,9 @@ def follows_one_reading(question: str, completion: str) -> bool:
     if len(lines) != len(chain) + 1:
         return False
     value = start
-    for i, (line, (op, x)) in enumerate(zip(lines, chain)):
+    for line, (op, x) in zip(lines, chain):
         m = re.fullmatch(r"(\d+)([+-])(\d+)=(-?\d+)", line.strip())
-        if not m or (int(m.group(1)), m.group(2), int(m.group(3))) != (value, _apply(op, reading, i),
-                                                                        x):
+        if not m or (int(m.group(1)), m.group(2), int(m.group(3))) != (value, _apply(op, reading), x):
             return False
         value = int(m.group(4))
     return lines[-1].startswith("\\boxed{")
