@@ -281,7 +281,13 @@ def get_config(arg: str = ""):
         # paid the right reading's lines under the wrong marker, which taught every family to
         # write lines that ignore the marker (docs/results.md, "Transfer controls")
         c.task.reward = "reading"
-        c.loss.replay_skip = 1  # replay leaves a response's reading marker (its first token)
+        # The SFT corpus replayed beside the policy loss (16 rows per update), every target
+        # token but the reading marker (the decision RL is meant to move): it holds the lines
+        # no reward targets. Without it, runs at this lr had episodes where every family's
+        # lines broke (one-reading share down to 0.73) and the easy transfer controls fell by
+        # up to 0.38 mid-run; with it the lines held on every run tried, and learning at
+        # matched steps did not slow (docs/results.md, the v4 headline)
+        c.loss.update(replay_coef=1.0, replay_skip=1)
         c.sampling.max_new_tokens = 32
         # SFT sees ~4.1k targets per family, so a very hard family's 1-3% right readings are
         # 40-120 examples, not a handful; and it runs to convergence (one reading 0.995+):
