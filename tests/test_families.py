@@ -231,17 +231,17 @@ def _run(script, tmp_path, *args):
 
 
 @pytest.mark.slow
-def test_regime_holds_and_ada_balance_lifts_the_very_hard_tier_more(tmp_path):
-    """From the shipped recipe (slow: 4 min 52 s on 2 idle cores, SFT 3,600 steps): the base's
+def test_regime_holds_and_ada_pos_lifts_the_very_hard_tier_more(tmp_path):
+    """From the shipped recipe (slow: about 9 min on 2 idle cores, SFT 7,200 steps): the base's
     tails, the very hard tier at p 0.01-0.03, one reading per response, firm controls; and at
-    matched steps (24) Ada-Seq-balance lifts the very hard tier more than GRPO-n4 on seed 0. That ordering is the stable one at
-    test size: docs/results.md has it on 5 of 5 seeds with the smallest margin far above the
-    tier's eval noise (standard error about 0.02-0.03), because it is signal collapse itself:
-    a GRPO-n4 group of a very hard prompt is all wrong 94% of the time, Ada-Seq-balance samples
-    it until 2 positives. And the transfer controls stay within 0.10 of the base through step
-    24 under both (docs/results.md: -0.03..+0.04 for GRPO-n4 and Ada-Seq-balance on seeds 0-4;
-    firm controls, SFT to convergence; later in a run, and under other arms, a break of lines
-    can move them further)."""
+    matched steps (24) Ada-Seq-pos lifts the very hard tier more than GRPO-n4 on seed 0. That
+    ordering is the stable one at test size: docs/results.md has it on 5 of 5 seeds
+    (+0.12..+0.15 at step 24 on the v4 task) with the smallest margin several times the
+    difference's eval noise (each tier mean's standard error about 0.02), because it is signal
+    collapse itself: a GRPO-n4 group of a very hard prompt is all wrong 92% of the time,
+    Ada-Seq-pos samples it until 2 positives. And the transfer controls stay within 0.10 of the
+    base through step 24 under both (docs/results.md: within 0.05 for every arm on seeds 0-4
+    at step 24; the SFT corpus replayed holds the lines)."""
     import json
     base = tmp_path / "base"
     _run("sft.py", tmp_path, f"--workdir={tmp_path}", f"--config.sft.base_dir={base}",
@@ -250,18 +250,18 @@ def test_regime_holds_and_ada_balance_lifts_the_very_hard_tier_more(tmp_path):
     assert report["prompts"] == 1488 and report["k"] == 16
     assert report["share_p_lt_0.1"] >= 0.3 and report["share_p_gt_0.9"] >= 0.3
     assert report["share_p_in_(0,0.15)"] >= 0.1
-    assert report["one_reading_share"] >= 0.95  # 0.994 / 0.970 measured on two CPUs
+    assert report["one_reading_share"] >= 0.95  # 0.994 measured
     assert report["environment"]["jax"] == jax.__version__  # where the base was made
-    assert 0.005 <= report["tier_very_hard/avg@16"] <= 0.03  # 0.016 measured
+    assert 0.005 <= report["tier_very_hard/avg@16"] <= 0.03  # 0.019 measured
     assert report["tier_hard/avg@16"] < 0.12 and report["tier_easy/avg@16"] > 0.9
-    # firm controls: 0.002 / 0.975 measured
+    # firm controls: 0.005 / 0.979 measured
     assert report["tier_control_hard/avg@16"] < 0.03 and report["tier_control_easy/avg@16"] > 0.93
     gains = {}
-    for algo in ("grpo", "ada_balance"):
+    for algo, extra in (("grpo", []), ("ada_pos", ["--config.adaptive.k_pos=2"])):
         wd = tmp_path / algo
         _run("train.py", tmp_path, f"--config=configs/base.py:algo={algo}", f"--workdir={wd}",
              f"--config.sft.base_dir={base}", "--config.rl.steps=24", "--config.eval.every=24",
-             "--config.log.progress=False", "--plots=false")
+             "--config.log.progress=False", "--plots=false", *extra)
         evals = [r for r in map(json.loads, open(wd / "metrics.jsonl")) if "eval/avg@4" in r]
         assert [r["step"] for r in evals] == [0, 24]
         key = "eval/tier_very_hard/avg@4"
@@ -269,9 +269,9 @@ def test_regime_holds_and_ada_balance_lifts_the_very_hard_tier_more(tmp_path):
         for control in ("control_easy", "control_hard"):
             key = f"eval/tier_{control}/avg@4"
             assert abs(evals[-1][key] - evals[0][key]) <= 0.10, (algo, control, evals[-1][key])
-    # measured on seeds 0-4 (docs/results.md, reading reward): +0.22..+0.48; each gain is a
-    # difference of two tier means (standard error about 0.03 each)
-    assert gains["ada_balance"] > gains["grpo"] + 0.15, gains
+    # measured on seeds 0-4 (docs/results.md, the v4 task): +0.12..+0.15; each gain is a
+    # difference of two tier means (standard error about 0.02 each)
+    assert gains["ada_pos"] > gains["grpo"] + 0.07, gains
 
 
 def test_within_family_se_matches_the_spread_of_tier_means():
