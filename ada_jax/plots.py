@@ -287,12 +287,13 @@ def reach(pts: np.ndarray, target: float) -> float | None:
     return None
 
 
-def cost_to_reach(dirs: Sequence[str], target: float, cost: str) -> float | None:
-    """The cost (a key of COSTS) at which the seed-mean held-out eval curve of `dirs` first
-    reaches `target`, interpolated linearly between evals; None if it never does. Seeds are
-    averaged at equal eval steps (same cadence), costs too."""
+def cost_to_reach(dirs: Sequence[str], target: float, cost: str,
+                  key: str | None = None) -> float | None:
+    """The cost (a key of COSTS) at which the seed-mean held-out eval curve of `dirs` (or of
+    eval metric `key`) first reaches `target`, interpolated linearly between evals; None if it
+    never does. Seeds are averaged at equal eval steps (same cadence), costs too."""
     runs = [load_metrics(d) for d in dirs]
-    k = _eval_key(runs[0])
+    k = key or _eval_key(runs[0])
     curves = [[(r[cost], r[k]) for r in recs if k in r and cost in r] for recs in runs]
     n = min(len(c) for c in curves)
     if not k or n == 0:
@@ -310,17 +311,18 @@ def run_seed(workdir: str):
     return int(tail) if "_s" in name and tail.isdigit() else name
 
 
-def smoothed_evals(workdir: str, cost: str) -> np.ndarray:
-    """[(cost, held-out accuracy)] of a run, each the mean of two consecutive evals (one eval
-    is noisy: a bar read on single evals credits a lucky one)."""
+def smoothed_evals(workdir: str, cost: str, key: str | None = None) -> np.ndarray:
+    """[(cost, held-out accuracy)] of a run (or eval metric `key`, e.g. one tier's), each the
+    mean of two consecutive evals (one eval is noisy: a bar read on single evals credits a
+    lucky one)."""
     recs = load_metrics(workdir)
-    k = _eval_key(recs)
+    k = key or _eval_key(recs)
     pts = np.asarray([(r[cost], r[k]) for r in recs if k and k in r and cost in r], float)
     return (pts[1:] + pts[:-1]) / 2 if len(pts) > 1 else pts.reshape(-1, 2)
 
 
 def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], references: Sequence[str],
-             threshold: float = 0.5, peak: bool = False) -> list[dict]:
+             threshold: float = 0.5, peak: bool = False, key: str | None = None) -> list[dict]:
     """The bar, per seed: each seed's reference is the run of `references` (one arm, or plain
     GRPO's arms at one total cost: the frontier) with the highest accuracy (mean of its last
     two evals; with `peak`, the best mean of two consecutive evals anywhere in its run, so a
@@ -328,13 +330,14 @@ def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], references: Sequence[s
     that seed is its cost to reach that accuracy (smoothed_evals, interpolated) over the
     reference's final cost, per cost of COSTS. Rows: the samples ratio per seed ("-": not
     reached by the run's end), how many seeds meet <= `threshold` per cost, and the pooled
-    seed-mean figure (cost_to_reach) beside them."""
+    seed-mean figure (cost_to_reach) beside them. `key`: read an eval metric other than the
+    held-out accuracy (one tier's, `eval/tier_very_hard/avg@4`)."""
     by_label = dict(groups)
     level = (lambda pts: pts[:, 1].max()) if peak else (lambda pts: pts[-1, 1])  # noqa: E731
     refs: dict = {}  # seed -> (target, final costs, label)
     for label in references:
         for d in by_label[label]:
-            pts = smoothed_evals(d, COSTS[0])
+            pts = smoothed_evals(d, COSTS[0], key)
             if not len(pts):
                 continue
             last = load_metrics(d)[-1]
@@ -343,9 +346,9 @@ def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], references: Sequence[s
                 refs[run_seed(d)] = (float(level(pts)), {c: last.get(c) for c in COSTS}, label)
     seeds = sorted(refs, key=str)
     pooled_ref = max(references, key=lambda lb: np.mean(
-        [level(smoothed_evals(d, COSTS[0])) for d in by_label[lb]]))
+        [level(smoothed_evals(d, COSTS[0], key)) for d in by_label[lb]]))
     pooled_runs = [load_metrics(d) for d in by_label[pooled_ref]]
-    pooled_target = float(np.mean([level(smoothed_evals(d, COSTS[0]))
+    pooled_target = float(np.mean([level(smoothed_evals(d, COSTS[0], key))
                                    for d in by_label[pooled_ref]]))
     rows = [{"method": "reference: accuracy", **{f"seed {s}": f"{refs[s][2]}: {refs[s][0]:.3f}"
                                                   for s in seeds}}]
@@ -358,7 +361,7 @@ def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], references: Sequence[s
                 continue
             target, ref_cost, _ = refs[seed]
             for c in COSTS:
-                got = reach(smoothed_evals(mine[seed], c), target)
+                got = reach(smoothed_evals(mine[seed], c, key), target)
                 ratios[c][seed] = None if got is None or not ref_cost[c] else got / ref_cost[c]
             r = ratios[COSTS[0]][seed]
             row[f"seed {seed}"] = "-" if r is None else round(r, 3)
@@ -367,7 +370,7 @@ def cost_bar(groups: Sequence[tuple[str, Sequence[str]]], references: Sequence[s
             met = sum(r is not None and r <= threshold for r in got)
             row[f"<= {threshold}x ({c})"] = f"{met} of {len(got)}"
         ref_cost = float(np.mean([recs[-1].get(COSTS[0], np.nan) for recs in pooled_runs]))
-        got = cost_to_reach(dirs, pooled_target, COSTS[0])
+        got = cost_to_reach(dirs, pooled_target, COSTS[0], key)
         row["pooled (samples)"] = "-" if got is None else round(got / ref_cost, 3)
         rows.append(row)
     return rows

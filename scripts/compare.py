@@ -32,6 +32,9 @@ def main():
                     help="--bar's target: each reference run's best mean of two consecutive "
                          "evals anywhere in its run instead of its last two (a reference that "
                          "declines late is then read at its best)")
+    ap.add_argument("--bar_key", default=None,
+                    help="--bar on this eval metric instead of the held-out accuracy (one "
+                         "tier's: eval/tier_very_hard/avg@4)")
     ap.add_argument("--claims", nargs="*", default=[],
                     help="a>b pairs of group labels: on how many seeds a beats b per tier at "
                          "--step")
@@ -102,9 +105,10 @@ def main():
             print(plots.markdown_table(rows))
     if args.bar:
         refs = args.bar.split(",")
-        rows = plots.cost_bar(groups, refs, peak=args.bar_peak)
+        rows = plots.cost_bar(groups, refs, peak=args.bar_peak, key=args.bar_key)
         which = "its best two consecutive evals" if args.bar_peak else "its last two evals"
-        print(f"\nthe bar: per seed, cost to reach the accuracy of the best of {args.bar} on "
+        print(f"\nthe bar{' on ' + args.bar_key if args.bar_key else ''}: per seed, cost to "
+              f"reach the accuracy of the best of {args.bar} on "
               f"that seed (mean of {which}) / that run's final cost; '-': not "
               f"reached by the end of the run; pooled: the seed-mean curves, beside:")
         print(plots.markdown_table(rows))

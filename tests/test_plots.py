@@ -104,6 +104,16 @@ def test_the_bar_per_seed_against_the_frontier(tmp_path):
     assert peak["reference: accuracy"]["seed 0"] == "dip: 0.700"
     assert peak["fast"]["seed 0"] == pytest.approx(0.75)  # reaches 0.70 at 1500 of 2000
     assert plots.cost_bar([("late", late)], ["late"], peak=True)[0]["seed 0"] == "late: 0.600"
+    # key: the bar on another eval metric (a tier's in docs/results.md; here train_eval/)
+    ref = [_run(tmp_path, "ref_s0", [0.5, 0.5, 0.5], [0.1, 0.3, 0.5], eff=0.5,
+                config={"seed": 0, "rl": {"steps": 20}})]  # smoothed train 0.2, 0.4
+    quick = [_run(tmp_path, "quick_s0", [0.3, 0.3, 0.3], [0.1, 0.7, 0.7], eff=0.5,
+                  config={"seed": 0, "rl": {"steps": 20}})]  # smoothed train 0.4, 0.7
+    on_key = {r["method"]: r for r in plots.cost_bar([("ref", ref), ("quick", quick)], ["ref"],
+                                                       key="train_eval/avg@4")}
+    assert on_key["reference: accuracy"]["seed 0"] == "ref: 0.400"
+    assert on_key["quick"]["seed 0"] == pytest.approx(0.25)  # 0.4 at 500 of ref's 2000
+    assert plots.cost_bar([("ref", ref), ("quick", quick)], ["ref"])[2]["seed 0"] == "-"
     one = [("fast", fast[:1]), ("b", b[:1])]
     assert plots.ordering_counts(one, [("b", "fast")], 20) == [
         "b > fast at step 20, all: 0 of 1 seed (-0.200..-0.200) - does not hold"]
