@@ -1,8 +1,8 @@
 """The family task: per-family reading conventions that the base policy rarely gets right.
 
 The seeds' regime (signal collapse) needs prompts the base solves rarely, often and always,
-each for its own reason. Here every prompt belongs to a *family*, named by a tag (an upper-case
-letter, one token of the family tokenizer), and each family has its own right way of reading a
+each for its own reason. Here every prompt belongs to a *family*, named by a tag (one or two
+upper-case letters, one token of the family tokenizer), and each family has its own right way of reading a
 short chain of one-digit additions and subtractions: as written ("l") or with + and - swapped
 ("r"). A response opens with a reading marker, then follows it line by line:
 
