@@ -320,7 +320,7 @@ def get_config(arg: str = ""):
             # Learning visible in one short run: 8 prompts, one per hard family, are SFT's
             # data (160 steps: mostly their families' wrong reading) and RL's every step, at
             # lr 1e-3; eval k=32 on them (train_eval/) and on 8 held-out prompts of the same
-            # families. Reward 0.00 -> 0.68, train_eval 0.07 -> 0.57, held-out right marker
+            # families. Reward 0.00 -> 0.65, train_eval 0.07 -> 0.71, held-out right marker
             # 0.04 -> 0.31; held-out accuracy stays near 0 (8 prompts teach little
             # arithmetic); about 35 s on 2 CPU cores (tests/test_smoke.py).
             c.sampling.max_new_tokens = 24  # a response is 17 tokens and EOS

@@ -2,9 +2,9 @@
 
 The seeds' regime (signal collapse) needs prompts the base solves rarely, often and always,
 each for its own reason. Here every prompt belongs to a *family*, named by a tag (one or two
-upper-case letters, one token of the family tokenizer), and each family has its own right way of reading a
-short chain of one-digit additions and subtractions: as written ("l") or with + and - swapped
-("r"). A response opens with a reading marker, then follows it line by line:
+upper-case letters, one token of the family tokenizer), and each family has its own right way
+of reading a short chain of one-digit additions and subtractions: as written ("l") or with +
+and - swapped ("r"). A response opens with a reading marker, then follows it line by line:
 
     prompt            reading l (as written)    reading r (+ and - swapped)
     E 4+3-2           e=                        e~
@@ -64,10 +64,10 @@ CONTROL_EVAL_WEIGHT = 4
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-    tag: str        # an upper-case letter, one token, first in the prompt
+    tag: str        # one or two upper-case letters, one token, first in the prompt
     right: str      # the reading whose answer counts (one of READINGS)
     share: float    # c_k: share of this family's SFT targets written in the right reading
-    tier: str       # "hard", "mid" or "easy"
+    tier: str       # "very_hard", "hard", "mid" or "easy"
     control: bool = False  # transfer control: never a training prompt of RL
 
 
@@ -279,7 +279,8 @@ def follows_one_reading(question: str, completion: str) -> bool:
     value = start
     for line, (op, x) in zip(lines, chain):
         m = re.fullmatch(r"(\d+)([+-])(\d+)=(-?\d+)", line.strip())
-        if not m or (int(m.group(1)), m.group(2), int(m.group(3))) != (value, _apply(op, reading), x):
+        read = (int(m.group(1)), m.group(2), int(m.group(3))) if m else None
+        if read != (value, _apply(op, reading), x):
             return False
         value = int(m.group(4))
     return lines[-1].startswith("\\boxed{")
