@@ -11,8 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_smoke_run_learns(tmp_path):
     """Over the 6 RL steps the reward, the accuracy on the 8 training prompts and the share of
     held-out responses that open with their family's right marker all rise clearly (measured
-    on the 112-family task, replay on: 0.00 -> 0.65, 0.07 -> 0.71, 0.04 -> 0.31). Before, every response was cut off before its
-    answer and held-out accuracy stayed at 0."""
+    on the 112-family task, replay on: 0.00 -> 0.65, 0.07 -> 0.71, 0.04 -> 0.31). Before,
+    every response was cut off before its answer and held-out accuracy stayed at 0."""
     env = dict(os.environ, XLA_FLAGS=" ".join(
         f for f in os.environ.get("XLA_FLAGS", "").split()
         if not f.startswith("--xla_force_host_platform_device_count")))
