@@ -238,10 +238,10 @@ def test_regime_holds_and_ada_pos_lifts_the_very_hard_tier_more(tmp_path):
     on seed 0. That ordering is the stable one at test size: docs/results.md has it on 5 of 5
     seeds (+0.12..+0.15 at step 24 on the v4 task) with the smallest margin several times the
     difference's eval noise (each tier mean's standard error about 0.02), because it is signal
-    collapse itself: a GRPO-n4 group of a very hard prompt is all wrong 92% of the time, Ada-
-    Seq-pos samples it until 2 positives. And the transfer controls stay within 0.10 of the base
-    through step 24 under both (docs/results.md: within 0.05 for every arm on seeds 0-4 at step
-    24; the SFT corpus replayed holds the lines)."""
+    collapse itself: a GRPO-n4 group of a very hard prompt is all wrong 92% of the time,
+    Ada-Seq-pos samples it until 2 positives. And the transfer controls stay within 0.10 of the
+    base through step 24 under both (docs/results.md: within 0.05 for every arm on seeds 0-4 at
+    step 24; the SFT corpus replayed holds the lines)."""
     import json
     base = tmp_path / "base"
     # progress bars on: the watchdog reads a silent subprocess as hung (SFT alone is 7,200
