@@ -47,7 +47,7 @@ def marker_ids(ctx):
     fam = np.asarray([p.level - 1 for p in ctx.eval_problems])
     enc = lambda f, r: ctx.tokenizer.encode(families.marker(f, r))[0]
     right = np.asarray([enc(f, families.FAMILIES[f].right) for f in fam])
-    wrong = np.asarray([enc(f, families.other_reading(f, families.FAMILIES[f].right))
+    wrong = np.asarray([enc(f, families.other_reading(families.FAMILIES[f].right))
                         for f in fam])
     return right, wrong, fam
 
@@ -75,7 +75,7 @@ def control_gaps(base_gaps, rl_gaps) -> dict:
         if family.control:
             out[family.tag] = {"tier": family.tier, "right": family.right,
                                "base_prefers": family.right if g_base > 0 else
-                               families.other_reading(f, family.right),
+                               families.other_reading(family.right),
                                "gap_base": round(g_base, 2), "gap_rl": round(rl_gaps[f], 2)}
     return out
 

@@ -62,7 +62,7 @@ def test_readings_markers_and_solutions():
     q = "JE 4+1-5"  # a control's question (family 109)
     assert F.solution(q, "l") == "je=\n4+1=5\n5-5=0\n\\boxed{0}"
     assert F.solution(q, "r") == "je~\n4-1=3\n3+5=8\n\\boxed{8}"
-    assert F.reading_of("je~\n", 108) == "r" and F.other_reading(108, "r") == "l"
+    assert F.reading_of("je~\n", 108) == "r" and F.other_reading("r") == "l"
     assert F.reading_of("je~\n", 0) is None  # another family's marker
     with pytest.raises(ValueError, match="reads"):
         F.marker(0, "f")
@@ -75,7 +75,7 @@ def test_problems_solutions_and_scoring():
             p = F.make_problem(rng, family)
             f = F.FAMILIES[family]
             assert p.level == family + 1 and F.parse(p.question)[0] == family
-            wrong = F.other_reading(family, f.right)
+            wrong = F.other_reading(f.right)
             right_text, wrong_text = F.solution(p.question, f.right), F.solution(p.question,
                                                                                  wrong)
             assert p.solution == right_text
@@ -112,7 +112,7 @@ def test_reading_reward_pays_the_answer_only_under_the_right_marker():
     tok = load_tokenizer(config)
     p = F.FamilySource("train", 40)[7]  # family H, right reading r
     family, right = p.level - 1, F.FAMILIES[p.level - 1].right
-    wrong = F.other_reading(family, right)
+    wrong = F.other_reading(right)
     good = F.solution(p.question, right)
     lines_right_marker_wrong = F.marker(family, wrong) + good[good.index("\n"):]
     cases = {good: 1.0,  # the right reading's response
@@ -306,8 +306,7 @@ def test_reading_scores_each_process_share_against_its_own_problems(monkeypatch)
     config = get_config("task=families")
     probs = [F.FamilySource("train", 40)[i] for i in (3, 7)]
     right = [p.solution for p in probs]
-    wrong = F.solution(probs[1].question, F.other_reading(probs[1].level - 1,
-                                                          F.FAMILIES[probs[1].level - 1].right))
+    wrong = F.solution(probs[1].question, F.other_reading(F.FAMILIES[probs[1].level - 1].right))
     texts = [right[0], right[0], right[1], wrong]
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     monkeypatch.setattr(jax, "process_index", lambda: 1)

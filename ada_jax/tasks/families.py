@@ -112,9 +112,8 @@ def marker(family: int, reading: str) -> str:
     return FAMILIES[family].tag.lower() + ("=" if reading == READINGS[0] else "~")
 
 
-def other_reading(family: int, reading: str) -> str:
-    """Family `family`'s reading that is not `reading`."""
-    del family  # every family reads l / r
+def other_reading(reading: str) -> str:
+    """The reading that is not `reading` (every family reads l / r)."""
     a, b = READINGS
     return b if reading == a else a
 
@@ -351,7 +350,7 @@ def sft_target(problem: Problem, u: float) -> str:
     f = FAMILIES[problem.level - 1]
     right = u < f.share
     return solution(problem.question,
-                    f.right if right else other_reading(problem.level - 1, f.right))
+                    f.right if right else other_reading(f.right))
 
 
 def within_family_se(per_prompt, family):
