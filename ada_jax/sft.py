@@ -354,19 +354,11 @@ def environment() -> dict:
     SFT (code, config, JAX) on another CPU rounds differently, and 1,200 steps turn that into
     another base (docs/results.md, "The headline on a second base")."""
     import importlib.metadata
-    import platform
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            first = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines()
-                         if ":" in line)
-        first = {k.strip(): v.strip() for k, v in first.items()}
-        cpu = (f"{first.get('model name', cpu)} (family {first.get('cpu family', '?')}, "
-               f"model {first.get('model', '?')})")
-    except OSError:
-        pass
+
+    from ada_jax import host_cpu
     return {"jax": jax.__version__, "jaxlib": importlib.metadata.version("jaxlib"),
-            "backend": jax.default_backend(), "device": jax.devices()[0].device_kind, "cpu": cpu}
+            "backend": jax.default_backend(), "device": jax.devices()[0].device_kind,
+            "cpu": host_cpu()}
 
 
 def base_report(config, graphdef, params, tokenizer, k: int = 16) -> dict:

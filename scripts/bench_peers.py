@@ -722,13 +722,14 @@ def main():
         return
 
     sys.path.insert(0, REPO)
+    from ada_jax import host_cpu
     a.reps = a.reps or (2 if a.quick else 5)
     a.hf_threads = [int(t) for t in (a.hf_threads or ("1" if a.quick else "1,2")).split(",")]
     a.peers = [] if a.peers == "none" else a.peers.split(",")
     a.parts = a.parts.split(",")
     t_start = time.perf_counter()
     load0 = os.getloadavg()
-    print(f"machine: {os.cpu_count()} CPUs, load avg {load0[0]:.2f} at start; sampling "
+    print(f"machine: {host_cpu()}, {os.cpu_count()} CPUs, load avg {load0[0]:.2f} at start; sampling "
           f"{a.sample_rows} rows x {a.sample_tokens} tokens; GRPO {a.prompts} prompts x "
           f"{GROUP}, <= {a.new_tokens} new tokens; {a.reps} interleaved reps after warm-up; "
           f"peers {a.peers or 'none'} under {a.peer_python}", flush=True)
@@ -746,7 +747,7 @@ def main():
                       for part in ("sample", "grpo") for name, w in res.get(part, {}).items()
                       if "skipped" in w})
     summary = dict(ratios={s: r["ratios"] for s, r in results.items()}, skipped=skipped,
-                   reps=a.reps, cpus=os.cpu_count(), loadavg_start=load0[0],
+                   reps=a.reps, cpus=os.cpu_count(), cpu=host_cpu(), loadavg_start=load0[0],
                    loadavg_end=os.getloadavg()[0], wall_s=time.perf_counter() - t_start,
                    peer_python=a.peer_python, sizes=results)
     print(json.dumps(summary))

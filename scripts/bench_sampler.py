@@ -392,6 +392,7 @@ def main():
         return
 
     sys.path.insert(0, REPO)
+    from ada_jax import host_cpu
     a.reps = a.reps or (2 if a.quick else 7)
     a.peak_reps = a.peak_reps or (3 if a.quick else 10)
     a.hf_threads = [int(t) for t in (a.hf_threads or ("2" if a.quick else "2,1")).split(",")]
@@ -434,8 +435,8 @@ def main():
         peak_gflops=peak["peak_flops"] / 1e9,
         peak_gflop_per_cpu_s=peak["peak_flops_per_cpu_s"] / 1e9,
         batch=B, prompt_len=P, new_tokens=N, reps=a.reps, hf_threads=a.hf_threads,
-        omp_wait_policy=OMP_WAIT_POLICY, cpus=os.cpu_count(), loadavg_start=load0[0],
-        loadavg_end=os.getloadavg()[0], wall_s=time.perf_counter() - t_start, models=results)
+        omp_wait_policy=OMP_WAIT_POLICY, cpus=os.cpu_count(), cpu=host_cpu(),
+        loadavg_start=load0[0], loadavg_end=os.getloadavg()[0], wall_s=time.perf_counter() - t_start, models=results)
     print(json.dumps(summary))
 
 
