@@ -472,6 +472,22 @@ def run_summary(workdir: str) -> str:
     return "\n".join(lines)
 
 
+def common_grid(series: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Seeds' curves [(x, y), ...] on one x grid: (xs, ys [seeds, len(xs)]), each seed
+    interpolated at the union of the seeds' x values over the range they all cover. Seeds
+    evaluate at different x (an eval every so many samples falls on different steps, the
+    last eval at each run's own end), so pairing their i-th evals would mix costs. At a
+    repeated x a seed's last value counts."""
+    curves = []
+    for s in series:
+        rev = s[::-1]
+        x, first = np.unique(rev[:, 0], return_index=True)  # first in reverse: the last value
+        curves.append((x, rev[first, 1]))
+    lo, hi = max(x[0] for x, _ in curves), min(x[-1] for x, _ in curves)
+    xs = np.unique(np.concatenate([x[(x >= lo) & (x <= hi)] for x, _ in curves]))
+    return xs, np.asarray([np.interp(xs, x, y) for x, y in curves])
+
+
 def group_figures(groups: Sequence[tuple[str, Sequence[str]]]) -> list:
     """(name, matplotlib Figure) of seed-averaged curves per method (mean line, ±1 sd band):
     held-out and training-prompt eval vs step, generated tokens, costs and wall time,
@@ -514,10 +530,8 @@ def group_figures(groups: Sequence[tuple[str, Sequence[str]]]) -> list:
             series = [s for s in series if len(s)]
             if not series:
                 continue
-            n = min(len(s) for s in series)
-            xs = np.mean([s[:n, 0] for s in series], 0)
-            ys = np.asarray([s[:n, 1] for s in series])
-            line, = ax.plot(xs, ys.mean(0), marker="." if n < 20 else None, label=label)
+            xs, ys = common_grid(series)
+            line, = ax.plot(xs, ys.mean(0), marker="." if len(xs) < 20 else None, label=label)
             if len(ys) > 1:
                 ax.fill_between(xs, ys.mean(0) - ys.std(0, ddof=1),
                                 ys.mean(0) + ys.std(0, ddof=1), color=line.get_color(), alpha=0.12)

@@ -3,6 +3,7 @@ import json
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from ada_jax import plots
@@ -257,3 +258,26 @@ def test_side_by_side_reads_matched_steps_and_costs(tmp_path):
     assert rows["fast"][7] == "0.68 / 0.34 / 0.68"  # 1500 samples: (0.8 + 0.55) / 2
     assert rows["ref"][8] == "0.700" and rows["fast"][8] == "0.750"  # 60k FLOP = 2000 samples
     assert rows["fast"][9] == "1 of 2 (-0.05..+0.20)"
+
+
+def test_seed_mean_curves_pair_seeds_at_the_same_cost(tmp_path):
+    """Two seeds evaluated at different costs (evals every 1,024 samples fall on different
+    steps; each run's last eval at its own end) are averaged at the same x, each interpolated,
+    over the range both cover; pairing their i-th evals (as before) averaged 0.9 at 3,000 with
+    0.2 at 1,000. A repeated x keeps the seed's last value."""
+    a = np.array([[0, 0.0], [1000, 0.2], [2000, 0.4], [2000, 0.5], [3000, 0.9]])
+    b = np.array([[0, 0.0], [1500, 0.3], [2500, 0.7]])
+    xs, ys = plots.common_grid([a, b])
+    np.testing.assert_array_equal(xs, [0, 1000, 1500, 2000, 2500])
+    np.testing.assert_allclose(ys[0], [0.0, 0.2, 0.35, 0.5, 0.7])
+    np.testing.assert_allclose(ys[1], [0.0, 0.2, 0.3, 0.5, 0.7])
+    runs = []
+    for name, pts in (("s0", a), ("s1", b)):
+        os.makedirs(tmp_path / name)
+        with open(tmp_path / name / "metrics.jsonl", "w") as f:
+            for i, (cost, acc) in enumerate(pts):
+                f.write(json.dumps({"step": i, "cost_samples": cost, "eval/avg@4": acc}) + "\n")
+        runs.append(str(tmp_path / name))
+    line = dict(plots.group_figures([("m", runs)]))["mean_eval_vs_cost"].axes[0].lines[0]
+    np.testing.assert_allclose(line.get_xdata(), xs)
+    np.testing.assert_allclose(line.get_ydata(), ys.mean(0))
