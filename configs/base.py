@@ -296,8 +296,10 @@ def get_config(arg: str = ""):
         c.sft.steps = 7200
         # The optimizer of the seeds' reference runs (verl's actor: AdamW, eps 1e-8, weight
         # decay 0.01, constant lr after warm-up, grad-norm clip 1.0), lr from a sweep on
-        # GRPO-n4 and Ada-Seq-balance (docs/results.md, "The recipe": lr 3e-5 / 1e-4 / 3e-4 /
-        # 1e-3, best mean held-out accuracy at step 40 at 3e-4; 1e-3 collapses both).
+        # GRPO-n4 and Ada-Seq-balance: the largest lr at which every arm keeps the task's
+        # conditions (transfer controls within 0.10 of base, no tier saturating). At 1e-3
+        # every arm learns faster but the controls left that band on 11 of 34 headline runs
+        # (docs/results.md, "The headline at the sweep's learning rate").
         c.optim.update(lr=3e-4, weight_decay=0.01)
 
     if smoke:
