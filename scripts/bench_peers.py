@@ -729,8 +729,8 @@ def main():
     a.parts = a.parts.split(",")
     t_start = time.perf_counter()
     load0 = os.getloadavg()
-    print(f"machine: {host_cpu()}, {os.cpu_count()} CPUs, load avg {load0[0]:.2f} at start; sampling "
-          f"{a.sample_rows} rows x {a.sample_tokens} tokens; GRPO {a.prompts} prompts x "
+    print(f"machine: {host_cpu()}, {os.cpu_count()} CPUs, load avg {load0[0]:.2f} at start; "
+          f"sampling {a.sample_rows} rows x {a.sample_tokens} tokens; GRPO {a.prompts} prompts x "
           f"{GROUP}, <= {a.new_tokens} new tokens; {a.reps} interleaved reps after warm-up; "
           f"peers {a.peers or 'none'} under {a.peer_python}", flush=True)
     results = {}

@@ -436,7 +436,8 @@ def main():
         peak_gflop_per_cpu_s=peak["peak_flops_per_cpu_s"] / 1e9,
         batch=B, prompt_len=P, new_tokens=N, reps=a.reps, hf_threads=a.hf_threads,
         omp_wait_policy=OMP_WAIT_POLICY, cpus=os.cpu_count(), cpu=host_cpu(),
-        loadavg_start=load0[0], loadavg_end=os.getloadavg()[0], wall_s=time.perf_counter() - t_start, models=results)
+        loadavg_start=load0[0], loadavg_end=os.getloadavg()[0],
+        wall_s=time.perf_counter() - t_start, models=results)
     print(json.dumps(summary))
 
 

@@ -263,8 +263,8 @@ def test_side_by_side_reads_matched_steps_and_costs(tmp_path):
 def test_seed_mean_curves_pair_seeds_at_the_same_cost(tmp_path):
     """Two seeds evaluated at different costs (evals every 1,024 samples fall on different
     steps; each run's last eval at its own end) are averaged at the same x, each interpolated,
-    over the range both cover; pairing their i-th evals (as before) averaged 0.9 at 3,000 with
-    0.2 at 1,000. A repeated x keeps the seed's last value."""
+    over the range both cover; pairing their i-th evals (as before) averaged a's 0.4 at 2,000
+    with b's 0.7 at 2,500 and drew it at 2,250. A repeated x keeps the seed's last value."""
     a = np.array([[0, 0.0], [1000, 0.2], [2000, 0.4], [2000, 0.5], [3000, 0.9]])
     b = np.array([[0, 0.0], [1500, 0.3], [2500, 0.7]])
     xs, ys = plots.common_grid([a, b])
