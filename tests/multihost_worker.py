@@ -196,8 +196,8 @@ def run_train(args) -> None:
             "tokens_BGN", "len_BG", "mask_BG", "reward_BG", "pool_n_B", "pool_pos_B")})
         return out
 
-    def recording_learn(ctx, train_step, trainable, opt_state, rows, step):
-        out = learn_fn(ctx, train_step, trainable, opt_state, rows, step)
+    def recording_learn(ctx, train_step, trainable, opt_state, rows, step, *rest, **kw):
+        out = learn_fn(ctx, train_step, trainable, opt_state, rows, step, *rest, **kw)
         params[f"step_{step + 1}"] = _flat_params(out[0])  # collective: every process gathers
         return out
 
