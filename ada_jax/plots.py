@@ -287,18 +287,34 @@ def reach(pts: np.ndarray, target: float) -> float | None:
     return None
 
 
+def common_grid(series: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Seeds' curves [(x, y), ...] on one x grid: (xs, ys [seeds, len(xs)]), each seed
+    interpolated at the union of the seeds' x values over the range they all cover. Seeds
+    evaluate at different x (an eval every so many samples falls on different steps, the
+    last eval at each run's own end), so pairing their i-th evals would mix costs. At a
+    repeated x a seed's last value counts."""
+    curves = []
+    for s in series:
+        rev = s[::-1]
+        x, first = np.unique(rev[:, 0], return_index=True)  # first in reverse: the last value
+        curves.append((x, rev[first, 1]))
+    lo, hi = max(x[0] for x, _ in curves), min(x[-1] for x, _ in curves)
+    xs = np.unique(np.concatenate([x[(x >= lo) & (x <= hi)] for x, _ in curves]))
+    return xs, np.asarray([np.interp(xs, x, y) for x, y in curves])
+
+
 def cost_to_reach(dirs: Sequence[str], target: float, cost: str,
                   key: str | None = None) -> float | None:
     """The cost (a key of COSTS) at which the seed-mean held-out eval curve of `dirs` (or of
     eval metric `key`) first reaches `target`, interpolated linearly between evals; None if it
-    never does. Seeds are averaged at equal eval steps (same cadence), costs too."""
+    never does. Seeds are averaged at equal cost (common_grid)."""
     runs = [load_metrics(d) for d in dirs]
     k = key or _eval_key(runs[0])
-    curves = [[(r[cost], r[k]) for r in recs if k in r and cost in r] for recs in runs]
-    n = min(len(c) for c in curves)
-    if not k or n == 0:
+    curves = [_series(recs, k, cost) for recs in runs] if k else []
+    if not curves or min(len(c) for c in curves) == 0:
         return None
-    return reach(np.asarray([c[:n] for c in curves], float).mean(0), target)
+    xs, ys = common_grid(curves)
+    return reach(np.column_stack([xs, ys.mean(0)]), target)
 
 
 def run_seed(workdir: str):
@@ -470,22 +486,6 @@ def run_summary(workdir: str) -> str:
                  f"{recs[-1].get('cost_samples', 0):,} samples (generated + trained), "
                  f"RL wall {recs[-1].get('cum_wall', 0.0):.0f} s")
     return "\n".join(lines)
-
-
-def common_grid(series: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Seeds' curves [(x, y), ...] on one x grid: (xs, ys [seeds, len(xs)]), each seed
-    interpolated at the union of the seeds' x values over the range they all cover. Seeds
-    evaluate at different x (an eval every so many samples falls on different steps, the
-    last eval at each run's own end), so pairing their i-th evals would mix costs. At a
-    repeated x a seed's last value counts."""
-    curves = []
-    for s in series:
-        rev = s[::-1]
-        x, first = np.unique(rev[:, 0], return_index=True)  # first in reverse: the last value
-        curves.append((x, rev[first, 1]))
-    lo, hi = max(x[0] for x, _ in curves), min(x[-1] for x, _ in curves)
-    xs = np.unique(np.concatenate([x[(x >= lo) & (x <= hi)] for x, _ in curves]))
-    return xs, np.asarray([np.interp(xs, x, y) for x, y in curves])
 
 
 def group_figures(groups: Sequence[tuple[str, Sequence[str]]]) -> list:
