@@ -281,3 +281,5 @@ def test_seed_mean_curves_pair_seeds_at_the_same_cost(tmp_path):
     line = dict(plots.group_figures([("m", runs)]))["mean_eval_vs_cost"].axes[0].lines[0]
     np.testing.assert_allclose(line.get_xdata(), xs)
     np.testing.assert_allclose(line.get_ydata(), ys.mean(0))
+    # The bar's pooled figure reads the same equal-cost mean: 0.5 at 2,000 (by eval index: 2,083).
+    assert plots.cost_to_reach(runs, 0.5, "cost_samples") == pytest.approx(2000)
