@@ -1,4 +1,4 @@
-"""Per-completion advantages for outcome rewards (SPEC §1 and §4 "downsample-correct").
+"""Per-completion advantages for outcome rewards (docs/spec.md §1 and §4 "downsample-correct").
 
 Dimension letters: B prompts (groups), N slots per group. Inputs are rewards_BN (float) and a bool
 mask_BN marking real completions, so groups may differ in size under fixed shapes; every output is

@@ -1,4 +1,5 @@
-"""An exactly solvable softmax bandit: the oracle the estimators are tested against (SPEC §7).
+"""An exactly solvable softmax bandit: the oracle the estimators are tested against
+(docs/spec.md §7).
 
 Dimension letters: B prompts, A actions, N samples (slots) per prompt, R Monte-Carlo replicates,
 C label configurations, S terminal states of a sequential pool.
@@ -175,8 +176,8 @@ def group_weight(adv_fn: Callable, p: float, n: int, width: int | None = None) -
 
 
 def downsample_counts(pool_n, pool_pos, n: int):
-    """Balanced selection (SPEC §4): ⌈n/2⌉ positives and the rest negatives where available, any
-    shortfall filled from the other class. Returns (m_pos, m_neg); works on numpy or JAX ints."""
+    """Balanced selection (docs/spec.md §4): ⌈n/2⌉ positives and the rest negatives where
+    available, any shortfall filled from the other class. Returns (m_pos, m_neg); works on numpy or JAX ints."""
     xp = jnp if isinstance(pool_n, jax.Array) else np
     m_pos = xp.minimum(pool_pos, -(-n // 2))
     m_neg = xp.minimum(pool_n - pool_pos, n - m_pos)
@@ -292,8 +293,8 @@ def _group(adv_fn, n_B):
 
 
 def oracle_estimator(objective_name: str, n_B, alpha: float = 0.5) -> Estimator:
-    """SPEC §3's ĝ = (1/B)Σ_b f'(p_b)(1/N_b)Σ_j (r - p_b)∇log π with the true p_b and N_b samples:
-    unbiased for J_f under any allocation; its variance is `oracle_variance`."""
+    """docs/spec.md §3's ĝ = (1/B)Σ_b f'(p_b)(1/N_b)Σ_j (r - p_b)∇log π with the true p_b and
+    N_b samples: unbiased for J_f under any allocation; its variance is `oracle_variance`."""
     def adv(r, m, q):
         return objectives.weight(objective_name, q, alpha)[:, None] * (r - q[:, None]) * m
 
@@ -323,10 +324,10 @@ SEQ_DEFAULT = dict(round_size=8, max_rounds=4, n_keep=4)
 
 def standard_estimators(bandit: Bandit, n: int = 4, pool_n: int = 16, budget_per_prompt: int = 8,
                         seq: dict | None = None, names=None):
-    """The estimators of SPEC §7 for `bandit`. Ada-Est and GVM use oracle pilots
+    """The estimators of docs/spec.md §7 for `bandit`. Ada-Est and GVM use oracle pilots
     (p̂ = p, exact G), so their allocations are fixed and their weights exact.
 
-      oracle_<f>        f'(p)(r - p), true p: unbiased for J_f (SPEC §3's estimator)
+      oracle_<f>        f'(p)(r - p), true p: unbiased for J_f (docs/spec.md §3's estimator)
       rloo / drgrpo / grpo / raft           fixed groups of n
       raft_mean_pos     RAFT averaged over a group's accepted samples (EM view): targets log p
       pool<N>_log       (r - p̃)/p̃ on a fixed pool of N: targets log p

@@ -7,7 +7,7 @@ from ada_jax.policies import conformal, greso, knapsack, pilot_commit, vip
 POLICIES = {"uniform": seq, "seq": seq, "est": est, "gvm": gvm, "dapo": dapo,
             "hints": hints, "stream": stream}
 POLICIES.update(knapsack=knapsack, vip=vip, greso=greso, pilot_commit=pilot_commit,
-                conformal=conformal)  # the field's newer allocation methods (issue 29)
+                conformal=conformal)  # the field's newer allocation methods
 _MODULES = tuple(dict.fromkeys(POLICIES.values()))
 
 

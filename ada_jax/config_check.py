@@ -76,8 +76,8 @@ _IN_RANGE = {
     "loss.clip_low": (0, 1, False),  # the ratio's lower clip 1 - clip_low stays > 0
     "adaptive.est_decay": (0, 1, True),  # Ada-Est history factor λ
 }
-# Issue 29's policies (ada_jax/policies/greso.py, pilot_commit.py, conformal.py); the rest of
-# their checks: _check_history_policies.
+# The history / pilot / grid policies (ada_jax/policies/greso.py, pilot_commit.py,
+# conformal.py); the rest of their checks: _check_history_policies.
 _CHOICES["adaptive.policy"] += ("greso", "pilot_commit", "conformal")
 _POSITIVE_INTS += ("adaptive.greso_max_draws", "adaptive.pc_pilot",
                    "adaptive.pc_budget_per_prompt", "adaptive.conformal_refit_every",

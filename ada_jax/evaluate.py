@@ -1,6 +1,6 @@
 """Evaluation: k samples per prompt, avg@k and unbiased pass@k, per level and weighted.
 
-pass@j(n, c) = 1 − C(n−c, j) / C(n, j) (SPEC §6), averaged over prompts; avg@k is the mean
+pass@j(n, c) = 1 − C(n−c, j) / C(n, j) (docs/spec.md §6), averaged over prompts; avg@k is the mean
 reward. Hints are never used here.
 """
 import math
@@ -12,8 +12,7 @@ import numpy as np
 
 from ada_jax import sampling, sharding
 from ada_jax.rewards.embedded import score_text
-from ada_jax.tasks import Problem, families, is_embedded
-from ada_jax.tasks.embedded import is_careful
+from ada_jax.tasks import Problem, task_of
 from ada_jax.tokenizer import Tokenizer, extra_eos_ids, prompt_ids, render_prompt
 
 
@@ -82,26 +81,27 @@ def score_completions(config, problems, texts) -> np.ndarray:
     mine = slice(jax.process_index() * share, (jax.process_index() + 1) * share)
     texts, of_text = texts[mine], of_text[mine]
     answers = [p.answer for p in of_text]
+    task = task_of(config)
+    scorer = task.score_text(config) if task.score_text else None
     if not texts:
         out = []
-    elif config.task.name in ("files", "tfds_files"):
+    elif task.host_verifier:
         from ada_jax.rewards.math_verifier import MathVerifierPool
         with MathVerifierPool(num_workers=config.task.verifier_workers,
                               timeout_s=config.task.verifier_timeout) as pool:
             out = pool.score(texts, answers).tolist()
-    elif config.task.reward == "reading":
-        out = [families.score_reading(p, t) for p, t in zip(of_text, texts)]
+    elif scorer is not None:  # the task's own (the family task's reading reward)
+        out = [scorer(p, t) for p, t in zip(of_text, texts)]
     else:
         out = [score_text(t, a) for t, a in zip(texts, answers)]
     out = [r for part in sharding.allgather_json(out) for r in part]
     return np.asarray(out, np.float32).reshape(len(problems), -1)
 
 
-def summarize(problems: Sequence[Problem], rewards_PK: np.ndarray, texts=None,
-              lengths_PK=None) -> dict:
+def summarize(problems: Sequence[Problem], rewards_PK: np.ndarray, lengths_PK=None) -> dict:
     """avg@k, pass@1, pass@k overall and per level, plus the per-prompt pass-rate histogram;
-    with the completions, their mean length in tokens and (embedded task) the share written in
-    the careful line-by-line style, overall and per level, and each style's accuracy."""
+    with the completions' lengths, their mean in tokens. A task's own metrics come from its
+    `Task.eval_metrics` (`evaluate`)."""
     n = rewards_PK.shape[1]
     c = rewards_PK.sum(1).astype(int)
     out = {f"avg@{n}": float(rewards_PK.mean()),
@@ -118,14 +118,6 @@ def summarize(problems: Sequence[Problem], rewards_PK: np.ndarray, texts=None,
     out["pass_rate_histogram"] = np.histogram(rates, bins=10, range=(0, 1))[0].tolist()
     if lengths_PK is not None:
         out["response_len"] = float(np.mean(lengths_PK))
-    if texts is not None:  # embedded task: the style choice
-        careful_PK = np.asarray([is_careful(t) for t in texts]).reshape(rewards_PK.shape)
-        out["careful_share"] = float(careful_PK.mean())
-        for lv in sorted(set(levels.tolist())):
-            out[f"level{lv}/careful_share"] = float(careful_PK[levels == lv].mean())
-        for name, sel in (("careful", careful_PK), ("hasty", ~careful_PK)):
-            if sel.any():
-                out[f"{name}_accuracy"] = float(rewards_PK[sel].mean())
     return out
 
 
@@ -137,9 +129,9 @@ def evaluate(graphdef, params, tokenizer, problems, config, key, k: int | None =
     k = config.eval.k if k is None else k
     texts, lengths = sample_completions(graphdef, params, tokenizer, problems, config, key, k)
     rewards_PK = score_completions(config, problems, texts)
-    out = summarize(problems, rewards_PK, texts if is_embedded(config) else None, lengths)
-    if config.task.name == "families":
-        out.update(families.metrics(problems, rewards_PK, texts))
+    out = summarize(problems, rewards_PK, lengths)
+    if (task_metrics := task_of(config).eval_metrics) is not None:
+        out.update(task_metrics(problems, rewards_PK, texts))
     if samples_per_level:
         shown = {}
         for i, p in enumerate(problems):

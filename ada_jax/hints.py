@@ -1,4 +1,4 @@
-"""Self-hinting (SAGE, SPEC §5): rescue collapsed groups by re-rolling them under a hint.
+"""Self-hinting (SAGE, docs/spec.md §5): rescue collapsed groups by re-rolling them under a hint.
 
 When every sample of a prompt is wrong, its group gives no gradient. The hint h reveals part
 of the reference solution (`tasks.hint`, strength 1–3); the group is sampled again from

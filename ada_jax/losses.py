@@ -1,11 +1,12 @@
-"""Policy losses: PPO clipped surrogate, aggregation, KL estimators, entropy, DARO (SPEC §1-2).
+"""Policy losses: PPO clipped surrogate, aggregation, KL estimators, entropy, DARO
+(docs/spec.md §1-2).
 
 Dimension letters: B sequences (rows), T response tokens, G prompt groups, K DARO buckets.
 All inputs are cast to float32; masks are bool or {0,1}. Every loss returns (scalar, metrics) and
 the metrics dict always has the same keys, so it can be logged from inside jit.
 
 Conventions (verl's core_algos): log-ratio clamped to [-20, 20] before exp; dual clip applies to
-A < 0 only and caps the loss at -A·c (c > 1, e.g. 3 in verl, 10 in SPEC); k3 clamps its log-ratio
+A < 0 only and caps the loss at -A·c (c > 1, e.g. 3 in verl, 10 in spec §2); k3 clamps its log-ratio
 to ±20 and its value to ±10. Aggregation modes:
   token_mean            Σ_bt ℓ·m / Σ_bt m                       (DAPO / default)
   seq_mean_token_mean   mean over non-empty rows of Σ_t ℓ·m / Σ_t m
@@ -71,8 +72,8 @@ def entropy_from_logits(logits_BTV):
 
 
 def behaviour_weight(prox_logp_BT, behav_logp_BT, cap: float = 0.0):
-    """Decoupled PPO's importance weight π_prox/π_behav per token (AReaL; SPEC §10), capped at
-    `cap` when cap > 0; a constant of the loss (no gradient flows through it)."""
+    """Decoupled PPO's importance weight π_prox/π_behav per token (AReaL; docs/spec.md §10),
+    capped at `cap` when cap > 0; a constant of the loss (no gradient flows through it)."""
     w = jnp.exp(jnp.clip(prox_logp_BT.astype(jnp.float32) - behav_logp_BT.astype(jnp.float32),
                          -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     return jax.lax.stop_gradient(jnp.minimum(w, cap) if cap > 0 else w)

@@ -106,7 +106,7 @@ def dense(x, w, n_in: int = 1):
     with the leading dims flattened. The same sums as an einsum such as "btd,dhe->bthe", but
     its gradient is plain 2-D dots too: with two leading dims (b, t) the weight gradient
     contracts over both, which XLA CPU lowers to a transposed copy of the activation gradient
-    and a slower dot (a learner step 1.8x slower on CPU; issue 31)."""
+    and a slower dot (a learner step 1.8x slower on CPU; docs/benchmarks.md)."""
     lead, k = x.shape[:x.ndim - n_in], math.prod(x.shape[x.ndim - n_in:])
     y = x.reshape(-1, k) @ w.reshape(k, -1)
     return y.reshape(lead + w.shape[n_in:])
@@ -144,7 +144,7 @@ class Attention(nnx.Module):
         # Plain batched matmuls over (b, k) with the G·T queries of a kv head as rows, on the
         # keys as stored (no per-step transposed copy of a cache). The cache holds keys as
         # [B,K,E,S]: decoding's scores are then q [G,E] @ k [E,S] per (b, k), which XLA CPU
-        # runs 2-5x faster than against keys [S,E] (a sampler 1.3x faster; issue 31).
+        # runs 2-5x faster than against keys [S,E] (a sampler 1.3x faster; docs/benchmarks.md).
         q = q.reshape(B, T, K, G, E).transpose(0, 2, 3, 1, 4).reshape(B, K, G * T, E)
         if layer_cache is None:
             k = k.transpose(0, 2, 1, 3)  # [B,K,T,E]

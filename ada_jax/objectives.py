@@ -1,4 +1,5 @@
-"""Non-linear pass-rate objectives J_f = E_x[f(p(x))] and the budgets they imply (SPEC §3-4).
+"""Non-linear pass-rate objectives J_f = E_x[f(p(x))] and the budgets they imply
+(docs/spec.md §3-4).
 
 Dimension letters: B prompts, T samples (stopping time). Every f / f' / gate function accepts
 numpy or JAX input and returns the same kind (JAX ones are jittable). Allocation solvers run on
@@ -34,7 +35,7 @@ def _check(name):
 
 
 def value(name: str, p, alpha: float = 0.5):
-    """f(p): linear p, log log p, arcsin 2·arcsin(√p), power p^α (SPEC §3 table)."""
+    """f(p): linear p, log log p, arcsin 2·arcsin(√p), power p^α (docs/spec.md §3 table)."""
     _check(name)
     xp = _xp(p)
     p = xp.asarray(p, dtype=xp.float32 if xp is jnp else np.float64)
@@ -159,13 +160,14 @@ def variance_optimal_allocation(p, total: int, objective: str = "log", alpha: fl
                                 n_min=1, n_max=None, delta: float = 1e-3) -> np.ndarray:
     """Integer allocation minimising V ∝ Σ f'(p)² p(1-p)/N_i under Σ N_i = total and the box.
 
-    arcsin ⇒ uniform; log ⇒ ∝ √((1-p)/p); power(α) ⇒ ∝ p^(α-1)·√(p(1-p)) (SPEC §3).
+    arcsin ⇒ uniform; log ⇒ ∝ √((1-p)/p); power(α) ⇒ ∝ p^(α-1)·√(p(1-p)) (docs/spec.md §3).
     """
     return allocate(variance_optimal_scores(p, objective, alpha, delta), total, n_min, n_max)
 
 
 def allocation_variance(p, n, objective: str = "log", alpha: float = 0.5, delta: float = 1e-3):
-    """SPEC §3 variance model Σ_i f'(p_i)² p_i(1-p_i) / N_i (up to the shared E‖∇log π‖² / B²)."""
+    """docs/spec.md §3's variance model Σ_i f'(p_i)² p_i(1-p_i) / N_i (up to the shared
+    E‖∇log π‖² / B²)."""
     s = variance_optimal_scores(p, objective, alpha, delta)
     return float(np.sum(s ** 2 / np.asarray(n, np.float64)))
 
@@ -243,7 +245,7 @@ def stopping_moments(p: float, k_pos: int, k_neg: int = 0, round_size: int = 1,
 
     cost = M·(rounds used), P(cost > r·M) = S[r·M] for r < R, so E = M Σ_r S[rM] and
     E[cost²] = M² Σ_r (2r+1) S[rM]. With M = 1 and no cap the pos rule is negative binomial:
-    E = K/p, Var = K(1-p)/p²; the balance rule grows like 1/(p(1-p)) (SPEC §4.4).
+    E = K/p, Var = K(1-p)/p²; the balance rule grows like 1/(p(1-p)) (docs/spec.md §4.4).
     """
     m = int(round_size)
     if max_rounds is None:
@@ -264,8 +266,8 @@ def stopping_moments(p: float, k_pos: int, k_neg: int = 0, round_size: int = 1,
 
 def tier_cost(budgets, shares) -> float:
     """Seed 000's escalation example as written: Σ_t K_t·share_t. With K = 4/32/256 and shares
-    62.7% / 16.9% / 1.7% this is ≈ 12.3 per prompt (SPEC §4.5). It charges each solved prompt only
-    its final tier's budget and ignores unsolved prompts; `escalation_cost` charges everything."""
+    62.7% / 16.9% / 1.7% this is ≈ 12.3 per prompt (docs/spec.md §4.5). It charges each solved
+    prompt only its final tier's budget and ignores unsolved prompts; `escalation_cost` charges everything."""
     return float(np.dot(np.asarray(budgets, np.float64), np.asarray(shares, np.float64)))
 
 

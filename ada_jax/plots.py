@@ -78,7 +78,7 @@ ALGO_NAMES = {  # config.algo -> the name used in papers and docs
     "reinforce_pp": "REINFORCE++", "dapo": "DAPO", "ada_pos": "Ada-Seq-pos",
     "ada_balance": "Ada-Seq-balance", "ada_est": "Ada-Est", "gvm": "GVM", "daro": "DARO",
 }
-ALGO_NAMES.update(knapsack="Knapsack-RL", vip="VIP")  # issue 29
+ALGO_NAMES.update(knapsack="Knapsack-RL", vip="VIP")  # the field's allocation methods
 
 
 def run_labels(workdirs: Sequence[str]) -> list[str]:

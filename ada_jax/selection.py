@@ -1,5 +1,5 @@
 """Selection: the adaptive engine's kept buffers -> fixed-size training groups, and the
-step's sampling metrics (SPEC §6).
+step's sampling metrics (docs/spec.md §6).
 
 Shapes: B prompts, G training group size, N max new tokens, C kept samples per class.
 """
@@ -89,7 +89,7 @@ def kept_metrics(batch: Batch) -> dict:
 
 def metrics(cfg: EngineConfig, st: EngineState, batch: Batch, group: int,
             budget_B=None) -> dict:
-    """Host-side summary of one engine call (SPEC §6)."""
+    """Host-side summary of one engine call (docs/spec.md §6)."""
     n = np.asarray(st.n_samples)
     pos = np.asarray(st.n_pos)
     first_n = np.minimum(n, group)

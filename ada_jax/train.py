@@ -31,9 +31,8 @@ from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
 from ada_jax.config_check import config_changes, validate
 from ada_jax.policies import rollout
-from ada_jax.tasks import PromptIterator, is_embedded, load_split
+from ada_jax.tasks import PromptIterator, load_split, task_of
 from ada_jax.tasks.problem import Problem
-from ada_jax.tasks.embedded import is_careful
 from ada_jax.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -413,6 +412,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
     # hint levels, the stream; ada_jax/policies/).
     state = collect.init_state(ctx, trainable["model"])
     replay = sft.Replay(c, ctx.tokenizer) if c.loss.replay_coef > 0 else None
+    task_metrics = task_of(c).train_metrics  # the task's own per-step metrics, or None
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), c.checkpoint.keep)
     start = 0
     try:
@@ -493,8 +493,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             met["trained_tokens"] = int(lens.sum()) * c.rl.ppo_epochs
             met["replay_tokens"] = (int(replay_rows["loss_mask"].sum())
                                     if replay is not None else 0)
-            if is_embedded(c):
-                met["careful_share"] = careful_share(ctx.tokenizer, batch)
+            if task_metrics is not None:  # the task's own (the embedded task's style share)
+                met.update(task_metrics(kept_texts(ctx.tokenizer, batch)))
             met.update(time_sampling=t1 - t0, time_scoring=t2 - t1, time_learning=t3 - t2)
             totals["generated_tokens"] += met["generated_tokens"]
             totals["samples"] += met["samples_total"]
@@ -539,8 +539,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
 
 
 def cost(totals: dict) -> dict:
-    """What a run has spent so far, the seeds' way (training is not free): `cost_samples` =
-    samples generated (launched, cut ones included) + samples trained (times PPO epochs);
+    """What a run has spent so far, the reference papers' way (training is not free;
+    docs/spec.md §9): `cost_samples` = samples generated (launched, cut ones included) + samples trained (times PPO epochs);
     `cost_flop_tokens` = generated tokens + 3 x trained response tokens (a training pass is
     about a forward and a backward, 3 forwards; prompts are the same for every method), plus
     3 x the replayed SFT tokens (loss.replay_coef; not samples: nothing is generated)."""
@@ -573,13 +573,11 @@ def learning_rate(config, step: int) -> float:
     return o.lr * min(1.0, update / o.warmup_steps) if o.warmup_steps else o.lr
 
 
-def careful_share(tokenizer, batch: selection.Batch) -> float:
-    """Share of the kept samples written in the embedded task's careful line-by-line style."""
+def kept_texts(tokenizer, batch: selection.Batch) -> list[str]:
+    """The step's kept completions, decoded (for the task's `train_metrics`)."""
     toks, lens = sharding.to_host(batch.tokens_BGN), np.asarray(batch.len_BG)
     keep = np.asarray(batch.mask_BG)
-    flags = [is_careful(tokenizer.decode(t[:n].tolist()))
-             for t, n in zip(toks[keep], lens[keep])]
-    return float(np.mean(flags)) if flags else 0.0
+    return [tokenizer.decode(t[:n].tolist()) for t, n in zip(toks[keep], lens[keep])]
 
 
 def _progress(config, start):

@@ -180,7 +180,7 @@ THEORY = [
 
     Everything here is computed by `ada_jax.objectives` (f-transforms, allocation solvers, gate
     probability, stopping costs) and `ada_jax.bandit` (an exactly solvable softmax bandit); see
-    SPEC §1–4 and §7 and `docs/theory.md`.
+    docs/spec.md §1–4 and §7 and `docs/theory.md`.
 
     * An RL objective on pass rates, J_f = E_x[f(p(x))], has gradient E_x[f′(p)·∇p]: the
       transform f decides which prompts matter.
@@ -308,8 +308,8 @@ THEORY = [
     plt.show()
 
     budgets, shares = [4, 32, 256], [0.627, 0.169, 0.017]
-    print(f"seed 000's escalation example: tier cost {O.tier_cost(budgets, shares):.2f} "
-          f"samples per prompt (SPEC §4.5: ≈ 12.3); charging unsolved prompts and every "
+    print(f"the escalation example: tier cost {O.tier_cost(budgets, shares):.2f} "
+          f"samples per prompt (docs/spec.md §4.5: ≈ 12.3); charging unsolved prompts and every "
           f"tier they pass through: {O.escalation_cost(budgets, shares):.2f}")
     '''),
     _md('''
@@ -338,7 +338,7 @@ THEORY = [
     Eight prompts with known pass rates on a softmax bandit. The estimator
     ĝ = (1/B) Σ_b f′(p_b)(1/N_b) Σ_j (r − p_b)∇log π is unbiased for J_f under any allocation;
     its variance depends on the allocation. For each objective: the allocation's predicted
-    variance ratio to uniform (SPEC §3's model), the bandit's exact ratio, and a Monte-Carlo
+    variance ratio to uniform (docs/spec.md §3's model), the bandit's exact ratio, and a Monte-Carlo
     measurement (± standard error). Expected: well below 1 for log, exactly 1 for arcsin.
     '''),
     _code('''

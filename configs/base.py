@@ -8,6 +8,7 @@
 """
 import ml_collections
 
+from ada_jax.tasks import TASKS, task_of
 from ada_jax.tokenizer import CHAT_FAMILIES
 
 MODELS = {
@@ -65,7 +66,7 @@ def default_stream_lag(slots_per_prompt: float) -> int:
     """adaptive.stream_max_lag for a stream at S/B slots per prompt, as the configs that stream
     by default set it and scripts/bench_adaptive.py measures it: 2 from S/B = 4 up, else 1.
     At most (lag + 1) x B prompts are in progress, and at lag 1 and S/B >= 4 each must hold
-    2+ samples past those its rule surely needs (issue 21; docs/benchmarks.md, "Streaming")."""
+    2+ samples past those its rule surely needs (docs/benchmarks.md, "Streaming")."""
     return 2 if slots_per_prompt >= 4 else 1
 
 
@@ -190,7 +191,7 @@ def get_config(arg: str = ""):
         knapsack_budget_per_prompt=8, knapsack_n_min=2, knapsack_n_max=32,
         vip_budget_per_prompt=8, vip_n_min=2, vip_n_max=32, vip_estimator="rloo",
         dapo_max_gen_batches=4, dapo_at_cap="train", stream_ahead=-1, stream_max_lag=1, stream_on_policy=False))
-    # History / pilot / grid policies of issue 29 (docs/theory.md): GRESO skips prompts whose
+    # History / pilot / grid policies (docs/theory.md): GRESO skips prompts whose
     # groups were zero-variance on recent visits (on DAPO's dynamic sampling); Pilot-Commit
     # pilots every prompt and commits the rest of the budget to p̂ in [pc_p_low, pc_p_high];
     # conformal stops a prompt along conformal_grid once its prediction set is one answer.
@@ -211,7 +212,7 @@ def get_config(arg: str = ""):
     c.loss = ml_collections.ConfigDict(dict(
         clip_low=0.2, clip_high=0.28, dual_clip=0.0, agg=algo.get("loss_agg", "token_mean"),
         kl_coef=0.0, kl_type="k3", kl_in_reward=False, entropy_coef=0.0,
-        decoupled="auto", behav_cap=0.0,  # decoupled PPO for stale samples (SPEC §10)
+        decoupled="auto", behav_cap=0.0,  # decoupled PPO for stale samples (docs/spec.md §10)
         credit_tokens=0,  # >0: only the first k completion tokens carry the loss (an ablation)
         # The base's SFT corpus replayed beside the policy loss (sft.Replay): coefficient,
         # rows per update, and the first target tokens left out (the family task: its marker)
@@ -269,39 +270,6 @@ def get_config(arg: str = ""):
         c.eval.every = 50
         c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
 
-    if args["task"] == "families" and c.model.name in MODELS and c.model.name not in PRETRAINED:
-        # tasks/families.py: 12 distinct held-out prompts per RL family and 48 per control
-        # (a control tier's 96: its standard error <= 0.03); its own tokenizer (358 ids),
-        # whose tags and markers are single tokens
-        c.model.tokenizer = "families"
-        c.model.vocab_size = 384
-        c.task.max_level = 112  # task.min_level..max_level: the families used (1-based), all
-        c.task.eval_size = c.eval.prompts = 1488
-        # The answer pays only under the family's right reading marker: the answer alone also
-        # paid the right reading's lines under the wrong marker, which taught every family to
-        # write lines that ignore the marker (docs/results.md, "Transfer controls")
-        c.task.reward = "reading"
-        # The SFT corpus replayed beside the policy loss (16 rows per update), every target
-        # token but the reading marker (the decision RL is meant to move): it holds the lines
-        # no reward targets. Without it, runs at this lr had episodes where every family's
-        # lines broke (one-reading share down to 0.73) and the easy transfer controls fell by
-        # up to 0.38 mid-run; with it the lines held on every run tried, and learning at
-        # matched steps did not slow (docs/results.md, the v4 headline)
-        c.loss.update(replay_coef=1.0, replay_skip=1)
-        c.sampling.max_new_tokens = 32
-        # SFT sees ~4.1k targets per family, so a very hard family's 1-3% right readings are
-        # 40-120 examples, not a handful; and it runs to convergence (one reading 0.995+):
-        # unsettled lines (one reading 0.970 after 1,200 steps of 60 families) were worn away
-        # by long RL runs in every family, the transfer controls first (docs/results.md)
-        c.sft.steps = 7200
-        # The optimizer of the seeds' reference runs (verl's actor: AdamW, eps 1e-8, weight
-        # decay 0.01, constant lr after warm-up, grad-norm clip 1.0), lr from a sweep on
-        # GRPO-n4 and Ada-Seq-balance: the largest lr at which every arm keeps the task's
-        # conditions (transfer controls within 0.10 of base, no tier saturating). At 1e-3
-        # every arm learns faster but the controls left that band on 11 of 34 headline runs
-        # (docs/results.md, "The headline at the sweep's learning rate").
-        c.optim.update(lr=3e-4, weight_decay=0.01)
-
     if smoke:
         c.rl.steps = 2
         c.rl.prompts_per_step = 4
@@ -318,19 +286,10 @@ def get_config(arg: str = ""):
         c.eval.k = 2
         c.task.train_size = 256
         c.task.eval_size = 16
-        if c.model.tokenizer == "families":  # the default task on the tiny / small model
-            # Learning visible in one short run: 8 prompts, one per hard family, are SFT's
-            # data (160 steps: mostly their families' wrong reading) and RL's every step, at
-            # lr 1e-3; eval k=32 on them (train_eval/) and on 8 held-out prompts of the same
-            # families. Reward 0.00 -> 0.65, train_eval 0.07 -> 0.71, held-out right marker
-            # 0.04 -> 0.31; held-out accuracy stays near 0 (8 prompts teach little
-            # arithmetic); about 35 s on 2 CPU cores (tests/test_smoke.py).
-            c.sampling.max_new_tokens = 24  # a response is 17 tokens and EOS
-            c.task.update(train_size=8, min_level=25, max_level=32)  # the hard tier's first 8
-            c.sft.update(steps=160, lr=6e-3, warmup_steps=5)
-            c.rl.update(steps=6, prompts_per_step=8)
-            c.optim.update(lr=1e-3, warmup_steps=1)
-            c.eval.update(k=32, train_prompts=8)
+    # The task's own defaults (tasks/task.py, `Task.configure`): the family task's tokenizer,
+    # reward and recipe on the embedded models, and its smoke run.
+    if c.task.name in TASKS and (configure := task_of(c).configure) is not None:
+        configure(c, smoke, pretrained=c.model.name in PRETRAINED or c.model.name == HF)
 
     from ada_jax.config_check import validate  # local import: keep configs importable alone
     validate(c, overrides_pending=True)  # model=hf: init_from comes with the overrides

@@ -50,9 +50,10 @@ def main():
               + f" | {z.max():.2f} | {np.abs(bias).max():.3f} |")
     head["max_abs_z"] = round(max_z, 2)
 
-    print("\nTrace variance of SPEC §3's oracle estimator f'(p)(r - p)∇log π, total budget 16·B: "
+    print("\nTrace variance of docs/spec.md §3's oracle estimator f'(p)(r - p)∇log π, total "
+          "budget 16·B: "
           "allocation vs uniform (ratio < 1: better).\n")
-    print("| objective | allocation | predicted (SPEC §3) | exact (bandit) | measured ± SE |")
+    print("| objective | allocation | predicted (spec §3) | exact (bandit) | measured ± SE |")
     print("|---|---|---|---|---|")
     total, uniform = 16 * len(P), np.full(len(P), 16)
     allocs = {f: O.variance_optimal_allocation(p, total, f) for f in O.OBJECTIVES}

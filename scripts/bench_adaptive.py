@@ -32,8 +32,8 @@ draw on the same outcomes: launched / pool is the waste without the noise of N),
 vs GRPO-n4 (wall, and in decode steps: the load-independent headline), the share of trained
 samples one step off-policy. Then (full run) a frontier of refill over overcommit x S/B and of
 streaming over max lag x overcommit at S/B = 4, 8, and the compiled memory of the jitted engine
-at N_max = 32 and 256. Then issue 29's policies on the Bernoulli generator: history-based
-allocation (`allocation_bench`: uniform, Ada-Est, Knapsack-RL, VIP and their oracles at matched
+at N_max = 32 and 256. Then the history / pilot / grid policies on the Bernoulli generator:
+history-based allocation (`allocation_bench`: uniform, Ada-Est, Knapsack-RL, VIP and their oracles at matched
 samples: samples per mixed group, and gradient variance vs its minimum; JSON key "allocation")
 and GRESO, Pilot-Commit, conformal stopping against GRPO-n4, DAPO and their oracles
 (scripts/bench_history.py; JSON key "history_policies"). The last stdout line is one JSON
@@ -77,7 +77,7 @@ import bench_history  # noqa: E402
 GROUP, K_POS, K_NEG, M, R = 4, 2, 2, 8, 4
 
 
-# History-based allocation on the Bernoulli generator (issue 29): B prompts whose pass rates
+# History-based allocation on the Bernoulli generator: B prompts whose pass rates
 # sit on the arcsine (Beta(1/2, 1/2)) quantiles, one earlier visit of 8 samples each folded
 # into the Ada-Est history (decay 0.9, prior Beta(1, 16)), then each method's budgets at a mean
 # of 8 per prompt, run through the engine (BernoulliGenerator, outcomes by (prompt, index)).
@@ -564,8 +564,8 @@ def main():
                           ("args", lambda r: f"{r['args_mb']:.2f}"),
                           ("out", lambda r: f"{r['out_mb']:.2f}"),
                           ("compile s", lambda r: f"{r['compile_s']:.1f}")]))
-    # Issue 29's policies on the Bernoulli generator (scripts/bench_history.py): a pool of 8B
-    # prompts in 4 epochs, B a step.
+    # The history / pilot / grid policies on the Bernoulli generator (scripts/bench_history.py):
+    # a pool of 8B prompts in 4 epochs, B a step.
     hist, hist_extra = bench_history.run(P=8 * a.prompts, B=a.prompts, seed=a.seed)
     print(f"\nGRESO / Pilot-Commit / conformal on the Bernoulli generator (pool {8 * a.prompts}, "
           f"B={a.prompts}, {hist_extra['steps']} steps):")

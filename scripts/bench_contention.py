@@ -1,7 +1,7 @@
 """Wall time over CPU time under contention: ada_jax's sampler vs a 1-thread torch loop.
 
 On a loaded machine a CPU-bound thread gets about 2/L of a core at load L on 2 cores, so any
-framework's wall/CPU ratio is near L/2; the question (issue #31, item 4) is whether XLA's CPU
+framework's wall/CPU ratio is near L/2; the question is whether XLA's CPU
 runtime does worse than torch's. Each variant runs in its own subprocess, interleaved, and
 reports the median of `--reps` calls after two warm-ups: ada_jax `sampling.sample` on the tiny
 model (B=32, P=32, N=64) under XLA's defaults and with `--xla_cpu_multi_thread_eigen=false`,

@@ -1,4 +1,4 @@
-"""Where the learner's CPU time goes (issue 31): XLA's dot against torch's matmul on the learner's
+"""Where the learner's CPU time goes: XLA's dot against torch's matmul on the learner's
 GEMM shapes, and the learner step (forward + backward of the peer bench's base Qwen2 sizes) with
 parts of the model removed.
 

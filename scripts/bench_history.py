@@ -1,4 +1,5 @@
-"""Issue 29's policies on the Bernoulli generator (scripts/bench_adaptive.py's history rows):
+"""The history / pilot / grid policies on the Bernoulli generator (scripts/bench_adaptive.py's
+history rows):
 GRESO, Pilot-Commit and conformal stopping against GRPO-n4, DAPO and each one's oracle.
 
 A pool of P prompts with pass rates p_i ~ Beta(0.5, 0.5) (U-shaped like real pass rates,
@@ -9,7 +10,7 @@ fold_in(key, t), i), j)) < p_i). Each method runs its policy's own rule (the pur
 ada_jax/policies/greso.py, pilot_commit.py, conformal.py) on those outcomes. Reported per
 step (mean over the steps): samples generated, mixed groups trained, samples per mixed
 group, and samples per unit of gradient-variance reduction: a trained prompt with N_i samples
-cuts its gradient estimate's variance p(1−p)/1 of one sample to p(1−p)/N_i (SPEC §3), a
+cuts its gradient estimate's variance p(1−p)/1 of one sample to p(1−p)/N_i (docs/spec.md §3), a
 reduction of p_i(1−p_i)(1 − 1/N_i) at the true p_i; zero-variance prompts reduce nothing.
 Oracles know each prompt's outcomes or p_i:
   greso_oracle      DAPO that skips, for free, every group that would be zero-variance

@@ -12,7 +12,7 @@ set -euo pipefail
 export TASK=families METHODS_ONLY="grpo_n4 grpo_n16 ada_pos ada_balance" EVAL_EVERY=24
 export BUDGET=12288 EVAL_COST=${EVAL_COST:-2048} BAR=grpo_n4,grpo_n16
 export CLAIMS="ada_balance>grpo_n4 ada_pos>grpo_n4 ada_balance>ada_pos ada_balance>grpo_n16"
-# These runs are seed 0 of docs/results.md's headline (the v4 task, session 20), bitwise on a
+# These runs are seed 0 of docs/results.md's headline (the 112-family task), bitwise on a
 # machine whose SFT makes the same base: XLA compiles for the host CPU, so on another CPU the
 # base and every number differ (its pass_rates.json names the environment).
 exec bash "$(dirname "$0")/reproduce.sh" "${1:-runs_quick}" 24 "${SEED:-0}"

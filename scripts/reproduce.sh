@@ -27,7 +27,7 @@ BASE=${BASE:-"$OUT/base"}
 
 # Held-out eval (eval/…), avg@4: 256 prompts of the embedded task, 1,488 distinct ones (12 per
 # RL family, 48 per control) of the family task. On the family task every method takes 2 optimiser updates per
-# step (the seeds' matched steps); on the embedded task GRPO-n16 takes 4 (its historical
+# step (the reference papers' matched steps); on the embedded task GRPO-n16 takes 4 (its historical
 # setting).
 if [ "$TASK" = families ]; then
   TASK_FLAGS="--config.task.family_set=${FAMILY_SET:-rl}"; MB_BIG=2

@@ -1,4 +1,4 @@
-"""Collection policies side by side (issue 29): one markdown table of seed means, matched steps
+"""Collection policies side by side: one markdown table of seed means, matched steps
 and matched cost (samples generated + trained, and FLOP-weighted), with per-seed counts
 against a reference arm, and the seed-mean eval-vs-cost plot.
 

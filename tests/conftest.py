@@ -40,7 +40,7 @@ def _release_compiled_code():
     """Drop JAX's compiled executables once the process holds many memory mappings: each
     executable keeps its machine code in mappings of its own, and a whole suite's worth in one
     process passes the kernel's vm.max_map_count (65,530 by default), where the next compile's
-    mmap fails and XLA segfaults (CI, session 10: exit 139 at the 583rd test)."""
+    mmap fails and XLA segfaults (seen on CI: exit 139 at the 583rd test)."""
     yield
     if _memory_maps() > _MAPS_BEFORE_CLEARING:
         jax.clear_caches()

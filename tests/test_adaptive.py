@@ -386,7 +386,7 @@ def test_refill_without_exit_rule_is_continuous_batching():
     assert float(np.asarray(st.generated_tokens)) / (4 * int(st.decode_steps)) > 0.8
 
 
-# ----------------------------------------------------------------------------- audit (issue #15)
+# ----------------------------------------------------------------------------- audit
 def _trainer_engine(arg, **overrides):
     """The trainer's EngineConfig for a config variant, on the one-token oracle."""
     c = base.get_config(arg + ",task=embedded")

@@ -208,7 +208,7 @@ def test_variance_optimal_allocation_beats_uniform(bandit, p):
         ratio = a / b
         predicted = O.allocation_variance(p, n_log, f) / O.allocation_variance(p, uniform, f)
         results[f] = (ratio, ratio * math.hypot(sa / a, sb / b), predicted)
-        assert ratio == pytest.approx(predicted, rel=0.10)  # SPEC §3's variance model, within 10%
+        assert ratio == pytest.approx(predicted, rel=0.10)  # spec §3's variance model, within 10%
     ratio, se, predicted = results["log"]
     assert predicted < 0.6 and ratio + 4 * se < 1.0  # log: the variance-optimal allocation wins
     ratio, se, predicted = results["arcsin"]

@@ -167,8 +167,8 @@ def _from_command_line(*args):
 
 
 def test_eval_files_and_data_dir_from_the_command_line(tmp_path):
-    """docs/data.md's task.eval_files and task.data_dir were unknown fields on the command line
-    (issue 22): a separate eval set replaces the hash-chosen 1/8 of `files`."""
+    """docs/data.md's task.eval_files and task.data_dir were unknown fields on the command line:
+    a separate eval set replaces the hash-chosen 1/8 of `files`."""
     from ada_jax.config_check import unknown_override
     from ada_jax.tasks import load_split
     data = os.path.join(os.path.dirname(__file__), "data")

@@ -236,9 +236,9 @@ def test_regime_holds_and_ada_pos_lifts_the_very_hard_tier_more(tmp_path):
     steps): the base's tails, the very hard tier at p 0.01-0.03, one reading per response, firm
     controls; and at matched steps (24) Ada-Seq-pos lifts the very hard tier more than GRPO-n4
     on seed 0. That ordering is the stable one at test size: docs/results.md has it on 5 of 5
-    seeds (+0.12..+0.15 at step 24 on the v4 task) with the smallest margin several times the
-    difference's eval noise (each tier mean's standard error about 0.02), because it is signal
-    collapse itself: a GRPO-n4 group of a very hard prompt is all wrong 92% of the time,
+    seeds (+0.12..+0.15 at step 24 on the 112-family task) with the smallest margin several times
+    the difference's eval noise (each tier mean's standard error about 0.02), because it is
+    signal collapse itself: a GRPO-n4 group of a very hard prompt is all wrong 92% of the time,
     Ada-Seq-pos samples it until 2 positives. And the transfer controls stay within 0.10 of the
     base through step 24 under both (docs/results.md: within 0.05 for every arm on seeds 0-4 at
     step 24; the SFT corpus replayed holds the lines)."""
@@ -270,7 +270,7 @@ def test_regime_holds_and_ada_pos_lifts_the_very_hard_tier_more(tmp_path):
         for control in ("control_easy", "control_hard"):
             key = f"eval/tier_{control}/avg@4"
             assert abs(evals[-1][key] - evals[0][key]) <= 0.10, (algo, control, evals[-1][key])
-    # measured on seeds 0-4 (docs/results.md, the v4 task): +0.12..+0.15; each gain is a
+    # measured on seeds 0-4 (docs/results.md, the 112-family task): +0.12..+0.15; each gain is a
     # difference of two tier means (standard error about 0.02 each)
     assert gains["ada_pos"] > gains["grpo"] + 0.07, gains
 

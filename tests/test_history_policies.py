@@ -1,6 +1,6 @@
-"""Issue 29's collection policies: GRESO (skip law, history, exploration probabilities),
-Pilot-Commit (budget split), conformal stopping (coverage on the Bernoulli generator), each
-one training step end to end, and exact resume of the stateful ones."""
+"""The history / pilot / grid collection policies: GRESO (skip law, history, exploration
+probabilities), Pilot-Commit (budget split), conformal stopping (coverage on the Bernoulli
+generator), each one training step end to end, and exact resume of the stateful ones."""
 import json
 import math
 

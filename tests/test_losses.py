@@ -191,7 +191,7 @@ def test_group_shares_sum_to_token_mean():
 
 
 def test_decoupled_ppo_is_plain_ppo_on_policy_and_weights_stale_tokens():
-    """SPEC §10 (AReaL): ρ = π/π_prox is clipped, π_prox/π_behav weights each token; with
+    """docs/spec.md §10 (AReaL): ρ = π/π_prox is clipped, π_prox/π_behav weights each token; with
     π_prox = π_behav it is plain PPO; the weight is capped and carries no gradient."""
     rng = np.random.default_rng(1)
     logp = jnp.asarray(rng.normal(size=(3, 4)) * 0.3 - 2.0, jnp.float32)

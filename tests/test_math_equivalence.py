@@ -9,10 +9,10 @@ strict=False), with several boxes, or with identical gold and prediction (the po
 without math-verify) are left out, and so are six that math-verify 0.9.0 itself gets wrong in this
 form (`\sqrt{2}` vs `\sqrt{2}.`, `(1,2)` vs `(1,2).`, `5` vs `5 \text{ cm}.`, `42` vs `42.`,
 `P(x) = 1` vs `p(x) = 1`, `p = 5, q = 2 \quad \text{and} \quad p = 7, q = 2` vs
-`p=5,q=2;p=7,q=2`). That leaves 148; a last group of 17 adds the classes named in issue #15.
+`p=5,q=2;p=7,q=2`). That leaves 148; a last group of 17 adds the hard classes below.
 
 Plain `math_verify.verify` on the same boxed inputs agrees with every label here; before the fix
-of issue #15 the pool agreed on 145 of these 165 cases.
+of the guard the pool agreed on 145 of these 165 cases.
 """
 from ada_jax.rewards.math_verifier import MathVerifierPool
 
@@ -193,7 +193,7 @@ CASES = [
     (1, "-793 < a < 10", "(-793, 10)"),
     (1, "a_3 = 2, a_{37} = 19", r"a_{37} = 19, \quad a_3 = 2"),
     (1, "(5, 8), (8, 5)", r"(x, y) = (5, 8) \quad \text{and} \quad (8, 5)"),
-    # classes named in issue #15: polynomials, rational functions, trig, intervals, 10^k
+    # the hard classes: polynomials, rational functions, trig, intervals, 10^k
     (1, "x^2+2x+1", "(x+1)^2"),
     (1, "(x+1)^2", "x^2+2x+1"),
     (0, "x^2+2x+1", "(x-1)^2"),

@@ -212,7 +212,7 @@ POLICIES = {  # policy: (algo, overrides, steps)
     # T = 2: the SFT base solves most sums at T = 1, and only all-wrong groups are re-rolled.
     "sage": ("grpo", {"rl.hints": "sage", "sampling.temperature": 2.0}, 3),
 }
-# History-based allocation (issue 29): budgets from every process's ids and one history.
+# History-based allocation: budgets from every process's ids and one history.
 POLICIES.update(knapsack=("knapsack", {}, 3), vip=("vip", {}, 3))
 # GRESO (skips from one history, more prompt batches as DAPO), Pilot-Commit (a pilot call, then
 # commit budgets decided on the whole batch), conformal (grid calls, one calibration state).

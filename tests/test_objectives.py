@@ -1,4 +1,5 @@
-"""Objectives, smoothing, allocation, gate and stopping costs against SPEC §3-4 closed forms."""
+"""Objectives, smoothing, allocation, gate and stopping costs against the closed forms of
+docs/spec.md §3-4."""
 import math
 
 import jax
@@ -20,7 +21,7 @@ def test_weight_is_derivative_of_value(name):
 
 
 def test_transform_constants():
-    # f(p) and f'(p) at points where a wrong constant shows (SPEC §3 table).
+    # f(p) and f'(p) at points where a wrong constant shows (docs/spec.md §3 table).
     assert O.value("arcsin", 0.5) == pytest.approx(math.pi / 2)
     assert O.value("arcsin", 1.0) == pytest.approx(math.pi)
     assert O.weight("arcsin", 0.5) == pytest.approx(2.0)
@@ -48,7 +49,7 @@ def test_smoothing():
 
 
 def test_arcsin_allocation_is_uniform():
-    # f' = 1/√(p(1-p)) ⇒ N* ∝ 1: uniform is already optimal for GRPO (SPEC §3).
+    # f' = 1/√(p(1-p)) ⇒ N* ∝ 1: uniform is already optimal for GRPO (docs/spec.md §3).
     np.testing.assert_array_equal(O.variance_optimal_allocation(P, 128, "arcsin"), np.full(8, 16))
     n = O.variance_optimal_allocation(P, 130, "arcsin")
     assert n.sum() == 130 and n.max() - n.min() == 1
@@ -103,7 +104,7 @@ def test_lagrange_optimum_beats_perturbations():
     for name in ("log", "power", "linear"):
         s = O.variance_optimal_scores(P, name, 0.5)
         real = O.allocate_continuous(s, 200.0, n_min=1, n_max=60)
-        v = lambda n: np.sum(s ** 2 / n)  # noqa: E731  SPEC §3: Σ f'² p(1-p) / N
+        v = lambda n: np.sum(s ** 2 / n)  # noqa: E731  docs/spec.md §3: Σ f'² p(1-p) / N
         for _ in range(200):
             d = rng.normal(size=len(P))
             d -= d.mean()  # keep the budget
@@ -179,7 +180,7 @@ def test_balance_rule():
     np.testing.assert_allclose(means, means[::-1], rtol=1e-9)  # symmetric when k_pos = k_neg
     small = np.array([0.01, 0.003, 0.001])
     ratio = [O.stopping_moments(p, 2, 2)[0] * p * (1 - p) for p in small]
-    assert np.allclose(ratio, 2.0, rtol=0.02)  # E[N] ~ k/(p(1-p)) as p -> 0 (SPEC §4.4)
+    assert np.allclose(ratio, 2.0, rtol=0.02)  # E[N] ~ k/(p(1-p)) as p -> 0 (docs/spec.md §4.4)
 
 
 @pytest.mark.parametrize("p,k_pos,k_neg", [(0.1, 2, 2), (0.3, 1, 0), (0.7, 2, 2)])
@@ -198,7 +199,7 @@ def test_rounds_with_cap_against_simulation(p, k_pos, k_neg):
 
 
 def test_worked_example_12_3():
-    # SPEC §4.5 / seed 000: tiers K = 4 / 32 / 256 with shares 62.7% / 16.9% / 1.7%.
+    # docs/spec.md §4.5 / seed 000: tiers K = 4 / 32 / 256 with shares 62.7% / 16.9% / 1.7%.
     cost = O.tier_cost([4, 32, 256], [0.627, 0.169, 0.017])
     assert cost == pytest.approx(2.508 + 5.408 + 4.352)
     assert round(cost, 1) == 12.3

@@ -123,7 +123,7 @@ def _edit_meta(path, edit):
 def test_edited_metadata_falls_back_to_the_previous_checkpoint(tmp_path):
     """The metadata (step, data position, Ada-Est history, ...) is checked against its own
     SHA-256: an edit that stays valid JSON is corruption, not a silent resume elsewhere
-    (issue #21, item 5). Int keys and floats read back equal: no false alarm."""
+    Int keys and floats read back equal: no false alarm."""
     d = str(tmp_path / "ckpt")
     tree = {"w": jnp.ones((4, 4), jnp.float32)}
     meta = {"iterator": {"epoch": 0, "position": 32}, "est_history": {7: [0.25, 3]},

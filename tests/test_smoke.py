@@ -1,4 +1,4 @@
-"""`smoke=True` on the default task shows the pipeline learn in one short run (issue 22):
+"""`smoke=True` on the default task shows the pipeline learn in one short run:
 the user's command, in a subprocess on one CPU device (a user's, not conftest's 8 fake ones)."""
 import json
 import os

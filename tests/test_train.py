@@ -59,6 +59,7 @@ ALGO_PARAMS = [a if a in FAST_ALGOS else pytest.param(a, marks=pytest.mark.slow)
 
 def _one_step(algo, workdir):
     m = train.train_and_evaluate(_config(algo, **{"rl.steps": 1}), workdir)
+    assert 0 <= m["careful_share"] <= 1  # the embedded task's own metric (Task.train_metrics)
     got = {k: m[k] for k in ("loss", "grad_norm", "reward_mean", "samples_total",
                              "generated_tokens")}
     got["params_abs_sum"] = _params_checksum(workdir)[1]
@@ -651,7 +652,7 @@ def test_credit_tokens_keeps_the_loss_on_the_first_completion_tokens(tmp_path):
 
 @pytest.mark.slow
 def test_dapo_defaults_run_to_the_end_on_the_default_task(tmp_path):
-    """`scripts/train.py --config=configs/base.py:algo=dapo` stopped at step 3 (issue 22): it
+    """`scripts/train.py --config=configs/base.py:algo=dapo` stopped at step 3: it
     runs to the end (training on fewer groups where its cap is hit)."""
     c = base.get_config("algo=dapo")
     c.log.progress = False

@@ -1,5 +1,5 @@
 """Reinforce-Ada-Est (adaptive.policy='est'): each prompt's sample budget from its pass-rate
-history across steps (SPEC §4), one engine call, the history updated with the step's pools.
+history across steps (docs/spec.md §4), one engine call, the history updated with the step's pools.
 
 State: `state["est"]`, problem id → decayed (N_tot, N_pos); checkpointed as `est_history`.
 The knapsack and vip policies read and update the same history (`counts`, `update_history`).

@@ -1,5 +1,5 @@
 """Self-hinting (rl.hints='sage' or 'sage_light', over adaptive.policy 'seq' or 'uniform'):
-groups that collapse (all right or all wrong) are re-rolled under hints (SPEC §5).
+groups that collapse (all right or all wrong) are re-rolled under hints (docs/spec.md §5).
 
 Over the whole batch: hint levels and re-rolls are decided from replicated counters on every
 process alike; each process samples its own rows (`rollout.own_share`).

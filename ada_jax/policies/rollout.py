@@ -15,7 +15,7 @@ import numpy as np
 from ada_jax import adaptive, evaluate, selection, sharding
 from ada_jax.rewards import synthetic
 from ada_jax.rewards.embedded import encode_answers, token_scorer
-from ada_jax.tasks import families
+from ada_jax.tasks import task_of
 from ada_jax.tasks.problem import Problem
 
 ANSWER_LEN = 16  # max answer tokens for the jittable verifier
@@ -53,18 +53,20 @@ def make_reward(config, tokenizer):
                                                 data["threshold"][jnp.maximum(prompt_S, 0)])
         return reward
     scorer = token_scorer(tokenizer)
+    task = task_of(config)
+    gate = task.reward_gate(config) if task.reward_gate else None  # e.g. the right marker
 
     def reward(data, prompt_S, seq_S, tokens_SN, lengths_S):
         idx = jnp.maximum(prompt_S, 0)
         ok_S = scorer(tokens_SN, lengths_S, data["answer_ids"][idx], data["answer_len"][idx])
-        if "marker_id" in data:  # reward=reading: the response must open with the right marker
-            ok_S = ok_S * ((lengths_S > 0) & (tokens_SN[:, 0] == data["marker_id"][idx]))
+        if gate is not None:
+            ok_S = ok_S * gate(data, idx, tokens_SN, lengths_S)
         return ok_S
     return reward
 
 
 def uses_math_verifier(config) -> bool:
-    return config.task.reward == "verifier" and config.task.name in ("files", "tfds_files")
+    return config.task.reward == "verifier" and task_of(config).host_verifier
 
 
 def math_pool(config):
@@ -82,8 +84,10 @@ def reward_data(config, tokenizer, problems) -> dict:
                                                                config.model.vocab_size)))
     ans, ans_len = encode_answers(tokenizer, [p.answer for p in problems], ANSWER_LEN)
     data = dict(answer_ids=jnp.asarray(ans), answer_len=jnp.asarray(ans_len))
-    if config.task.reward == "reading":
-        data["marker_id"] = jnp.asarray(families.right_marker_ids(tokenizer, problems))
+    task = task_of(config)
+    if task.reward_data:  # what the task's reward gate reads (`make_reward`)
+        data.update({k: jnp.asarray(v) for k, v in task.reward_data(config, tokenizer,
+                                                                      problems).items()})
     return data
 
 

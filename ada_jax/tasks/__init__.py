@@ -1,7 +1,8 @@
-"""Problems for training and evaluation: the embedded task and local math files.
+"""Problems for training and evaluation: the family task, the embedded task and local math files.
 
-`load_split(config, split)` is the one entry point: it returns a random-access sequence of
-`Problem`s for "train" or "eval", chosen by config.task.name:
+`task_of(config)` gives the run's `Task` (tasks/task.py: its config, reward and metrics hooks);
+`load_split(config, split)` is the one entry point for its problems: it returns a random-access
+sequence of `Problem`s for "train" or "eval", chosen by config.task.name:
   embedded       generated on the fly (tasks/embedded.py)
   families       the family task, generated on the fly (tasks/families.py): train holds the
                  families of config.task.family_set, eval every family (the controls too)
@@ -16,15 +17,29 @@ hint) is a config error, also refused at load time (`_fits`).
 import logging
 from typing import Callable, Sequence
 
+from ada_jax.tasks import embedded, files
 from ada_jax.tasks.embedded import EmbeddedSource
 from ada_jax.tasks.iterator import PromptIterator
 from ada_jax.tasks.problem import Problem, hint, problem_id, split_of
+from ada_jax.tasks.task import Task
 
 log = logging.getLogger(__name__)
 
 TASKS = ("embedded", "families", "files", "tfds_embedded", "tfds_files")
 __all__ = ["Problem", "PromptIterator", "EmbeddedSource", "hint", "problem_id", "split_of",
-           "load_split", "prompt_check", "prompt_length", "is_embedded", "TASKS"]
+           "load_split", "prompt_check", "prompt_length", "is_embedded", "TASKS", "Task",
+           "task_of"]
+
+
+def task_of(config) -> Task:
+    """The `Task` named by config.task.name (a ConfigDict, or the name itself)."""
+    from ada_jax.tasks import families  # imports the reward module (jax): not at config time
+    name = config if isinstance(config, str) else config.task.name
+    known = (embedded.TASK, families.TASK, files.TASK, embedded.TFDS_TASK, files.TFDS_TASK)
+    by_name = {t.name: t for t in known}
+    if name not in by_name:
+        raise ValueError(f"config.task.name={name!r}: choose from {TASKS}")
+    return by_name[name]
 
 
 def _hinted(config, split: str) -> bool:

@@ -32,7 +32,10 @@ eval are disjoint because membership is decided by the question text (`problem.s
 import dataclasses
 import random
 
+import numpy as np
+
 from ada_jax.tasks.problem import Problem, problem_id, split_of
+from ada_jax.tasks.task import Task
 
 PREFIX = "Compute left to right: "
 
@@ -143,3 +146,27 @@ class EmbeddedSource:
             problem = make_problem(rng, level)
             if split_of(problem.question) == self.split:
                 return problem
+
+
+def train_metrics(texts) -> dict:
+    """The share of the step's kept completions written in the careful line-by-line style."""
+    return {"careful_share": sum(map(is_careful, texts)) / len(texts) if texts else 0.0}
+
+
+def eval_metrics(problems, rewards_PK, texts) -> dict:
+    """The style choice at eval: the share of completions in the careful style, overall and per
+    level, and each style's accuracy (texts problem-major, k per problem)."""
+    careful_PK = np.asarray([is_careful(t) for t in texts]).reshape(rewards_PK.shape)
+    levels = np.asarray([p.level for p in problems])
+    out = {"careful_share": float(careful_PK.mean())}
+    for lv in sorted(set(levels.tolist())):
+        out[f"level{lv}/careful_share"] = float(careful_PK[levels == lv].mean())
+    for name, sel in (("careful", careful_PK), ("hasty", ~careful_PK)):
+        if sel.any():
+            out[f"{name}_accuracy"] = float(rewards_PK[sel].mean())
+    return out
+
+
+TASK = Task(name="embedded", train_metrics=train_metrics, eval_metrics=eval_metrics)
+TFDS_TASK = Task(name="tfds_embedded", train_metrics=train_metrics,  # the same, prepared
+                 eval_metrics=eval_metrics)

@@ -1,7 +1,7 @@
 """The family task: per-family reading conventions that the base policy rarely gets right.
 
-The seeds' regime (signal collapse) needs prompts the base solves rarely, often and always,
-each for its own reason. Here every prompt belongs to a *family*, named by a tag (one or two
+The reference papers' regime (signal collapse) needs prompts the base solves rarely, often and
+always, each for its own reason. Here every prompt belongs to a *family*, named by a tag (one or two
 upper-case letters, one token of the family tokenizer), and each family has its own right way
 of reading a short chain of one-digit additions and subtractions: as written ("l") or with +
 and - swapped ("r"). A response opens with a reading marker, then follows it line by line:
@@ -51,6 +51,7 @@ import numpy as np
 
 from ada_jax.rewards.embedded import score_text
 from ada_jax.tasks.problem import Problem, problem_id, split_of
+from ada_jax.tasks.task import Task
 
 READINGS = ("l", "r")  # l: as written; r: + read as - and - as +
 FAMILY_SETS = ("rl", "hard", "every")  # which families a train split holds (see family_indices)
@@ -127,7 +128,7 @@ _QUESTION = re.compile(r"^(\S+) (\d)((?:[+-]\d)+)$")
 def family_indices(family_set: str, min_level: int = 1, max_level: int = 0) -> list[int]:
     """0-based indices of the families a split draws from: "rl" every family but the
     controls (RL's training prompts), "hard" the very hard and hard RL families only (the
-    seeds' hard prompt set: prompts the base solves rarely), "every" all of them (SFT and
+    reference papers' hard prompt set: prompts the base solves rarely), "every" all of them (SFT and
     eval); only family numbers min_level..max_level (1-based; max_level 0: the last)."""
     if family_set not in FAMILY_SETS:
         raise ValueError(f"family_set must be one of {FAMILY_SETS}, got {family_set!r}")
@@ -392,3 +393,81 @@ def metrics(problems, rewards_PK, texts) -> dict:
             out[f"tier_{tier}/se_within"] = within
         out[f"tier_{tier}/right_marker_share"] = float(right_PK[sel].mean())
     return out
+
+
+def configure(c, smoke: bool, pretrained: bool) -> None:
+    """The family task's config on the embedded models (tiny / small; a pretrained model keeps
+    the defaults, and config_check refuses this task for it), applied by get_config.
+
+    The task: 12 distinct held-out prompts per RL family and 48 per control (a control tier's
+    96: its standard error <= 0.03), and its own tokenizer (358 ids), whose tags and markers
+    are single tokens.
+    - The answer pays only under the family's right reading marker (task.reward=reading): the
+      answer alone also paid the right reading's lines under the wrong marker, which taught
+      every family to write lines that ignore the marker (docs/results.md, "Transfer
+      controls").
+    - The SFT corpus is replayed beside the policy loss (16 rows per update), every target
+      token but the reading marker (the decision RL is meant to move): it holds the lines no
+      reward targets. Without it, runs at this lr had episodes where every family's lines
+      broke (one-reading share down to 0.73) and the easy transfer controls fell by up to 0.38
+      mid-run; with it the lines held and learning at matched steps did not slow.
+    - SFT sees ~4.1k targets per family, so a very hard family's 1-3% right readings are
+      40-120 examples, not a handful, and it runs to convergence (one reading 0.995+):
+      unsettled lines were worn away by long RL runs in every family, the controls first.
+    - The optimizer of the reference papers' runs (verl's actor: AdamW, eps 1e-8, weight decay
+      0.01, constant lr after warm-up, grad-norm clip 1.0), lr 3e-4 from a sweep on GRPO-n4
+      and Ada-Seq-balance: the largest lr at which every arm keeps the task's conditions
+      (transfer controls within 0.10 of base, no tier saturating; docs/results.md, "The
+      learning-rate map").
+
+    `smoke=True` (the smoke run; this docstring is the one place its expected result is
+    written): learning visible in one short run. 8 prompts, one per hard family (families
+    25-32), are SFT's data (160 steps: mostly their families' wrong reading) and RL's every
+    step (6 steps at lr 1e-3); eval k=32 on them (`train_eval/`) and on 8 held-out prompts of
+    the same families. Measured: reward 0.00 -> 0.65, train_eval 0.07 -> 0.71, held-out right
+    marker 0.04 -> 0.31; held-out accuracy stays near 0 (8 prompts teach little arithmetic);
+    tests/test_smoke.py checks that each rises."""
+    if pretrained:
+        return
+    c.model.tokenizer = "families"
+    c.model.vocab_size = 384
+    c.task.max_level = 112  # task.min_level..max_level: the families used (1-based), all
+    if not smoke:  # the smoke run keeps its own small eval
+        c.task.eval_size = c.eval.prompts = 1488
+    c.task.reward = "reading"
+    c.loss.update(replay_coef=1.0, replay_skip=1)
+    c.sampling.max_new_tokens = 32
+    c.sft.steps = 7200
+    c.optim.update(lr=3e-4, weight_decay=0.01)
+    if smoke:
+        c.sampling.max_new_tokens = 24  # a response is 17 tokens and EOS
+        c.task.update(train_size=8, min_level=25, max_level=32)  # the hard tier's first 8
+        c.sft.update(steps=160, lr=6e-3, warmup_steps=5)
+        c.rl.update(steps=6, prompts_per_step=8)
+        c.optim.update(lr=1e-3, warmup_steps=1)
+        c.eval.update(k=32, train_prompts=8)
+
+
+def reward_data(config, tokenizer, problems) -> dict:
+    """task.reward=reading: each prompt's right marker id, for `reward_gate`."""
+    if config.task.reward != "reading":
+        return {}
+    return {"marker_id": right_marker_ids(tokenizer, problems)}
+
+
+def _opens_with_right_marker(data, idx_S, tokens_SN, lengths_S):
+    return (lengths_S > 0) & (tokens_SN[:, 0] == data["marker_id"][idx_S])
+
+
+def reward_gate(config):
+    """task.reward=reading: the response must open with its family's right marker."""
+    return _opens_with_right_marker if config.task.reward == "reading" else None
+
+
+def host_scorer(config):
+    """task.reward=reading: `score_reading` for evaluation; else the boxed answer (None)."""
+    return score_reading if config.task.reward == "reading" else None
+
+
+TASK = Task(name="families", configure=configure, reward_data=reward_data,
+            reward_gate=reward_gate, score_text=host_scorer, eval_metrics=metrics)

@@ -21,6 +21,7 @@ from typing import Callable, Iterator, Mapping
 
 from ada_jax.rewards.math_verifier import last_boxed
 from ada_jax.tasks.problem import Problem, problem_id
+from ada_jax.tasks.task import Task
 
 LAYOUTS = {
     "openr1": dict(question="problem", answer="answer", solution="solution"),
@@ -214,3 +215,8 @@ def load_files(spec: str, field_map: Mapping[str, str] | None = None, on_bad_row
     if not problems:
         raise ValueError(f"{spec}: no usable rows ({skipped} bad rows skipped)")
     return problems, skipped
+
+
+# Math files: scored by the math verifier on the decoded text (task.reward=verifier).
+TASK = Task(name="files", host_verifier=True)
+TFDS_TASK = Task(name="tfds_files", host_verifier=True)  # the same, prepared as TFDS
