@@ -12,9 +12,9 @@ FIELDS = {
     "algo": ("algorithm preset (variant arg `algo=`): sets rl.advantage, adaptive.policy, "
              "exit_rule, rl.n, loss.agg, rl.daro", "algorithm.adv_estimator / —"),
     "smoke": ("variant arg `smoke=True`: a short run (2 steps of 4 prompts, short "
-              "responses, 10 SFT steps); on the family task (tiny / small model) 80 SFT and 6 "
-              "RL steps on 8 hard-family prompts, whose reward and accuracy visibly rise",
-              "—"),
+              "responses, 10 SFT steps); on the family task (tiny / small model) the task's "
+              "own smoke run, whose reward and accuracy visibly rise (its steps and expected "
+              "result: `ada_jax/tasks/families.py`, `configure`)", "—"),
     # model
     "model.name": ("model variant (`model=`): tiny, small, a pretrained architecture, or hf "
                    "(read from init_from)", "—"),

@@ -2,7 +2,8 @@
 # The comparisons of docs/results.md: every method, several seeds, same prompt batch and steps,
 # all starting from one shared SFT base policy.
 #   bash scripts/reproduce.sh [OUT_DIR] [STEPS] [SEEDS]
-# Environment knobs: TASK (embedded, the style testbed; or families, the family task),
+# Environment knobs: TASK (families, the family task and the config's default; or embedded,
+# the style testbed),
 # FAMILY_SET (families: rl = every RL family, hard = the hard prompt set), LR (RL learning
 # rate; default the config's), TRAIN_SIZE (size of the training prompt pool), EVAL_EVERY, TARGET (accuracy for
 # "tokens to reach"), METHODS_ONLY (space-separated subset), BASE (an existing base policy to
@@ -16,7 +17,7 @@ set -euo pipefail
 OUT=${1:-runs}
 STEPS=${2:-30}
 SEEDS=${3:-"0 1 2"}
-TASK=${TASK:-embedded}
+TASK=${TASK:-families}
 TRAIN_SIZE=${TRAIN_SIZE:-20000}
 EVAL_EVERY=${EVAL_EVERY:-5}
 cd "$(dirname "$0")/.."
