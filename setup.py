@@ -1,6 +1,8 @@
 """ada_jax: adaptive-sampling RL for language models with verifiable rewards (JAX/Flax NNX)."""
 from setuptools import find_packages, setup
 
+TORCH = "torch>=2.13,<2.14"  # the peers' and the tests' torch (see extras_require)
+
 setup(
     name="ada_jax",
     version="0.1.0",
@@ -28,8 +30,11 @@ setup(
         "absl-py>=2.0",
     ],
     extras_require={
-        # scripts/bench_peers.py's peers (never needed to train): HF generate, TRL, tunix
-        "peers": ["trl>=1.0", "google-tunix>=0.1.7", "transformers>=4.46", "torch>=2.13,<3"],
+        # scripts/bench_peers.py's peers (never needed to train): HF generate, TRL, tunix.
+        # torch 2.13: where a CPU build of it is on the index (pip's find-links or the PyTorch
+        # CPU index, README "Install"), pip takes it (2.13.0+cpu sorts above 2.13.0), not a
+        # CUDA build and its nvidia wheels.
+        "peers": ["trl>=1.0", "google-tunix>=0.1.7", "transformers>=4.46", TORCH],
         "test": [
             "pytest>=8",
             "pytest-xdist>=3.5",
@@ -40,7 +45,7 @@ setup(
             "ipykernel>=6.29",
             "tokenizers>=0.20",
             "safetensors>=0.4",
-            "torch>=2.13,<3",  # transformers stand-ins and logit checks (tests only)
+            TORCH,  # transformers stand-ins and logit checks (tests only)
             "transformers>=4.46",
         ],
         "hf": ["tokenizers>=0.20", "safetensors>=0.4"],

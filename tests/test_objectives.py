@@ -199,7 +199,7 @@ def test_rounds_with_cap_against_simulation(p, k_pos, k_neg):
 
 
 def test_worked_example_12_3():
-    # docs/spec.md §4.5 / seed 000: tiers K = 4 / 32 / 256 with shares 62.7% / 16.9% / 1.7%.
+    # docs/spec.md §4.5: tiers K = 4 / 32 / 256 with shares 62.7% / 16.9% / 1.7%.
     cost = O.tier_cost([4, 32, 256], [0.627, 0.169, 0.017])
     assert cost == pytest.approx(2.508 + 5.408 + 4.352)
     assert round(cost, 1) == 12.3
