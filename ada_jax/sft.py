@@ -166,8 +166,8 @@ class Replay:
     against what RL's updates wear away in shared weights. Skipping the first tokens keeps
     the corpus's choices out of it (the family task's reading marker, whose SFT share c_k RL
     is meant to move): replay trains how a response is written, not which one is chosen. On
-    the family task it holds the trained families' lines, not the transfer controls
-    (docs/results.md, "replaying the SFT corpus"). Deterministic from the seed; `state()` goes
+    the family task it holds the lines every family writes, the transfer controls' too
+    (docs/results.md, "Without replay: line-collapse episodes"). Deterministic from the seed; `state()` goes
     into checkpoints."""
 
     def __init__(self, config, tokenizer):
@@ -352,7 +352,7 @@ def _load_hf(config, mesh):
 def environment() -> dict:
     """What a base depends on besides its SFT config: XLA compiles for the host, so the same
     SFT (code, config, JAX) on another CPU rounds differently, and 1,200 steps turn that into
-    another base (docs/results.md, "The headline on a second base")."""
+    another base (docs/results.md, "What we tried": one SFT config, two CPUs, two bases)."""
     import importlib.metadata
 
     from ada_jax import host_cpu

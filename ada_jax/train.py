@@ -540,7 +540,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
 
 def cost(totals: dict) -> dict:
     """What a run has spent so far, the reference papers' way (training is not free;
-    docs/spec.md §9): `cost_samples` = samples generated (launched, cut ones included) + samples trained (times PPO epochs);
+    docs/spec.md §9): `cost_samples` = samples generated (launched, cut ones included) +
+    samples trained (times PPO epochs);
     `cost_flop_tokens` = generated tokens + 3 x trained response tokens (a training pass is
     about a forward and a backward, 3 forwards; prompts are the same for every method), plus
     3 x the replayed SFT tokens (loss.replay_coef; not samples: nothing is generated)."""
