@@ -265,9 +265,10 @@ def stopping_moments(p: float, k_pos: int, k_neg: int = 0, round_size: int = 1,
 
 
 def tier_cost(budgets, shares) -> float:
-    """Seed 000's escalation example as written: Σ_t K_t·share_t. With K = 4/32/256 and shares
-    62.7% / 16.9% / 1.7% this is ≈ 12.3 per prompt (docs/spec.md §4.5). It charges each solved
-    prompt only its final tier's budget and ignores unsolved prompts; `escalation_cost` charges everything."""
+    """The escalation example of docs/spec.md §4.5 as written: Σ_t K_t·share_t. With
+    K = 4/32/256 and shares 62.7% / 16.9% / 1.7% this is ≈ 12.3 per prompt. It charges each
+    solved prompt only its final tier's budget and ignores unsolved prompts; `escalation_cost`
+    charges everything."""
     return float(np.dot(np.asarray(budgets, np.float64), np.asarray(shares, np.float64)))
 
 
