@@ -83,17 +83,18 @@ def test_logits_and_greedy_match_transformers(smollm2):
 
 
 def test_a_trained_run_exports_to_transformers(smollm2, tmp_path):
-    """Two GRPO steps (small batch and lengths) at a large lr, so the weights move; the run's
-    export (scripts/convert_hf.py) loads in transformers with the trained policy's logits and
-    greedy continuations, and stops at the checkpoint's <|im_end|>."""
+    """Two GRPO steps (small batch and lengths; the synthetic first-token reward at a high
+    temperature, so groups have a spread and the weights move, at a large lr); the run's export
+    (scripts/convert_hf.py) loads in transformers with the trained policy's logits and greedy
+    continuations, and keeps the checkpoint's <|im_end|> as its eos."""
     data = standins.write_math_jsonl(str(tmp_path / "math.jsonl"))
     workdir, out = str(tmp_path / "run"), str(tmp_path / "export")
     c = base.get_config("algo=grpo,model=hf,task=files,smoke=True")
-    c.model.init_from, c.task.files = smollm2, data
+    c.model.init_from, c.task.files, c.task.reward = smollm2, data, "synthetic"
     c.model.update(dtype="float32", remat=False)
-    c.sampling.update(max_prompt_len=96, max_new_tokens=8)
-    c.rl.update(prompts_per_step=2, n=2)
-    c.adaptive.update(slots=4, samples_per_round=2)
+    c.sampling.update(max_prompt_len=96, max_new_tokens=8, temperature=4.0)
+    c.rl.update(prompts_per_step=2, n=4)
+    c.adaptive.update(slots=8, samples_per_round=4)
     c.optim.lr = 1e-4
     c.eval.every = 0
     c.log.progress = False
