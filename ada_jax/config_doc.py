@@ -93,8 +93,11 @@ FIELDS = {
     "task.reward": ("verifier (the task's answer check), reading (family task: the answer "
                     "under the family's right reading marker) or synthetic (first-token reward, "
                     "tests)", "reward_model.reward_manager / reward_funcs"),
-    "task.template": ("prompt template: embedded, qwen_math, llama3_chat",
+    "task.template": ("prompt template: embedded, qwen_math, llama3_chat, or chat (the "
+                      "checkpoint's own Jinja chat template)",
                       "data.apply_chat_template / chat template"),
+    "task.system_prompt": ("system message of the chat templates (\"\" = none: the template's "
+                           "default)", "data.system_prompt / system message"),
     "task.min_level": ("embedded task: lowest difficulty level; family task: first family "
                        "number used (1-based)", "—"),
     "task.max_level": ("embedded task: highest difficulty level; family task: last family "

@@ -13,7 +13,7 @@ import numpy as np
 from ada_jax import sampling, sharding
 from ada_jax.rewards.embedded import score_text
 from ada_jax.tasks import Problem, task_of
-from ada_jax.tokenizer import Tokenizer, extra_eos_ids, prompt_ids, render_prompt
+from ada_jax.tokenizer import Tokenizer, encode_prompt, extra_eos_ids
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -25,10 +25,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 def encode_prompts(tokenizer: Tokenizer, problems: Sequence[Problem], template: str,
                    max_len: int, hints: Sequence[str] | None = None):
-    """Left-padded prompt ids [B, max_len] and mask for a batch of problems."""
-    texts = [render_prompt(p.question, template, hints[i] if hints else "")
-             for i, p in enumerate(problems)]
-    ids = [prompt_ids(tokenizer, t) for t in texts]
+    """Left-padded prompt ids [B, max_len] and mask for a batch of problems (`encode_prompt`)."""
+    ids = [encode_prompt(tokenizer, p.question, template, hints[i] if hints else "")
+           for i, p in enumerate(problems)]
     too_long = [i for i, x in enumerate(ids) if len(x) > max_len]
     if too_long:
         raise ValueError(f"prompt of problem id {problems[too_long[0]].id} has "

@@ -35,7 +35,7 @@ from ada_jax import model as model_lib
 from ada_jax.checkpoint import CheckpointMismatch, Checkpointer, abstract_like
 from ada_jax.tasks import PromptIterator, families, is_embedded, load_split
 from ada_jax.tasks.embedded import hasty_solution
-from ada_jax.tokenizer import prompt_ids, render_prompt
+from ada_jax.tokenizer import encode_prompt
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def sft_rows(tokenizer, problems, template: str, length: int, bucket: int = 32, 
     problems' solutions unless `targets` (one text per problem) says otherwise."""
     rows = []
     for b, p in enumerate(problems):
-        prompt = prompt_ids(tokenizer, render_prompt(p.question, template))
+        prompt = encode_prompt(tokenizer, p.question, template)
         target = p.solution if targets is None else targets[b]
         rows.append((prompt, tokenizer.encode(target) + [tokenizer.eos_id]))
     longest = max(len(a) + len(b) for a, b in rows)

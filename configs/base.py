@@ -9,7 +9,7 @@
 import ml_collections
 
 from ada_jax.tasks import TASKS, task_of
-from ada_jax.tokenizer import CHAT_FAMILIES
+from ada_jax.tokenizer import CHAT_FAMILIES, SYSTEM_MATH
 
 MODELS = {
     # Embedded default: a few hundred thousand params, trains on 2 CPU cores in minutes.
@@ -55,7 +55,8 @@ PRETRAINED = {
 }
 # model=hf: any Qwen2 / Llama-3 folder, the architecture read from config.model.init_from's
 # config.json once the command line has set it (config_check.resolve_hf; until then the sizes
-# are 0), the template and stop tokens from its model_type (CHAT_FAMILIES) unless set, the
+# are 0), the template and stop tokens, unless set, the checkpoint's own (its chat template and
+# eos tokens: tokenizer.checkpoint_chat), else its model_type's (CHAT_FAMILIES), the
 # other settings those of PRETRAINED; 1024 slots, the fewest of PRETRAINED (raise them as far
 # as scripts/memory_estimate.py allows).
 HF = "hf"
@@ -161,7 +162,8 @@ def get_config(arg: str = ""):
         eval_temperature=1.0, prefill_chunk=0))
 
     c.task = ml_collections.ConfigDict(dict(
-        name=args["task"], reward="verifier", template="embedded", min_level=1, max_level=8, train_size=20_000,
+        name=args["task"], reward="verifier", template="embedded", system_prompt=SYSTEM_MATH,
+        min_level=1, max_level=8, train_size=20_000,
         eval_size=256, seed=1234, family_set="rl", files=ml_collections.FieldReference("", field_type=str),
         eval_files="", data_dir="",
         field_map=ml_collections.ConfigDict(dict(question="", answer="", solution="")),

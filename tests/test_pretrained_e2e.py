@@ -92,8 +92,10 @@ def test_model_hf_takes_the_architecture_from_init_from(stand_in, math_file):
         convert.model_lib.ModelConfig.from_config(c.model))
     assert (c.model.rope_scaling, c.model.max_len, c.model.vocab_size) == (
         "llama3", 131072, want.vocab_size)
+    # the checkpoint's own chat template and stop tokens (its template's turn end, then
+    # generation_config.json's eos ids), not the family table's
     assert (c.task.template, c.model.eos_token, c.model.extra_eos_tokens) == (
-        "llama3_chat", "<|eot_id|>", ("<|end_of_text|>",))
+        "chat", "<|eot_id|>", ("<|end_of_text|>", "<|eom_id|>"))
     validate(c)  # idempotent
     c.model.d_ff = 7  # a size set on the command line is checked, not replaced
     with pytest.raises(ValueError, match=r"config.model.d_ff=7 but .*config.json gives 128"):

