@@ -280,6 +280,11 @@ FIELDS = {
                                 "applied in between (non-finite or oversized: divergence; 0 = "
                                 "never)",
                                 "—"),
+    "optim.collapse_steps": ("a collapse: reward (and training-prompt accuracy where "
+                             "evaluated) 0 for this many steps in a row after being positive; "
+                             "warned once, `collapsed` in the metrics (0 = never watch)", "—"),
+    "optim.stop_on_collapse": ("stop a collapsed run (exit 1) instead of only warning; "
+                               "resumed, it stops again while collapsed", "—"),
     # SFT warm start
     "sft.steps": ("warm-start SFT steps before RL (0 = none)", "— / SFTConfig.max_steps"),
     "sft.batch_size": ("SFT batch size", "— / SFTConfig.per_device_train_batch_size"),

@@ -1,8 +1,9 @@
 """The run directory: checked before any work, and held by one run at a time.
 
 `check` runs before SFT and before any compile: the workdir must be a directory (or creatable
-in a writable parent), writable, and what a run keeps there (checkpoints/, tb/, plots/, base/,
-metrics.jsonl, config.json) of the right kind; each error names the path and the fix. Before,
+in a writable parent), writable, of a name the filesystem takes, and what a run keeps there
+(checkpoints/, tb/, plots/, base/, metrics.jsonl, config.json, run.lock) of the right kind and
+writable; each error names the path and the fix. Before,
 a read-only workdir surfaced as a raw PermissionError after SFT and a dozen compiles.
 
 `hold` is the one file lock of the package: an exclusive `flock` on a file that records its
@@ -20,6 +21,7 @@ second job on a live workdir stops at once, and a job on another process count s
 process 0's file.
 """
 import contextlib
+import errno
 import fcntl
 import hashlib
 import itertools
@@ -33,7 +35,8 @@ import time
 log = logging.getLogger(__name__)
 
 DIRS = ("checkpoints", "tb", "plots", "base")  # what a run keeps in its workdir
-FILES = ("metrics.jsonl", "config.json")
+FILES = ("metrics.jsonl", "config.json", "run.lock")
+ROOM = 256  # characters a run adds under its workdir (checkpoints/<step>.orbax-checkpoint-tmp…)
 
 
 class Busy(RuntimeError):
@@ -44,6 +47,7 @@ def check(workdir: str) -> None:
     """Refuse a workdir that cannot hold a run (module doc), before any work."""
     path = os.path.abspath(workdir)
     fix = "pass another --workdir"
+    _check_length(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(f"workdir {path} is a file, not a directory: {fix} (or move "
                                  f"the file away)")
@@ -66,6 +70,25 @@ def check(workdir: str) -> None:
             if os.path.exists(p) and not os.access(p, os.W_OK | (os.X_OK if isdir else 0)):
                 raise PermissionError(f"workdir {path}: {p} is not writable: make it writable "
                                       f"or {fix}")
+
+
+def _check_length(path: str) -> None:
+    """A workdir whose name (or a folder's in it) is longer than its filesystem allows: named
+    now, not as ENAMETOOLONG from the first file made in it."""
+    existing = path
+    while not os.path.isdir(existing) and existing != os.path.dirname(existing):
+        existing = os.path.dirname(existing)
+    name_max = os.pathconf(existing, "PC_NAME_MAX")
+    path_max = os.pathconf(existing, "PC_PATH_MAX")
+    for part in path.split(os.sep):
+        if len(part.encode()) > name_max:
+            raise OSError(errno.ENAMETOOLONG, f"workdir {path[:60]}…: the name {part[:40]}… is "
+                          f"{len(part.encode())} bytes, more than the {name_max} the filesystem "
+                          f"allows: pass a shorter --workdir")
+    if len(path.encode()) + ROOM > path_max:
+        raise OSError(errno.ENAMETOOLONG, f"workdir {path[:60]}… is {len(path.encode())} bytes "
+                      f"long; with the {ROOM} a run adds under it that passes the {path_max} "
+                      f"the filesystem allows: pass a shorter --workdir")
 
 
 def make(path: str) -> list:
