@@ -96,9 +96,9 @@ TOY_MODELS = ("tiny", "small")
 _FILE_TASKS, _TOY_TASKS = ("files", "tfds_files"), ("embedded", "families", "tfds_embedded")
 _BOOLS = ("checkpoint.allow_config_change", "checkpoint.start_over_if_unreadable",
           "rl.share_prompts")
-# Collapse detection (ada_jax/collapse.py).
+# Collapse detection (ada_jax/collapse.py); resuming a workdir whose metrics.jsonl is lost.
 _NON_NEGATIVE_INTS += ("optim.collapse_steps",)
-_BOOLS += ("optim.stop_on_collapse",)
+_BOOLS += ("optim.stop_on_collapse", "checkpoint.resume_without_metrics")
 # Seeds: jax.random.key wraps any other value silently (-1 and 2**32 - 1 give one key, 2**32
 # and 0 another) and the data order's numpy generator refuses a negative one at step 1.
 _SEEDS = ("seed", "task.seed")

@@ -312,6 +312,10 @@ FIELDS = {
                                        "— / (resume_from_checkpoint)"),
     "checkpoint.start_over_if_unreadable": ("no readable checkpoint: start at step 0 instead "
                                             "of stopping", "—"),
+    "checkpoint.resume_without_metrics": ("resume intact checkpoints although metrics.jsonl "
+                                          "lost records (deleted, emptied): those steps' "
+                                          "metrics stay lost, cum_* go on from the checkpoint",
+                                          "—"),
     "log.progress": ("progress bars", "— / disable_tqdm (inverse)"),
     "log.wandb": ("also log the metrics.jsonl scalars to Weights & Biases (process 0; "
                   "needs `pip install wandb`)", "trainer.logger / report_to"),

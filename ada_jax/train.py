@@ -109,7 +109,8 @@ class MetricsWriter:
     start, not even step 0's eval: it is redone), rewritten atomically, so a resumed run's
     file equals a continuous one's. Every step up to the resumed
     one must have a readable record: a missing or garbled one would silently lose that step's
-    metrics and restart the cumulative counts, so it is an error.
+    metrics, so it is an error, unless config.checkpoint.resume_without_metrics accepts the
+    loss (a lost or emptied file; the cumulative counts come from the checkpoint).
     On several processes only process 0 reads and writes (the metrics it is given are the
     whole batch's, the same on every process); the others' writer does nothing."""
 
@@ -131,15 +132,22 @@ class MetricsWriter:
                     if step <= resume_step:
                         kept[step] = line if line.endswith("\n") else line + "\n"
         missing = sorted(set(range(1, resume_step + 1)) - kept.keys())
-        if missing:
+        lost = (f"{self.path}: no readable record of step(s) {_spans(missing)} before the "
+                f"resumed checkpoint (step {resume_step})"
+                + (f"; unreadable lines {_spans(bad)}" if bad else ""))
+        if missing and config is not None and config.checkpoint.resume_without_metrics:
+            log.warning("%s. Resuming without them (checkpoint.resume_without_metrics): their "
+                        "metrics are lost; the cumulative counts (cum_*, cost_*) go on from "
+                        "the checkpoint", lost)
+        elif missing:
             raise ValueError(
-                f"{self.path}: no readable record of step(s) {missing} before the resumed "
-                f"checkpoint (step {resume_step})" + (f"; unreadable lines {bad}" if bad else "")
-                + ". Repair or restore the file, or start a new workdir.")
-        if bad:
+                f"{lost}. Repair or restore the file, start a new workdir, or resume without "
+                f"them with --config.checkpoint.resume_without_metrics=True (their metrics are "
+                f"lost; the cumulative counts go on from the checkpoint).")
+        elif bad:
             log.warning("%s: dropping unreadable lines %s (steps after %d, redone)",
                             self.path, bad, resume_step)
-        self.last = json.loads(kept[resume_step]) if resume_step else {}
+        self.last = json.loads(kept[resume_step]) if resume_step in kept else {}
         _write_atomic(self.path, "".join(kept[k] for k in sorted(kept)))
         if config is not None and config.log.wandb:
             self.wandb = _start_wandb(config, workdir)
@@ -183,6 +191,17 @@ class MetricsWriter:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def _spans(numbers: list) -> str:
+    """[1, 2, 3, 7] -> '1-3, 7'."""
+    out = []
+    for n in numbers:
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
 
 
 def strict_json(rec: dict) -> dict:

@@ -243,6 +243,8 @@ def get_config(arg: str = ""):
     # exist but none is readable it stops unless start_over_if_unreadable.
     c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2, allow_config_change=False,
                                                   start_over_if_unreadable=False))
+    # Resume intact checkpoints whose metrics.jsonl lost records (they stay lost).
+    c.checkpoint.resume_without_metrics = False
     # wandb: also send the scalars to Weights & Biases (pip install wandb; imported only then)
     c.log = ml_collections.ConfigDict(dict(progress=True, wandb=False, wandb_project="ada_jax"))
 

@@ -238,3 +238,46 @@ def test_a_seed_out_of_range_is_refused_at_validation(field, value):
     with pytest.raises(ValueError, match=rf"config.{field}={value!r}: must be an integer in "
                                          rf"\[0, 2\*\*32 - 1\]"):
         validate(c)
+
+
+# ----------------------------------------------------------------------------- lost metrics
+@pytest.mark.parametrize("loss", ["deleted", "emptied"])
+def test_a_lost_metrics_file_resumes_when_asked(tmp_path, loss):
+    """Intact checkpoints, metrics.jsonl deleted or emptied: before, resuming was refused with
+    no way on. The refusal now names the flag that accepts the loss; with it the run resumes,
+    the lost steps' records stay lost, and the cumulative counts go on from the checkpoint."""
+    wd = str(tmp_path)
+    train.train_and_evaluate(_config("grpo", **{"rl.steps": 2, "checkpoint.every": 1}), wd)
+    path = os.path.join(wd, "metrics.jsonl")
+    with open(path) as f:
+        before = [json.loads(line) for line in f]
+    if loss == "deleted":
+        os.remove(path)
+    else:
+        open(path, "w").close()
+    c = _config("grpo", **{"rl.steps": 3, "checkpoint.every": 1})
+    with pytest.raises(ValueError, match=r"no readable record of step\(s\) 1-2 before the resumed "
+                                         r"checkpoint \(step 2\). .* --config.checkpoint."
+                                         r"resume_without_metrics=True \(their metrics are lost"):
+        train.train_and_evaluate(c, wd)
+    c.checkpoint.resume_without_metrics = True
+    met = train.train_and_evaluate(c, wd)
+    with open(path) as f:
+        after = [json.loads(line) for line in f]
+    assert [r["step"] for r in after] == [3]
+    assert met["cum_samples"] == before[-1]["cum_samples"] + met["samples_total"]
+    assert met["cost_samples"] > before[-1]["cost_samples"]
+
+
+@pytest.mark.parametrize("rc, why", [
+    (143, "(pre-empted: SIGTERM; the same command resumes from the saved checkpoint)"),
+    (137, "(signal 9)")])
+def test_launch_local_reports_143_as_a_preemption(tmp_path, rc, why):
+    """A process that saved its pre-emption checkpoint exits 143 (128 + SIGTERM); the launcher
+    said 'signal 15', as for a crash."""
+    out = subprocess.run([os.path.join(ROOT, "scripts", "launch_local.sh"), "1", "sh", "-c",
+                          f"exit {rc}"], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, LAUNCH_LOG_DIR=str(tmp_path)))
+    assert out.returncode == rc
+    assert f"launch_local: process 0 exited with status {rc} {why}; stopping the others" in (
+        out.stderr)
