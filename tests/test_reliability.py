@@ -70,7 +70,7 @@ def test_a_save_on_a_full_disk_leaves_no_partial_checkpoint(tmp_path):
     assert "checkpoint.py" in out.stderr and "in save" in out.stderr  # a save failed
     left = out.stdout.split("left: ")[-1].split()
     print(f"\nafter the failed save: {left}")
-    assert left and not [n for n in left if "orbax-checkpoint-tmp" in n], left
+    assert not [n for n in left if "orbax-checkpoint-tmp" in n], left
 
 
 # ----------------------------------------------------------------------------- bad inputs
