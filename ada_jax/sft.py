@@ -111,8 +111,9 @@ def check_base_dir(config, workdir: str) -> None:
         what, path = f"config.sft.base_dir={config.sft.base_dir!r}", config.sft.base_dir
         trained = os.path.isdir(path) and any(n.isdigit() for n in os.listdir(path))
         writes = [os.path.dirname(os.path.abspath(path))] + ([] if trained else [path])
-    elif os.path.isdir(os.path.join(workdir, "base")):
-        return
+    elif os.path.isdir(os.path.join(workdir, "base")) or (
+            jax.process_count() > 1 and not os.environ.get("ADA_JAX_CACHE")):
+        return  # the workdir's own base (base_dir)
     else:
         env = os.environ.get("ADA_JAX_CACHE")
         what = f"$ADA_JAX_CACHE={env!r} (the cache of SFT bases)" if env else (

@@ -401,8 +401,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
     if config.log.wandb:
         _wandb()  # a missing package stops the run now, not after SFT
     rundir.check(workdir)
-    sft.check_base_dir(config, workdir)
     sharding.maybe_initialize_distributed(config.distributed)  # each process's lock
+    sft.check_base_dir(config, workdir)
     created, started = rundir.make(workdir), False
     try:
         with rundir.lock(workdir):
