@@ -1,7 +1,9 @@
 """Orbax checkpoints: array state (params, optimizer, DARO weights) + JSON metadata per step.
 
 Saves are synchronous and atomic (orbax writes a temporary directory and renames it when the
-save is complete), so a crash mid-save leaves the previous checkpoint intact. Each save also
+save is complete), so a crash mid-save leaves the previous checkpoint intact; the temporary
+directory it leaves is removed by the next run on the directory (`remove_partial`), and one
+of a save that fails by the save itself. Each save also
 records every array's shape, dtype and a checksum of its bytes in the metadata, so restore can
 tell apart
 - a checkpoint saved under another config (other shapes): `CheckpointMismatch`, nothing moved;
@@ -16,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 
 import jax
@@ -27,6 +30,7 @@ log = logging.getLogger(__name__)
 
 _SIGNATURE = "_arrays"  # meta key: {leaf path: [shape, dtype, checksum]}
 _META_SUM = "_meta_sha256"  # meta key: SHA-256 of the rest of the metadata (meta_checksum)
+_PARTIAL = ".orbax-checkpoint-tmp"  # in the name of orbax's folder of a save in progress
 
 
 class CheckpointMismatch(ValueError):
@@ -82,11 +86,34 @@ class Checkpointer:
                                                  enable_async_checkpointing=False))
 
     def save(self, step: int, arrays, meta: dict) -> None:
+        """Save `step`; a save that fails (a full disk) leaves no partial folder behind."""
         meta = {**meta, _SIGNATURE: signature(arrays)}
         meta[_META_SUM] = meta_checksum(meta)
-        self.manager.save(step, args=ocp.args.Composite(
-            arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True)
-        self.manager.wait_until_finished()
+        try:
+            self.manager.save(step, args=ocp.args.Composite(
+                arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True)
+            self.manager.wait_until_finished()
+        except BaseException:
+            self.remove_partial(step)
+            raise
+
+    def remove_partial(self, step: int | None = None) -> list:
+        """Remove the temporary folders of unfinished saves (`<step>.orbax-checkpoint-tmp…`,
+        of `step` or of any step), process 0 only; returns their names. Orbax removes one only
+        when it saves that step again, and a pre-emption's step is off schedule, so one left
+        by a kill mid-save (or a full disk: most of a checkpoint) would stay for good. Call it
+        at start only while holding the directory's lock: a live run's save is a temp folder
+        too."""
+        if jax.process_index() != 0 or not os.path.isdir(self.directory):
+            return []
+        gone = sorted(name for name in os.listdir(self.directory) if _PARTIAL in name
+                      and (step is None or name.startswith(f"{step}.")))
+        for name in gone:
+            shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+        if gone:
+            log.warning("%s: removed the partial checkpoint(s) of an unfinished save: %s",
+                        self.directory, ", ".join(gone))
+        return gone
 
     def _restore(self, step: int, abstract_arrays):
         """(arrays, meta) of one step; CheckpointMismatch for other shapes, any other exception

@@ -97,6 +97,12 @@ TOY_MODELS = ("tiny", "small")
 _FILE_TASKS, _TOY_TASKS = ("files", "tfds_files"), ("embedded", "families", "tfds_embedded")
 _BOOLS = ("checkpoint.allow_config_change", "checkpoint.start_over_if_unreadable",
           "rl.share_prompts")
+# Collapse detection (ada_jax/collapse.py); resuming a workdir whose metrics.jsonl is lost.
+_NON_NEGATIVE_INTS += ("optim.collapse_steps",)
+_BOOLS += ("optim.stop_on_collapse", "checkpoint.resume_without_metrics")
+# Seeds: jax.random.key wraps any other value silently (-1 and 2**32 - 1 give one key, 2**32
+# and 0 another) and the data order's numpy generator refuses a negative one at step 1.
+_SEEDS = ("seed", "task.seed")
 
 
 def _get(config, dotted: str) -> Any:
@@ -204,6 +210,10 @@ def validate(config, overrides_pending: bool = False) -> None:
     for name in _BOOLS:
         if not isinstance(_get(config, name), bool):
             raise ValueError(f"config.{name}={_get(config, name)!r}: must be True or False")
+    for name in _SEEDS:
+        v = _get(config, name)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2 ** 32:
+            raise ValueError(f"config.{name}={v!r}: must be an integer in [0, 2**32 - 1]")
     m = config.model
     extra = m.extra_eos_tokens
     if (not isinstance(extra, (tuple, list)) or not all(isinstance(t, str) for t in extra)
@@ -378,6 +388,7 @@ def check_task(config) -> None:
 RESUMABLE = ("rl.steps", "rl.cost_budget", "eval.every", "eval.every_cost", "checkpoint", "log", "mesh", "distributed",
              "sharding_rules", "model.remat", "rl.microbatches", "sampling.prefill_chunk",
              "task.verifier_workers", "optim.max_update_ratio", "optim.max_skipped_steps")
+RESUMABLE += ("optim.collapse_steps", "optim.stop_on_collapse")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:

@@ -283,6 +283,11 @@ FIELDS = {
                                 "applied in between (non-finite or oversized: divergence; 0 = "
                                 "never)",
                                 "—"),
+    "optim.collapse_steps": ("a collapse: reward (and training-prompt accuracy where "
+                             "evaluated) 0 for this many steps in a row after being positive; "
+                             "warned once, `collapsed` in the metrics (0 = never watch)", "—"),
+    "optim.stop_on_collapse": ("stop a collapsed run (exit 1) instead of only warning; "
+                               "resumed, it stops again while collapsed", "—"),
     # SFT warm start
     "sft.steps": ("warm-start SFT steps before RL (0 = none)", "— / SFTConfig.max_steps"),
     "sft.batch_size": ("SFT batch size", "— / SFTConfig.per_device_train_batch_size"),
@@ -310,6 +315,10 @@ FIELDS = {
                                        "— / (resume_from_checkpoint)"),
     "checkpoint.start_over_if_unreadable": ("no readable checkpoint: start at step 0 instead "
                                             "of stopping", "—"),
+    "checkpoint.resume_without_metrics": ("resume intact checkpoints although metrics.jsonl "
+                                          "lost records (deleted, emptied): those steps' "
+                                          "metrics stay lost, cum_* go on from the checkpoint",
+                                          "—"),
     "log.progress": ("progress bars", "— / disable_tqdm (inverse)"),
     "log.wandb": ("also log the metrics.jsonl scalars to Weights & Biases (process 0; "
                   "needs `pip install wandb`)", "trainer.logger / report_to"),

@@ -59,6 +59,20 @@ def _like(default, value):
     return value
 
 
+def read_saved(path: str) -> dict:
+    """A workdir's config.json as a dict; ValueError naming the file when it is unreadable or
+    not a JSON object (a list, a number: not a config)."""
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is unreadable ({e}): repair it or start a new workdir") from e
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} holds a JSON {type(saved).__name__}, not a run's config (an "
+                         f"object of fields): repair or remove it, or pass another --workdir")
+    return saved
+
+
 def for_workdir(config, argv, workdir: str):
     """The config to run on `workdir`: `config` (as the command line built it: file, variant
     args, overrides) when the workdir has no config.json or the command line names other
@@ -67,11 +81,7 @@ def for_workdir(config, argv, workdir: str):
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
         return config
-    try:
-        with open(path) as f:
-            saved = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path} is unreadable ({e}): repair it or start a new workdir") from e
+    saved = read_saved(path)
     ran = {k: dict(leaves(saved)).get(k) for k in VARIANTS}
     given = {k: _get(config, k) for k in VARIANTS}
     if explicit_spec(argv) is not None and ran != given:

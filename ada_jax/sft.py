@@ -99,6 +99,43 @@ def base_dir(config, workdir: str, tokenizer=None) -> str:
     return os.path.join(cache_dir(), "bases", sft_key(sft_fingerprint(config, tokenizer)))
 
 
+def check_base_dir(config, workdir: str) -> None:
+    """Refuse, before any work, a place for the base that SFT could not use: sft.base_dir or
+    $ADA_JAX_CACHE a file (or under one), or not writable where SFT writes: the lock beside
+    sft.base_dir and, while it holds no base yet, the folder itself; the cache's folder (each
+    base and its lock go there). Nothing to check when no SFT runs (init_from, sft.steps 0) or
+    the workdir holds its own base."""
+    if config.model.init_from or not config.sft.steps:
+        return
+    if config.sft.get("base_dir", ""):
+        what, path = f"config.sft.base_dir={config.sft.base_dir!r}", config.sft.base_dir
+        trained = os.path.isdir(path) and any(n.isdigit() for n in os.listdir(path))
+        writes = [os.path.dirname(os.path.abspath(path))] + ([] if trained else [path])
+    elif os.path.isdir(os.path.join(workdir, "base")) or (
+            jax.process_count() > 1 and not os.environ.get("ADA_JAX_CACHE")):
+        return  # the workdir's own base (base_dir)
+    else:
+        env = os.environ.get("ADA_JAX_CACHE")
+        what = f"$ADA_JAX_CACHE={env!r} (the cache of SFT bases)" if env else (
+            f"the cache of SFT bases {cache_dir()} (set $ADA_JAX_CACHE to move it)")
+        path = cache_dir()
+        writes = [path]
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise NotADirectoryError(f"{what}: {existing} is a file, not a directory: name a "
+                                 f"directory")
+    for d in writes:
+        d = os.path.abspath(d)
+        while not os.path.exists(d):
+            d = os.path.dirname(d)
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise PermissionError(f"{what}: {d} is not writable (permissions or a read-only "
+                                  f"filesystem), and SFT writes its base and a lock there: "
+                                  f"make it writable or name another directory")
+
+
 def init_params(config, mesh, seed: int):
     cfg = model_lib.ModelConfig.from_config(config.model)
     return sharding.init_sharded(lambda: model_lib.Transformer(cfg, nnx.Rngs(seed)), mesh,
@@ -222,6 +259,7 @@ def train_base(config, out_dir: str, mesh, tokenizer, init=None):
     every = s.get("checkpoint_every", 0) or max(1, s.steps // 10)
     progress_dir = os.path.join(out_dir, "progress")
     progress = Checkpointer(progress_dir, keep=1)
+    progress.remove_partial()  # of a save cut short (the caller holds the base's lock)
     start = _restore_progress(progress, params, opt_state, config)
     if start is not None:
         start, params, opt_state, meta = start

@@ -53,7 +53,16 @@ def maybe_initialize_distributed(dist_config) -> None:
                 raise ValueError(f"config.distributed.{field}={seconds!r}: must be a positive "
                                  f"integer (seconds)")
             kwargs[arg] = seconds
-    jax.distributed.initialize(**kwargs)  # no address: auto-detect on TPU pods / SLURM
+    try:
+        jax.distributed.initialize(**kwargs)  # no address: auto-detect on TPU pods / SLURM
+    except ValueError as e:
+        if dist_config.coordinator_address or "coordinator" not in str(e):
+            raise
+        raise ValueError(
+            "config.distributed.enabled=True but no cluster was detected (SLURM, Open MPI, a "
+            "TPU pod, Kubernetes) and config.distributed.coordinator_address is empty: launch "
+            "under srun or scripts/launch_local.sh, set coordinator_address, num_processes and "
+            f"process_id, or leave distributed.enabled False (JAX: {e})") from None
     if jax.process_count() > 1:
         sys.excepthook = exit_at_once
     log.info("jax.distributed: process %d of %d, %d local / %d global devices",

@@ -169,18 +169,13 @@ def load_tokenizer(config) -> Tokenizer:
     (config.task.system_prompt; "" = no system message) for `encode_prompt`."""
     m = config.model
     path = m.get("tokenizer", "") or m.get("init_from", "")
+    field = "tokenizer" if m.get("tokenizer", "") else "init_from"
     if path in ASSET_MODELS:
         tok = SentencePieceTokenizer(asset=ASSET_MODELS[path])
-    elif not path or path.endswith(".model"):
-        tok = SentencePieceTokenizer(path or None)
+    elif not path:
+        tok = SentencePieceTokenizer()
     else:
-        field = "tokenizer" if m.get("tokenizer", "") else "init_from"
-        if not os.path.exists(os.path.join(path, "tokenizer.json") if os.path.isdir(path)
-                              else path):
-            raise FileNotFoundError(f"config.model.{field}={path!r}: no tokenizer.json there; "
-                                    f"set config.model.tokenizer")
-        tok = HFTokenizer(path, eos_token=m.get("eos_token", ""),
-                          pad_token=m.get("pad_token", ""))
+        tok = _named(f"config.model.{field}={path!r}", _load_file, path, m)
     if tok.vocab_size > m.vocab_size:
         raise ValueError(f"tokenizer {path or EMBEDDED_MODEL!r} has {tok.vocab_size} tokens, more "
                          f"than config.model.vocab_size={m.vocab_size}")
@@ -191,6 +186,40 @@ def load_tokenizer(config) -> Tokenizer:
     tok.system_prompt = config.task.get("system_prompt", SYSTEM_MATH) or None
     extra_eos_ids(tok, config)  # fail now, not at the first sampling call
     return tok
+
+
+def _load_file(path: str, m) -> Tokenizer:
+    """A sentencepiece `*.model` or a tokenizer.json (or its folder) at `path`."""
+    if path.endswith(".model"):
+        kind = "sentencepiece model"
+    else:
+        kind = "Hugging Face tokenizer.json"
+        if os.path.isdir(path):
+            path = os.path.join(path, "tokenizer.json")
+    if not os.path.exists(path):
+        dangling = f" (a dangling link to {os.readlink(path)!r})" if os.path.islink(path) else ""
+        raise FileNotFoundError(f"no {kind} at {path}{dangling}; set config.model.tokenizer")
+    if not os.path.isfile(path):
+        raise OSError(f"{path} is not a regular file: name a {kind}")
+    try:
+        if kind == "sentencepiece model":
+            return SentencePieceTokenizer(path)
+        return HFTokenizer(path, eos_token=m.get("eos_token", ""), pad_token=m.get("pad_token", ""))
+    except (OSError, ValueError):
+        raise
+    except Exception as e:  # sentencepiece's RuntimeError, tokenizers' bare Exception
+        raise ValueError(f"{path} is not a readable {kind} ({type(e).__name__}: "
+                         f"{str(e).strip()[:200]})") from None
+
+
+def _named(what: str, fn, *args):
+    """fn(*args), its OSError or ValueError prefixed with `what` (the config field)."""
+    try:
+        return fn(*args)
+    except OSError as e:
+        raise type(e)(f"{what}: {e}") from None
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
 
 
 def extra_eos_ids(tokenizer: Tokenizer, config) -> tuple[int, ...]:

@@ -7,7 +7,8 @@ Metrics go to `metrics.jsonl` (strict JSON) and TensorBoard (`tb/`) every step; 
 every `eval.every` steps and on the `eval.every_cost` grid; checkpoints every
 `checkpoint.every` steps, at the end (`rl.steps`, or the step that spends `rl.cost_budget`),
 and at a pre-emption notice (ada_jax.preemption). The workdir is locked for the run
-(ada_jax.rundir); a diverging run stops (`Diverged`, optim.max_skipped_steps).
+(ada_jax.rundir); a diverging run stops (`Diverged`, optim.max_skipped_steps), and so does a
+collapsing one (`collapse.Collapsed`, optim.collapse_steps, optim.stop_on_collapse).
 
 Shapes: B prompts per step, G kept samples per prompt, R = B·G training rows, P prompt
 length, N max new tokens.
@@ -25,8 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ada_jax import (adaptive, collect, evaluate, generators, learn, preemption, rundir,
-                     selection, sharding, sft)
+from ada_jax import (adaptive, collapse, collect, evaluate, generators, learn, preemption,
+                     run_config, rundir, selection, sharding, sft)
 from ada_jax import model as model_lib
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
 from ada_jax.config_check import config_changes, validate
@@ -107,7 +108,8 @@ class MetricsWriter:
     start, not even step 0's eval: it is redone), rewritten atomically, so a resumed run's
     file equals a continuous one's. Every step up to the resumed
     one must have a readable record: a missing or garbled one would silently lose that step's
-    metrics and restart the cumulative counts, so it is an error.
+    metrics, so it is an error, unless config.checkpoint.resume_without_metrics accepts the
+    loss (a lost or emptied file; the cumulative counts come from the checkpoint).
     On several processes only process 0 reads and writes (the metrics it is given are the
     whole batch's, the same on every process); the others' writer does nothing."""
 
@@ -129,15 +131,22 @@ class MetricsWriter:
                     if step <= resume_step:
                         kept[step] = line if line.endswith("\n") else line + "\n"
         missing = sorted(set(range(1, resume_step + 1)) - kept.keys())
-        if missing:
+        lost = (f"{self.path}: no readable record of step(s) {_spans(missing)} before the "
+                f"resumed checkpoint (step {resume_step})"
+                + (f"; unreadable lines {_spans(bad)}" if bad else ""))
+        if missing and config is not None and config.checkpoint.resume_without_metrics:
+            log.warning("%s. Resuming without them (checkpoint.resume_without_metrics): their "
+                        "metrics are lost; the cumulative counts (cum_*, cost_*) go on from "
+                        "the checkpoint", lost)
+        elif missing:
             raise ValueError(
-                f"{self.path}: no readable record of step(s) {missing} before the resumed "
-                f"checkpoint (step {resume_step})" + (f"; unreadable lines {bad}" if bad else "")
-                + ". Repair or restore the file, or start a new workdir.")
-        if bad:
+                f"{lost}. Repair or restore the file, start a new workdir, or resume without "
+                f"them with --config.checkpoint.resume_without_metrics=True (their metrics are "
+                f"lost; the cumulative counts go on from the checkpoint).")
+        elif bad:
             log.warning("%s: dropping unreadable lines %s (steps after %d, redone)",
                             self.path, bad, resume_step)
-        self.last = json.loads(kept[resume_step]) if resume_step else {}
+        self.last = json.loads(kept[resume_step]) if resume_step in kept else {}
         _write_atomic(self.path, "".join(kept[k] for k in sorted(kept)))
         if config is not None and config.log.wandb:
             self.wandb = _start_wandb(config, workdir)
@@ -181,6 +190,17 @@ class MetricsWriter:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def _spans(numbers: list) -> str:
+    """[1, 2, 3, 7] -> '1-3, 7'."""
+    out = []
+    for n in numbers:
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
 
 
 def strict_json(rec: dict) -> dict:
@@ -262,12 +282,7 @@ def check_resume(config, workdir: str) -> None:
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
         return
-    try:
-        with open(path) as f:
-            saved = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path} is unreadable ({e}): repair it or start a new workdir") from e
-    changed, only_one = config_changes(saved, config)
+    changed, only_one = config_changes(run_config.read_saved(path), config)
     if only_one:
         log.warning("%s: fields only in the saved or only in the new config (another code "
                         "version?), not compared: %s", path, ", ".join(only_one))
@@ -386,6 +401,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         _wandb()  # a missing package stops the run now, not after SFT
     rundir.check(workdir)
     sharding.maybe_initialize_distributed(config.distributed)  # each process's lock
+    sft.check_base_dir(config, workdir)
     created, started = rundir.make(workdir), False
     try:
         with rundir.lock(workdir):
@@ -414,6 +430,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
     replay = sft.Replay(c, ctx.tokenizer) if c.loss.replay_coef > 0 else None
     task_metrics = task_of(c).train_metrics  # the task's own per-step metrics, or None
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), c.checkpoint.keep)
+    ckpt.remove_partial()  # of a save cut short (this process holds the workdir's lock)
     start = 0
     try:
         restored = restore_checkpoint(ckpt, trainable, opt_state,
@@ -421,8 +438,10 @@ def _train(ctx: Context, params, workdir: str) -> dict:
     except UnreadableCheckpoints as e:
         raise UnreadableCheckpoints(f"{e} Or set --config.checkpoint.start_over_if_unreadable"
                                     f"=True to train this workdir from step 0.") from None
+    watch = collapse.Watch(c.optim.collapse_steps, c.eval.k)
     if restored is not None:
         start, trainable, opt_state, meta = restored
+        watch.restore(meta.get("collapse"))
         iterator.restore(meta["iterator"])
         state.update(collect.restore(meta))
         if replay is not None and "replay" in meta:
@@ -451,6 +470,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
         ckpt.save(step, arrays,
                   {"iterator": sharding.allgather_json(iterator.state()),
                    **collect.checkpoint(state), "step": step, "totals": dict(totals),
+                   "collapse": watch.state(),
                    **({"replay": replay.state()} if replay is not None else {})})
 
     bar, skipped = _progress(c, start), 0  # updates skipped since the last one applied
@@ -458,8 +478,10 @@ def _train(ctx: Context, params, workdir: str) -> dict:
     with sharding.activate(ctx.mesh, c.sharding_rules), preemption.Notice() as notice, \
             contextlib.closing(writer), contextlib.closing(ckpt), contextlib.closing(bar):
         if start == 0 and (c.eval.every or c.eval.every_cost):
-            writer.write(0, run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, 0))
-                         | {f"cum_{k}": v for k, v in totals.items()} | cost(totals))
+            first = (run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, 0))
+                     | {f"cum_{k}": v for k, v in totals.items()} | cost(totals))
+            watch.update(0, first)
+            writer.write(0, first)
         end = start if out_of_budget(c, cost(totals)["cost_samples"]) else c.rl.steps
         for step in range(start, end):
             t0 = time.perf_counter()
@@ -507,6 +529,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             if eval_due(c, done, last, met["cost_samples"], met["cost_samples"]
                         - met["samples_launched"] - met["samples_trained"]):
                 met.update(run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, done)))
+            if watch.update(done, met):
+                log.warning("%s. %s", watch.describe(done, met), _collapse_advice(c))
             writer.write(done, met, {"pass_rate": pass_rate_B, "samples_per_prompt": pool_n_B,
                                      "response_length": lens})
             # Saved after a skipped (non-finite) update too: the state is the previous, finite
@@ -527,6 +551,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
                     f"update_ratio {lmet['update_ratio']:g}): the run diverged. Lower "
                     f"optim.lr ({c.optim.lr:g}) and resume with "
                     f"--config.checkpoint.allow_config_change=True")
+            if c.optim.stop_on_collapse and met.get("collapsed"):
+                raise collapse.Collapsed(f"{watch.describe(done, met)}. {_collapse_advice(c)}")
             bar.update(1)
             bar.set_postfix(reward=f"{met['reward_mean']:.2f}",
                             eff=f"{met['effective_prompt_ratio']:.2f}",
@@ -536,6 +562,16 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             if last:
                 break
     return met
+
+
+def _collapse_advice(config) -> str:
+    o = config.optim
+    return (f"A learning rate too high for the model is the usual cause: start again with a "
+            f"lower optim.lr ({o.lr:g}) in a new --workdir (this one's checkpoints hold the "
+            f"collapsed policy). " + ("The run stops (optim.stop_on_collapse); "
+                                      "--config.optim.stop_on_collapse=False trains on"
+                                      if o.stop_on_collapse else
+                                      "optim.stop_on_collapse=True would stop the run here"))
 
 
 def cost(totals: dict) -> dict:

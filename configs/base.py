@@ -224,6 +224,9 @@ def get_config(arg: str = ""):
         lr=1e-4, warmup_steps=10, grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999,
         eps=1e-8, daro_lr=0.0,  # daro_lr: DARO log-weights' own lr (0 = optim.lr)
         max_update_ratio=1.0, max_skipped_steps=5))  # divergence: skip, then stop
+    # Collapse (ada_jax/collapse.py): reward and training-prompt accuracy 0 for this many steps
+    # after being positive (0 = never watch); stop the run then (exit 1) or only warn.
+    c.optim.update(dict(collapse_steps=5, stop_on_collapse=True))
 
     # Embedded task only: careful_share is the share of SFT targets in the worked
     # line-by-line style (the rest box the answer at once: the choice RL learns), and SFT sees
@@ -243,6 +246,8 @@ def get_config(arg: str = ""):
     # exist but none is readable it stops unless start_over_if_unreadable.
     c.checkpoint = ml_collections.ConfigDict(dict(every=20, keep=2, allow_config_change=False,
                                                   start_over_if_unreadable=False))
+    # Resume intact checkpoints whose metrics.jsonl lost records (they stay lost).
+    c.checkpoint.resume_without_metrics = False
     # wandb: also send the scalars to Weights & Biases (pip install wandb; imported only then)
     c.log = ml_collections.ConfigDict(dict(progress=True, wandb=False, wandb_project="ada_jax"))
 

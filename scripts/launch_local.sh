@@ -15,7 +15,7 @@
 # Process 0 prints to the terminal; every process i logs to $LAUNCH_LOG_DIR/process_i.log
 # (default: a new directory under /tmp, named on stderr). When a process fails the others are
 # stopped at once (the launcher names the failed process in each one's log) and the script
-# exits with its status (128 + N for signal N). On a machine with GPUs, process i uses GPU i
+# exits with its status (128 + N for signal N; 143, a pre-emption's, is reported as one). On a machine with GPUs, process i uses GPU i
 # (as one task per GPU under srun).
 set -u
 usage="usage: scripts/launch_local.sh N COMMAND [ARGS...]"
@@ -58,7 +58,11 @@ while ((${#running[@]})); do
   if ((rc != 0)); then
     status=$rc
     for i in "${!pids[@]}"; do [[ ${pids[$i]} == "$done_pid" ]] && failed=$i; done
-    why="process $failed exited with status $rc$( ((rc > 128)) && echo " (signal $((rc - 128)))")"
+    case $rc in  # 143 = 128 + SIGTERM: a pre-emption (ada_jax.preemption), not a failure
+      143) what=" (pre-empted: SIGTERM; the same command resumes from the saved checkpoint)" ;;
+      *) what=$( ((rc > 128)) && echo " (signal $((rc - 128)))") ;;
+    esac
+    why="process $failed exited with status $rc$what"
     echo "launch_local: $why; stopping the others (logs in $logs)" >&2
     for i in "${!pids[@]}"; do  # each survivor's log says why it stopped
       ((i != failed)) && echo "launch_local: $why; stopping process $i" >> "$logs/process_$i.log"

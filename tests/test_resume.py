@@ -224,5 +224,5 @@ def test_garbled_metrics_record_is_an_error(tmp_path):
     assert writer.last == {"step": 2, "cum_samples": 20, "reward_mean": 0.2}
     with open(path, "w") as f:
         f.writelines([lines[0], lines[1].replace('"step"', '"st\x00p'), lines[2]])
-    with pytest.raises(ValueError, match=r"step\(s\) \[1\].*unreadable lines \[2\]"):
+    with pytest.raises(ValueError, match=r"step\(s\) 1 before .*; unreadable lines 2\. "):
         train.MetricsWriter(str(tmp_path), 2)

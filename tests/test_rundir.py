@@ -1,5 +1,6 @@
 """The run directory (ada_jax/rundir.py): one run per workdir, and a workdir or data path that
 cannot serve is refused before any work, naming the path and the fix."""
+import errno
 import json
 import logging
 import os
@@ -7,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -58,7 +60,12 @@ def test_a_second_run_on_a_live_workdir_is_refused(tmp_path, caplog):
     assert not (wd / "run.lock").exists()  # released
 
 
-def test_the_lock_is_released_on_any_exit_and_waits_when_asked(tmp_path):
+@pytest.mark.parametrize("flock", [True, False])
+def test_the_lock_is_released_on_any_exit_and_waits_when_asked(tmp_path, monkeypatch, flock):
+    """With flock and without it (the record linked into place): a second hold is refused,
+    naming the holder, or waits until the first is released."""
+    if not flock:
+        monkeypatch.setattr(rundir.fcntl, "flock", _no_flock)
     path = str(tmp_path / "x.lock")
     with pytest.raises(KeyError):
         with rundir.hold(path):
@@ -69,6 +76,26 @@ def test_the_lock_is_released_on_any_exit_and_waits_when_asked(tmp_path):
     assert not os.path.exists(path)
     with rundir.hold(path):  # free again
         pass
+    order = []
+
+    def first():
+        with rundir.hold(path):
+            order.append("first holds")
+            time.sleep(0.5)
+            order.append("first releases")
+    t = threading.Thread(target=first)
+    t.start()
+    while not order:
+        time.sleep(0.01)
+    with rundir.hold(path, wait=True):
+        order.append("second holds")
+    t.join()
+    assert order == ["first holds", "first releases", "second holds"]
+    assert not os.listdir(tmp_path)
+
+
+def _no_flock(*args):
+    raise OSError(errno.ENOLCK, "No locks available")
 
 
 @pytest.mark.parametrize("make, match", [
@@ -123,3 +150,47 @@ def test_a_read_only_workdir_is_refused_before_sft(tmp_path):
     assert (f"PermissionError: workdir {wd} is not writable (permissions or a read-only "
             f"filesystem): make it writable or pass another --workdir") in out.stderr
     assert "SFT" not in out.stderr and "step" not in out.stdout
+
+
+def _race(tmp_path, takers: int, wait: bool, hold_s: float, stale=None):
+    """`takers` processes forked by tests/lock_taker.py (flock unavailable) take one lock at
+    the same moment; returns (times the lock was taken, overlaps: takes while another taker
+    held it, takers refused)."""
+    tmp_path.mkdir()
+    lock, log = tmp_path / "x.lock", tmp_path / "log"
+    log.write_text("")
+    if stale is not None:
+        lock.write_text(json.dumps(stale))
+    out = helpers.run([sys.executable, os.path.join(ROOT, "tests", "lock_taker.py"), str(lock),
+                       str(log), str(takers), str(int(wait)), str(hold_s)],
+                      env=dict(os.environ, PYTHONPATH=ROOT), check=True)
+    inside, overlaps, taken = 0, 0, 0
+    for line in log.read_text().split("\n"):
+        if line.startswith("in "):
+            taken += 1
+            overlaps += inside > 0
+            inside += 1
+        elif line.startswith("out "):
+            inside -= 1
+    assert not lock.exists() and not list(tmp_path.glob("x.lock.*"))  # nothing left behind
+    return taken, overlaps, int(out.stdout)
+
+
+def test_without_flock_200_simultaneous_takers_never_overlap(tmp_path):
+    """On a filesystem without flock the lock is a record linked into place. Before, the
+    record was read and then written: 4 of 200 simultaneous starts held the lock together, and
+    `wait` did not wait. Now none overlap; with `wait` every one takes it in turn, and a stale
+    record (a dead pid) is taken over by one of them."""
+    t = time.monotonic()
+    taken, overlaps, busy = _race(tmp_path / "a", 200, wait=False, hold_s=0.2)
+    print(f"\n200 takers at once, no wait: taken {taken}, overlaps {overlaps}, refused {busy} "
+          f"({time.monotonic() - t:.1f} s)")
+    assert overlaps == 0 and taken >= 1 and taken + busy == 200
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    stale = {"pid": dead.pid, "host": socket.gethostname(), "started": "then"}
+    t = time.monotonic()
+    taken, overlaps, busy = _race(tmp_path / "b", 200, wait=True, hold_s=0.002, stale=stale)
+    print(f"200 takers at once, waiting, over a stale lock: taken {taken}, overlaps "
+          f"{overlaps} ({time.monotonic() - t:.1f} s)")
+    assert (taken, overlaps, busy) == (200, 0, 0)

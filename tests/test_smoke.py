@@ -2,28 +2,35 @@
 the user's command, in a subprocess on one CPU device (a user's, not conftest's 8 fake ones)."""
 import json
 import os
+import re
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _smoke(workdir, *flags):
+    env = dict(os.environ, XLA_FLAGS=" ".join(
+        f for f in os.environ.get("XLA_FLAGS", "").split()
+        if not f.startswith("--xla_force_host_platform_device_count")))
+    return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"),
+                           f"--config={ROOT}/configs/base.py:smoke=True", f"--workdir={workdir}",
+                           "--plots=false", "--config.log.progress=false", *flags],
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
 def test_smoke_run_learns(tmp_path):
     """Over the 6 RL steps the reward, the accuracy on the 8 training prompts and the share of
     held-out responses that open with their family's right marker all rise clearly (the
     measured values: `ada_jax/tasks/families.py`, `configure`)."""
-    env = dict(os.environ, XLA_FLAGS=" ".join(
-        f for f in os.environ.get("XLA_FLAGS", "").split()
-        if not f.startswith("--xla_force_host_platform_device_count")))
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"),
-                    f"--config={ROOT}/configs/base.py:smoke=True", f"--workdir={tmp_path}",
-                    "--plots=false", "--config.log.progress=false"],
-                   env=env, check=True, capture_output=True, text=True, timeout=600)
+    proc = _smoke(tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     with open(tmp_path / "metrics.jsonl") as f:
         records = [json.loads(line) for line in f]
     evals = [r for r in records if "eval/avg@32" in r]
     rewards = [r["reward_mean"] for r in records if "reward_mean" in r]
     assert [r["step"] for r in evals] == [0, 2, 4, 6] and len(rewards) == 6
+    assert [r["collapsed"] for r in records] == [0] * 7  # watched, and no collapse
     first, last = evals[0], evals[-1]
     assert rewards[-1] > rewards[0] + 0.25, rewards
     assert last["train_eval/avg@32"] > first["train_eval/avg@32"] + 0.3, evals
@@ -31,3 +38,25 @@ def test_smoke_run_learns(tmp_path):
     assert last["eval/right_marker_share"] > first["eval/right_marker_share"] + 0.1, evals
     # The console summary shows what rose, not only the held-out accuracy.
     assert "training prompts avg@32: " in proc.stdout and "right-marker share: " in proc.stdout
+
+
+def test_smoke_run_at_ten_times_its_lr_collapses_and_stops(tmp_path):
+    """lr 1e-2 (10x the smoke's): updates of 0.03-0.06 of the params' norm, under the
+    divergence guard, wreck the policy: reward 0 at every step, training-prompt accuracy
+    0.066 -> 0. Before, the run ended with status 0 and no word; now step 5 (optim.collapse_steps
+    zero steps after the positive step-0 accuracy) warns, is flagged in the metrics, and the run
+    stops with exit 1 and the reason on its last line. The control: test_smoke_run_learns."""
+    proc = _smoke(tmp_path, "--config.optim.lr=1e-2")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert re.match(r"ada_jax: the run stops: Collapsed: step 5: the policy collapsed: reward 0 "
+                    r"\(and training-prompt accuracy 0 where evaluated\) at every step since "
+                    r"step 1, after a training-prompt accuracy of 0\.0\d+ at step 0", last), last
+    assert "lower optim.lr (0.01)" in last
+    warnings = re.findall(r"^W.*\] step 5: the policy collapsed", proc.stderr, re.M)
+    assert len(warnings) == 1, proc.stderr[-3000:]  # the warning, once, before the stop
+    with open(tmp_path / "metrics.jsonl") as f:
+        records = [json.loads(line) for line in f]
+    assert [r["collapsed"] for r in records] == [0, 0, 0, 0, 0, 1]
+    assert all(r["reward_mean"] == 0 for r in records[1:])
+    assert all(r["train_eval/avg@32"] == 0 for r in records[1:] if "train_eval/avg@32" in r)

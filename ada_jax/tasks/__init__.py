@@ -185,7 +185,11 @@ def load_split(config, split: str, tokenizer=None) -> Sequence[Problem]:
         spec = eval_files if split == "eval" and eval_files else t.files
         mine = lambda p: bool(eval_files) or split_of(p.question) == split
         in_split_check = check and (lambda p: check(p) if mine(p) else None)
-        problems, skipped = load_files(spec, field_map, t.on_bad_row, in_split_check)
+        field = "eval_files" if split == "eval" and eval_files else "files"
+        try:
+            problems, skipped = load_files(spec, field_map, t.on_bad_row, in_split_check)
+        except OSError as e:  # missing, dangling, a directory, not a regular file: which field
+            raise type(e)(f"config.task.{field}={spec!r}: {e}") from None
         if skipped:
             log.warning("%s: skipped %d bad rows", spec, skipped)
         return [p for p in problems if mine(p)]

@@ -17,6 +17,7 @@ import glob
 import json
 import os
 import re
+import stat
 from typing import Callable, Iterator, Mapping
 
 from ada_jax.rewards.math_verifier import last_boxed
@@ -193,6 +194,19 @@ def load_file(path: str, field_map: Mapping[str, str] | None = None, on_bad_row:
     return problems, skipped
 
 
+def _check_regular(path: str) -> None:
+    """A data path must be a regular file: a dangling link fails to open, and a FIFO, socket
+    or device could block the run (and its workdir's lock) forever in open()."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is a dangling symbolic link (to "
+                                f"{os.readlink(path)!r})") from None
+    if not stat.S_ISREG(mode):
+        raise OSError(f"{path} is not a regular file (a FIFO, socket or device: reading it "
+                      f"could wait forever): name a data file")
+
+
 def load_files(spec: str, field_map: Mapping[str, str] | None = None, on_bad_row: str = "error",
                check: Callable[[Problem], str | None] | None = None
                ) -> tuple[list[Problem], int]:
@@ -206,6 +220,8 @@ def load_files(spec: str, field_map: Mapping[str, str] | None = None, on_bad_row
         for m in filter(os.path.isdir, matches):
             raise IsADirectoryError(f"{part!r} names the directory {m}, not a data file: name "
                                     f"its files, e.g. {os.path.join(part, '*.jsonl')!r}")
+        for m in matches:
+            _check_regular(m)
         paths += matches
     problems, skipped = [], 0
     for path in paths:
