@@ -76,18 +76,20 @@ _IN_RANGE = {
     "loss.clip_low": (0, 1, False),  # the ratio's lower clip 1 - clip_low stays > 0
     "adaptive.est_decay": (0, 1, True),  # Ada-Est history factor λ
 }
-# Issue 29's policies (ada_jax/policies/greso.py, pilot_commit.py, conformal.py); the rest of
-# their checks: _check_history_policies.
+# The policies of ada_jax/policies/greso.py, pilot_commit.py, conformal.py; the rest of their
+# checks: _check_history_policies.
 _CHOICES["adaptive.policy"] += ("greso", "pilot_commit", "conformal")
-_POSITIVE_INTS += ("adaptive.greso_max_draws", "adaptive.pc_pilot",
-                   "adaptive.pc_budget_per_prompt", "adaptive.conformal_refit_every",
-                   "adaptive.conformal_window")
+_POSITIVE_INTS += ("adaptive.greso_max_draws", "adaptive.pc_pilot", "adaptive.pc_commit",
+                   "adaptive.pc_pilot_batches", "adaptive.conformal_refit_every",
+                   "adaptive.conformal_calib_prompts", "adaptive.vip_max_observed")
+_POSITIVE += ("adaptive.vip_length_scale",)
+_NON_NEGATIVE += ("adaptive.vip_gamma",)
 _IN_RANGE.update({
     "adaptive.greso_p_easy": (0, 1, True), "adaptive.greso_p_hard": (0, 1, True),
     "adaptive.greso_p_min": (0, 1, True), "adaptive.greso_target_zero_var": (0, 1, True),
     "adaptive.greso_delta_p": (0, 1, True), "adaptive.pc_p_low": (0, 1, True),
     "adaptive.pc_p_high": (0, 1, True), "adaptive.conformal_alpha": (0, 1, False),
-    "adaptive.conformal_calib_share": (0, 1, True)})
+    "adaptive.knapsack_alpha": (0, 1, False)})
 _STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_token",
             "task.files", "task.eval_files", "task.data_dir")
 # The model variants sized for the generated tasks (their own small tokenizers); every other
@@ -300,10 +302,6 @@ def validate(config, overrides_pending: bool = False) -> None:
 
 def _check_history_policies(a) -> None:
     """The fields of GRESO, Pilot-Commit and conformal stopping that no table above checks."""
-    if a.pc_pilot > a.pc_budget_per_prompt:
-        raise ValueError(f"config.adaptive.pc_pilot={a.pc_pilot} exceeds "
-                         f"config.adaptive.pc_budget_per_prompt={a.pc_budget_per_prompt}: the "
-                         f"pilot is part of the step's budget (the commit gets the rest)")
     if a.pc_p_low > a.pc_p_high:
         raise ValueError(f"config.adaptive.pc_p_low={a.pc_p_low!r} exceeds "
                          f"config.adaptive.pc_p_high={a.pc_p_high!r}: prompts whose pilot pass "

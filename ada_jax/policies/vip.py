@@ -1,31 +1,70 @@
 """VIP, variance-informed predictive allocation (adaptive.policy='vip', ICLR 2026, arXiv
-2602.01601): each prompt's budget N_i in [vip_n_min, vip_n_max] minimises the predicted
-gradient variance Σ_i v(N_i; s²_i) under Σ N_i = vip_budget_per_prompt·B, with
-v = s²/(n-1) (vip_estimator 'rloo') or s²(n-1)/n² ('drgrpo') and s²_i = E[p_i(1-p_i)] under
-the predicted p_i; solved exactly in integers (allocation.vip_allocation). One engine call,
-every sample trained on.
+2602.01601) as its authors run it (HieuNT91/VIP, allocation/bernoulli_allocation.py and
+success_rate_prediction/gaussian_process.py):
 
-The prediction is the Ada-Est history's Beta posterior (est.py: est_alpha, est_beta,
-est_decay), not the paper's Gaussian process over prompts (docs/theory.md says why).
+- prediction: a Gaussian process over prompts in logit space (allocation.gp_logit_mean: RBF
+  kernel of length vip_length_scale over a distance between prompts, prior mean
+  vip_prior_logit, each observed prompt's last-visit raw success rate as its observation),
+  so a prompt never seen is predicted from the prompts near it. The distance
+  (`distance`): 0 for the same prompt; on the family task 0.1 within a family (other
+  operands), 0.6 within a tier, 1 across tiers; elsewhere 0.2 + 0.2·|level difference|.
+- allocation: integers N_i in [vip_n_min, vip_n_max] (the authors' floor 4 and cap 32)
+  minimising Σ_i v(N_i; a_i) + γ·log(p_i)·N_i with a_i = p_i(1-p_i), v = a/(n-1) (vip_estimator
+  'rloo', γ = vip_gamma) or a(n-1)/n² ('drgrpo'), under Σ N_i = vip_budget_per_prompt·B
+  (allocation.vip_allocation, exact in integers). The γ term sends spare samples to prompts
+  predicted hard; a prompt predicted solved gets the floor.
+One engine call, every sample trained on. docs/theory.md, "The field's allocation methods as
+their authors run them", says what differs from the authors' code.
 
-State: est.py's `state["est"]` (checkpointed as `est_history`), so a resume is exact.
+State: knapsack.py's `state["last_visit"]` (checkpointed as `last_visit`): exact resume.
 """
 import numpy as np
 
 from ada_jax import allocation
-from ada_jax.policies import est, rollout
+from ada_jax.policies import knapsack, rollout
+from ada_jax.tasks import families
 
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
-    """Budgets are solved over the whole batch (every process's ids), alike on every process."""
-    got, budgets = est.collect_budgeted(ctx, params, iterator, key, state, budgets_for)
-    got.metrics.update(alloc_budget_max=int(budgets.max()), alloc_budget_min=int(budgets.min()))
-    return got
+    return knapsack.collect_visited(ctx, params, iterator, key, state, budgets_for)[0]
 
 
-def budgets_for(config, ids, history) -> np.ndarray:
+def distance(config, ids_a, levels_a, ids_b, levels_b) -> np.ndarray:
+    """[A, B] distance between prompts from their features (problem id, level = family
+    number on the family task)."""
+    ids_a, ids_b = np.asarray(ids_a)[:, None], np.asarray(ids_b)[None, :]
+    la, lb = np.asarray(levels_a)[:, None], np.asarray(levels_b)[None, :]
+    if config.task.name == "families":
+        tier = np.vectorize(families.tier_of, otypes=[object])
+        ta, tb = tier(la), tier(lb)
+        d = np.where(la == lb, 0.1, np.where(ta == tb, 0.6, 1.0))
+    else:
+        d = 0.2 + 0.2 * np.abs(la - lb).astype(np.float64)
+    return np.where(ids_a == ids_b, 0.0, d)
+
+
+def predict(config, problems, visits) -> np.ndarray:
+    """[B] predicted pass rates: the GP's posterior mean over the last vip_max_observed
+    prompts observed."""
     a = config.adaptive
-    n_tot, n_pos = est.counts(ids, history)
-    _, s2 = allocation.beta_moments(n_tot, n_pos, a.est_alpha, a.est_beta)
-    return allocation.vip_allocation(s2, a.vip_budget_per_prompt * len(ids), a.vip_n_min,
-                                     a.vip_n_max, a.vip_estimator)
+    obs = list(visits.items())[-a.vip_max_observed:]
+    ids_o = [k for k, _ in obs]
+    lv_o = [v[2] for _, v in obs]
+    p_o = np.asarray([v[1] / max(v[0], 1) for _, v in obs], np.float64)
+    ids_q = [str(p.id) for p in problems]
+    lv_q = [p.level for p in problems]
+
+    def kern(d):
+        return np.exp(-0.5 * (d / a.vip_length_scale) ** 2)
+    K_oo = kern(distance(config, ids_o, lv_o, ids_o, lv_o)) if obs else np.zeros((0, 0))
+    K_qo = kern(distance(config, ids_q, lv_q, ids_o, lv_o)) if obs else np.zeros((len(ids_q), 0))
+    f = allocation.gp_logit_mean(K_oo, K_qo, p_o, a.vip_prior_logit)
+    return 1.0 / (1.0 + np.exp(-f))
+
+
+def budgets_for(config, problems, visits) -> np.ndarray:
+    a = config.adaptive
+    p = np.clip(predict(config, problems, visits), 1e-6, 1 - 1e-6)
+    return allocation.vip_allocation(p * (1 - p), a.vip_budget_per_prompt * len(problems),
+                                     a.vip_n_min, a.vip_n_max, a.vip_estimator,
+                                     linear=allocation.vip_gamma_term(p, a.vip_gamma))
