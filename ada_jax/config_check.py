@@ -83,7 +83,7 @@ _POSITIVE_INTS += ("adaptive.greso_max_draws", "adaptive.pc_pilot", "adaptive.pc
                    "adaptive.pc_pilot_batches", "adaptive.conformal_refit_every",
                    "adaptive.conformal_calib_prompts", "adaptive.vip_max_observed")
 _POSITIVE += ("adaptive.vip_length_scale",)
-_NON_NEGATIVE += ("adaptive.vip_gamma",)
+_NON_NEGATIVE += ("adaptive.vip_gamma", "adaptive.vip_smoothing")
 _IN_RANGE.update({
     "adaptive.greso_p_easy": (0, 1, True), "adaptive.greso_p_hard": (0, 1, True),
     "adaptive.greso_p_min": (0, 1, True), "adaptive.greso_target_zero_var": (0, 1, True),

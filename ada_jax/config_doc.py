@@ -165,6 +165,8 @@ FIELDS = {
                                   "distances (logit space)", "length_scale"),
     "adaptive.vip_prior_logit": ("VIP: the Gaussian process's prior mean (logit of the pass "
                                  "rate)", "prior_value"),
+    "adaptive.vip_smoothing": ("VIP: a last visit of k in n observed as (k+s)/(n+2s); 0 = the "
+                               "authors' raw rate (a 0/8 visit predicts p = 1e-6)", "—"),
     "adaptive.vip_max_observed": ("VIP: the latest observed prompts the Gaussian process "
                                   "conditions on", "—"),
     "adaptive.vip_n_max": ("VIP: a prompt's budget at most (the kept group size)", "—"),

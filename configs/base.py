@@ -190,6 +190,7 @@ def get_config(arg: str = ""):
         knapsack_budget_per_prompt=8, knapsack_n_min=2, knapsack_n_max=32, knapsack_alpha=0.9,
         vip_budget_per_prompt=8, vip_n_min=4, vip_n_max=32, vip_estimator="rloo",
         vip_gamma=0.0007, vip_length_scale=0.4, vip_prior_logit=-1.0, vip_max_observed=512,
+        vip_smoothing=0.5,
         dapo_max_gen_batches=4, dapo_at_cap="train", stream_ahead=-1, stream_max_lag=1, stream_on_policy=False))
     # History / pilot / grid policies (docs/theory.md): GRESO skips prompts whose groups were
     # zero-variance on recent visits (on DAPO's dynamic sampling); Pilot-Commit pilots

@@ -311,7 +311,8 @@ def test_bench_allocation_rows_meet_their_oracles():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = {r["method"]: r for r in bench.allocation_bench(16, 1)}
-    assert {"uniform", "est", "knapsack", "vip", "oracle_mixed", "oracle_var"} <= set(rows)
+    assert {"uniform", "est", "knapsack_beta", "vip_beta", "oracle_mixed",
+            "oracle_var"} <= set(rows)
     for r in rows.values():
         assert r["samples"] == 8 * 16
         assert r["samples_per_mixed_vs_oracle"] >= 1 - 1e-12

@@ -4,7 +4,11 @@ success_rate_prediction/gaussian_process.py):
 
 - prediction: a Gaussian process over prompts in logit space (allocation.gp_logit_mean: RBF
   kernel of length vip_length_scale over a distance between prompts, prior mean
-  vip_prior_logit, each observed prompt's last-visit raw success rate as its observation),
+  vip_prior_logit, each observed prompt's last visit as its observation: (k + s)/(n + 2s)
+  with s = vip_smoothing, 0.5 by default; s = 0 is the authors' raw rate, which a 0/8 visit
+  turns into p = 1e-6, log p = −13.8, and the program then spends on it at any cost: at the
+  family task's pass rates that allocation loses to uniform on VIP's own objective at the
+  true p, scripts/bench_allocation.py),
   so a prompt never seen is predicted from the prompts near it. The distance
   (`distance`): 0 for the same prompt; on the family task 0.1 within a family (other
   operands), 0.6 within a tier, 1 across tiers; elsewhere 0.2 + 0.2·|level difference|.
@@ -50,7 +54,9 @@ def predict(config, problems, visits) -> np.ndarray:
     obs = list(visits.items())[-a.vip_max_observed:]
     ids_o = [k for k, _ in obs]
     lv_o = [v[2] for _, v in obs]
-    p_o = np.asarray([v[1] / max(v[0], 1) for _, v in obs], np.float64)
+    sm = a.vip_smoothing  # 0: the authors' raw rate (clipped to [1e-6, 1 - 1e-6])
+    p_o = np.asarray([(v[1] + sm) / (v[0] + 2 * sm) if v[0] + sm > 0 else 0.0
+                      for _, v in obs], np.float64)
     ids_q = [str(p.id) for p in problems]
     lv_q = [p.level for p in problems]
 
