@@ -46,6 +46,8 @@ COMMON="--config.sft.base_dir=$BASE --config.rl.steps=$RUN_STEPS --config.eval.e
 declare -A METHODS=(
   [grpo_n4]="algo=grpo|--config.rl.n=4"
   [grpo_n8]="algo=grpo|--config.rl.n=8"
+  [rloo_n4]="algo=rloo|--config.rl.n=4"
+  [rloo_n8]="algo=rloo|--config.rl.n=8"
   [grpo_n16]="algo=grpo|--config.rl.n=16 --config.rl.minibatches=$MB_BIG"
   [grpo_n32]="algo=grpo|--config.rl.n=32 --config.rl.minibatches=$MB_BIG"
   [ada_pos]="algo=ada_pos|--config.adaptive.k_pos=2"

@@ -28,6 +28,8 @@ import numpy as np
 from ada_jax.policies import pools, rollout
 from ada_jax.tasks.problem import Problem
 
+LABEL = "Conformal stopping"  # the display name (plots, tables)
+
 DELTA_MARGIN, DELTA_MIN, DELTA_MAX = 0.05, 0.05, 0.95  # the authors' select_delta_auto
 
 

@@ -32,6 +32,8 @@ from ada_jax.policies import rollout
 from ada_jax.policies.dapo import _assemble
 from ada_jax.tasks.problem import Problem
 
+LABEL = "GRESO"  # the display name (plots, tables)
+
 log = logging.getLogger(__name__)
 
 

@@ -16,6 +16,8 @@ import numpy as np
 from ada_jax import allocation
 from ada_jax.policies import rollout
 
+LABEL = "Knapsack-RL"  # the display name (plots, tables)
+
 
 def init_state(ctx, params) -> dict:
     return {"last_visit": {}}

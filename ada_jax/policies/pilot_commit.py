@@ -16,6 +16,8 @@ import numpy as np
 
 from ada_jax.policies import pools, rollout
 
+LABEL = "Pilot-Commit"  # the display name (plots, tables)
+
 
 def group_size(config) -> tuple[int, int]:
     """(G, training rows per prompt): the commit samples."""

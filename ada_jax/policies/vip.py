@@ -28,6 +28,8 @@ from ada_jax import allocation
 from ada_jax.policies import knapsack, rollout
 from ada_jax.tasks import families
 
+LABEL = "VIP"  # the display name (plots, tables)
+
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     return knapsack.collect_visited(ctx, params, iterator, key, state, budgets_for)[0]
