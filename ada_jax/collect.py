@@ -1,6 +1,11 @@
 """The table of collection policies (ada_jax/policies/: one module each, see its docstring):
 `collect` hands a step to the configured policy's module; `init_state`, `checkpoint` and
-`restore` gather the cross-step state the policies declare."""
+`restore` gather the cross-step state the policies declare; `settings`, `check`, `presets`
+and `label` read what each module declares for configs/base.py, config_check, config_doc,
+scripts/reproduce.sh and plots.
+
+  python -m ada_jax.collect presets    # the reproduce presets, one "name=variant|flags" a line
+"""
 import numpy as np
 
 from ada_jax.policies import dapo, est, gvm, hints, rollout, seq, stream
@@ -22,6 +27,30 @@ def policy_name(config) -> str:
     if config.rl.hints != "none":
         return "hints"
     return config.adaptive.policy
+
+
+def settings() -> dict:
+    """{field under adaptive: Setting} of every policy module that declares SETTINGS (a field
+    belongs to one module only)."""
+    out = {}
+    for m in _MODULES:
+        for name, setting in getattr(m, "SETTINGS", {}).items():
+            if name in out:
+                raise ValueError(f"adaptive.{name} is declared by two policy modules")
+            out[name] = setting
+    return out
+
+
+def check(adaptive) -> None:
+    """Every policy module's own check of its settings (config_check.validate runs it)."""
+    for m in _MODULES:
+        if hasattr(m, "check"):
+            m.check(adaptive)
+
+
+def presets() -> dict:
+    """{arm name: "variant|flags"} of every policy module's PRESETS (scripts/reproduce.sh)."""
+    return {k: v for m in _MODULES for k, v in getattr(m, "PRESETS", {}).items()}
 
 
 def label(config: dict):
@@ -73,3 +102,9 @@ def checkpoint(state) -> dict:
 def restore(meta) -> dict:
     """Every policy's state entries from a checkpoint's metadata."""
     return {k: v for m in _MODULES if hasattr(m, "restore") for k, v in m.restore(meta).items()}
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["presets"]:
+        print("\n".join(f"{k}={v}" for k, v in presets().items()))

@@ -145,32 +145,6 @@ FIELDS = {
     "adaptive.gvm_budget_per_prompt": ("GVM: mean samples per prompt", "—"),
     "adaptive.gvm_alpha": ("GVM allocation alpha", "—"),
     "adaptive.gvm_beta": ("GVM allocation beta", "—"),
-    "adaptive.knapsack_budget_per_prompt": ("Knapsack-RL: mean samples per prompt (the "
-                                            "knapsack's capacity / B)", "—"),
-    "adaptive.knapsack_n_min": ("Knapsack-RL: a prompt's budget at least, and the budget of a "
-                                "prompt last seen all correct or all wrong (p = its last "
-                                "visit's raw success rate; unseen: budget_per_prompt)",
-                                "min_n / negative_n / positive_n"),
-    "adaptive.knapsack_alpha": ("Knapsack-RL: confidence of a mixed group in the expected need "
-                                "log(1-a)/log(max(p,1-p)); budget beyond the need goes to the "
-                                "unsolved prompts", "alpha"),
-    "adaptive.knapsack_n_max": ("Knapsack-RL: a prompt's budget at most (the kept group size)",
-                                "—"),
-    "adaptive.vip_budget_per_prompt": ("VIP: mean samples per prompt", "—"),
-    "adaptive.vip_n_min": ("VIP: a prompt's budget at least (the authors' floor 4; >= 2 rloo, "
-                           ">= 3 drgrpo)", "lower / min_keep"),
-    "adaptive.vip_gamma": ("VIP: weight of the γ·log(p)·n term sending spare samples to prompts "
-                           "predicted hard (authors: 0.0007 rloo, 0.0004 grpo)", "gamma"),
-    "adaptive.vip_length_scale": ("VIP: RBF length scale of the Gaussian process over prompt "
-                                  "distances (logit space)", "length_scale"),
-    "adaptive.vip_prior_logit": ("VIP: the Gaussian process's prior mean (logit of the pass "
-                                 "rate)", "prior_value"),
-    "adaptive.vip_smoothing": ("VIP: a last visit of k in n observed as (k+s)/(n+2s); 0 = the "
-                               "authors' raw rate (a 0/8 visit predicts p = 1e-6)", "—"),
-    "adaptive.vip_max_observed": ("VIP: the latest observed prompts the Gaussian process "
-                                  "conditions on", "—"),
-    "adaptive.vip_n_max": ("VIP: a prompt's budget at most (the kept group size)", "—"),
-    "adaptive.vip_estimator": ("VIP variance model: rloo s²/(n-1) or drgrpo s²(n-1)/n²", "—"),
     "adaptive.overcommit": ("refill: launch a sample if P(it is needed) >= 1 - overcommit",
                             "—"),
     "adaptive.dapo_max_gen_batches": ("DAPO: prompt batches drawn per step at most",
@@ -183,36 +157,6 @@ FIELDS = {
                                 "— / (async off-policy lag)"),
     "adaptive.stream_on_policy": ("stream: restart carried-over prompts (no stale samples)",
                                   "—"),
-    "adaptive.greso_p_easy": ("GRESO: initial exploration probability of prompts last seen all "
-                              "correct (skipped with 1 - p^z after z zero-variance visits)", "—"),
-    "adaptive.greso_p_hard": ("GRESO: initial exploration probability of prompts last seen all "
-                              "wrong", "—"),
-    "adaptive.greso_target_zero_var": ("GRESO: target share of zero-variance groups among those "
-                                       "rolled out (1/3 easy, 2/3 hard)", "—"),
-    "adaptive.greso_delta_p": ("GRESO: step of the exploration probabilities per training step",
-                               "—"),
-    "adaptive.greso_p_min": ("GRESO: floor of the exploration probabilities", "—"),
-    "adaptive.greso_max_draws": ("GRESO: prompt batches drawn per engine call at most to find B "
-                                 "prompts not skipped", "—"),
-    "adaptive.pc_pilot": ("Pilot-Commit: pilot samples per prompt", "— (exploration.n)"),
-    "adaptive.pc_commit": ("Pilot-Commit: fresh samples per committed prompt (its training "
-                           "group)", "— (rollout.n)"),
-    "adaptive.pc_pilot_batches": ("Pilot-Commit: prompt batches piloted per step (the paper's "
-                                  "3·B); B of them committed", "—"),
-    "adaptive.pc_p_low": ("Pilot-Commit: commit prompts with pilot pass rate >= this",
-                          "— (diversity_threshold_lower)"),
-    "adaptive.pc_p_high": ("Pilot-Commit: commit prompts with pilot pass rate <= this",
-                           "— (1 - diversity_threshold_upper)"),
-    "adaptive.conformal_grid": ("conformal: sample counts at which a prompt may stop", "—"),
-    "adaptive.conformal_alpha": ("conformal: miscoverage δ when conformal_auto_delta is off",
-                                 "deltas"),
-    "adaptive.conformal_auto_delta": ("conformal: δ = 1 - calibration solve rate + 0.05, in "
-                                      "[0.05, 0.95]", "auto_delta"),
-    "adaptive.conformal_calib_prompts": ("conformal: held-out calibration prompts, sampled to "
-                                         "the grid's top before step 1 (cost counted)",
-                                         "n_cal"),
-    "adaptive.conformal_refit_every": ("conformal: steps between recalibrations (the same "
-                                       "prompts, the current policy)", "recalibrate_every"),
     # RL
     "rl.steps": ("RL steps (one prompt batch each)",
                  "trainer.total_training_steps / max_steps"),
@@ -334,6 +278,15 @@ FIELDS = {
     "log.wandb_project": ("Weights & Biases project of log.wandb",
                           "trainer.project_name / WANDB_PROJECT"),
 }
+
+
+def _policy_settings():
+    """The meanings the policy modules declare with their settings (collect.settings)."""
+    from ada_jax import collect
+    return {f"adaptive.{k}": (v.meaning, v.elsewhere) for k, v in collect.settings().items()}
+
+
+FIELDS.update(_policy_settings())
 
 
 def leaves(d: dict, prefix: str = ""):

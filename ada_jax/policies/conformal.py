@@ -26,9 +26,35 @@ import jax
 import numpy as np
 
 from ada_jax.policies import pools, rollout
+from ada_jax.policies.settings import Setting
 from ada_jax.tasks.problem import Problem
 
 LABEL = "Conformal stopping"  # the display name (plots, tables)
+PRESETS = {"conformal": "algo=grpo|--config.adaptive.policy=conformal"}
+SETTINGS = {
+    "conformal_grid": Setting((2, 4, 8, 16), "conformal: sample counts at which a prompt may "
+                              "stop", "k_values", "any"),
+    "conformal_alpha": Setting(0.1, "conformal: miscoverage δ when conformal_auto_delta is off",
+                               "deltas", "open_unit"),
+    "conformal_auto_delta": Setting(True, "conformal: δ = 1 - calibration solve rate + 0.05, in "
+                                    "[0.05, 0.95]", "auto_delta", "bool"),
+    "conformal_calib_prompts": Setting(64, "conformal: held-out calibration prompts, sampled to "
+                                       "the grid's top before step 1 (cost counted)", "n_cal",
+                                       "positive_int"),
+    "conformal_refit_every": Setting(50, "conformal: steps between recalibrations (the same "
+                                     "prompts, the current policy)", "recalibrate_every",
+                                     "positive_int"),
+}
+
+
+def check(a) -> None:
+    grid = a.conformal_grid
+    if (not isinstance(grid, (tuple, list)) or not grid
+            or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in grid)
+            or any(x >= y for x, y in zip(grid, grid[1:]))):
+        raise ValueError(f"config.adaptive.conformal_grid={grid!r}: must be strictly increasing "
+                         f"positive integers, e.g. (2, 4, 8, 16) (sample counts at which a "
+                         f"prompt may stop)")
 
 DELTA_MARGIN, DELTA_MIN, DELTA_MAX = 0.05, 0.05, 0.95  # the authors' select_delta_auto
 

@@ -15,8 +15,40 @@ import numpy as np
 
 from ada_jax import allocation
 from ada_jax.policies import rollout
+from ada_jax.policies.settings import Setting
 
 LABEL = "Knapsack-RL"  # the display name (plots, tables)
+PRESETS = {"knapsack": "algo=knapsack|"}  # scripts/reproduce.sh arms: name -> variant|flags
+SETTINGS = {
+    "knapsack_budget_per_prompt": Setting(
+        8, "Knapsack-RL: mean samples per prompt (the knapsack's capacity / B); an unseen "
+        "prompt's budget", "n", "positive_int"),
+    "knapsack_n_min": Setting(
+        2, "Knapsack-RL: a prompt's budget at least, and the budget of a prompt last seen all "
+        "correct or all wrong (p = its last visit's raw success rate)",
+        "min_n / negative_n / positive_n", "positive_int"),
+    "knapsack_n_max": Setting(32, "Knapsack-RL: a prompt's budget at most (the kept group "
+                              "size)", "max_n", "positive_int"),
+    "knapsack_alpha": Setting(
+        0.9, "Knapsack-RL: confidence of a mixed group in the expected need "
+        "log(1-a)/log(max(p,1-p)); budget beyond the need goes to the unsolved prompts",
+        "alpha", "open_unit"),
+}
+
+
+def check(a) -> None:
+    """n_min <= budget_per_prompt <= n_max (else no allocation sums to the budget)."""
+    lo, mean, hi = a.knapsack_n_min, a.knapsack_budget_per_prompt, a.knapsack_n_max
+    if not lo <= mean <= hi:
+        raise ValueError(f"config.adaptive.knapsack_n_min={lo}, knapsack_budget_per_prompt="
+                         f"{mean}, knapsack_n_max={hi}: need n_min <= budget_per_prompt <= "
+                         f"n_max (the budgets sum to budget_per_prompt x the batch)")
+
+
+def group_size(config) -> tuple[int, int]:
+    """(G, training rows per prompt): every sample trained, at most n_max a prompt."""
+    a = config.adaptive
+    return a.knapsack_n_max, a.knapsack_budget_per_prompt
 
 
 def init_state(ctx, params) -> dict:

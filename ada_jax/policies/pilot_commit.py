@@ -15,8 +15,29 @@ import jax
 import numpy as np
 
 from ada_jax.policies import pools, rollout
+from ada_jax.policies.settings import Setting
 
 LABEL = "Pilot-Commit"  # the display name (plots, tables)
+PRESETS = {"pilot_commit": "algo=grpo|--config.adaptive.policy=pilot_commit"}
+SETTINGS = {
+    "pc_pilot": Setting(4, "Pilot-Commit: pilot samples per piloted prompt",
+                        "— (exploration.n)", "positive_int"),
+    "pc_commit": Setting(8, "Pilot-Commit: fresh samples per committed prompt (its training "
+                         "group)", "— (rollout.n)", "positive_int"),
+    "pc_pilot_batches": Setting(3, "Pilot-Commit: prompt batches piloted per step (the paper's "
+                                "3·B); B of them committed", "—", "positive_int"),
+    "pc_p_low": Setting(0.25, "Pilot-Commit: commit prompts with pilot pass rate >= this first",
+                        "diversity_threshold_lower", "unit"),
+    "pc_p_high": Setting(0.75, "Pilot-Commit: commit prompts with pilot pass rate <= this first",
+                         "1 - diversity_threshold_upper", "unit"),
+}
+
+
+def check(a) -> None:
+    if a.pc_p_low > a.pc_p_high:
+        raise ValueError(f"config.adaptive.pc_p_low={a.pc_p_low!r} exceeds "
+                         f"config.adaptive.pc_p_high={a.pc_p_high!r}: prompts whose pilot pass "
+                         f"rate lies in [pc_p_low, pc_p_high] are committed first")
 
 
 def group_size(config) -> tuple[int, int]:

@@ -26,9 +26,58 @@ import numpy as np
 
 from ada_jax import allocation
 from ada_jax.policies import knapsack, rollout
+from ada_jax.policies.settings import Setting
 from ada_jax.tasks import families
 
 LABEL = "VIP"  # the display name (plots, tables)
+PRESETS = {"vip": "algo=vip|"}
+SETTINGS = {
+    "vip_budget_per_prompt": Setting(8, "VIP: mean samples per prompt", "batch_budget / B",
+                                     "positive_int"),
+    "vip_n_min": Setting(4, "VIP: a prompt's budget at least (the authors' floor 4; >= 2 rloo, "
+                         ">= 3 drgrpo)", "lower / min_keep", "positive_int"),
+    "vip_n_max": Setting(32, "VIP: a prompt's budget at most (the kept group size)", "upper",
+                         "positive_int"),
+    "vip_estimator": Setting("rloo", "VIP variance model: rloo s²/(n-1) or drgrpo s²(n-1)/n²",
+                             "allocation_rule", "choice:rloo/drgrpo"),
+    "vip_gamma": Setting(0.0007, "VIP: weight of the γ·log(p)·n term sending spare samples to "
+                         "prompts predicted hard (authors: 0.0007 rloo, 0.0004 grpo)", "gamma",
+                         "non_negative"),
+    "vip_length_scale": Setting(0.4, "VIP: RBF length scale of the Gaussian process over "
+                                "prompt distances (logit space)", "length_scale", "positive"),
+    "vip_prior_logit": Setting(-1.0, "VIP: the Gaussian process's prior mean (logit of the pass "
+                               "rate)", "prior_value", "any"),
+    "vip_max_observed": Setting(512, "VIP: the latest observed prompts the Gaussian process "
+                                "conditions on", "—", "positive_int"),
+    "vip_smoothing": Setting(0.5, "VIP: a last visit of k in n observed as (k+s)/(n+2s); 0 = "
+                             "the authors' raw rate (a 0/8 visit predicts p = 1e-6)", "—",
+                             "non_negative"),
+}
+
+
+def check(a) -> None:
+    """n_min <= budget_per_prompt <= n_max; n_min where the variance model is convex
+    (allocation.VIP_MIN_BUDGET); a finite prior."""
+    lo, mean, hi = a.vip_n_min, a.vip_budget_per_prompt, a.vip_n_max
+    if not lo <= mean <= hi:
+        raise ValueError(f"config.adaptive.vip_n_min={lo}, vip_budget_per_prompt={mean}, "
+                         f"vip_n_max={hi}: need n_min <= budget_per_prompt <= n_max (the "
+                         f"budgets sum to budget_per_prompt x the batch)")
+    least = allocation.VIP_MIN_BUDGET[a.vip_estimator]
+    if a.vip_n_min < least:
+        raise ValueError(f"config.adaptive.vip_n_min={a.vip_n_min}: must be >= {least} for "
+                         f"vip_estimator={a.vip_estimator!r} (its variance s²/(n-1) or "
+                         f"s²(n-1)/n² is not convex below)")
+    if isinstance(a.vip_prior_logit, bool) or not isinstance(a.vip_prior_logit, (int, float)) \
+            or not np.isfinite(a.vip_prior_logit):
+        raise ValueError(f"config.adaptive.vip_prior_logit={a.vip_prior_logit!r}: must be a "
+                         f"finite number")
+
+
+def group_size(config) -> tuple[int, int]:
+    """(G, training rows per prompt): every sample trained, at most n_max a prompt."""
+    a = config.adaptive
+    return a.vip_n_max, a.vip_budget_per_prompt
 
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
