@@ -150,10 +150,10 @@ def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     grid, cs = tuple(a.conformal_grid), state["conformal"]
     calls = []
     if cs["calib"] is None:  # before the first step: hold out the calibration prompts
-        held = []
-        while len(held) * jax.process_count() < a.conformal_calib_prompts:
-            held += next(iterator)
-        cs["calib"] = [dataclasses.asdict(p) for p in rollout.everyone(held)]
+        held = []  # whole batches in batch order (the one-process order)
+        while len(held) < a.conformal_calib_prompts:
+            held += rollout.everyone(next(iterator))
+        cs["calib"] = [dataclasses.asdict(p) for p in held]
         cs["since"] = a.conformal_refit_every
     if cs["since"] >= a.conformal_refit_every:
         held = rollout.own_share([Problem(**d) for d in cs["calib"]])

@@ -8,8 +8,9 @@ those are its training group (the pilot's samples are exploration: counted in th
 trained). No state across steps. docs/theory.md, "The field's allocation methods as their
 authors run them", says what differs (the authors' replay buffer of passing prompts).
 
-On several processes each process commits B/P of its own piloted rows (ranked alike on every
-process from the replicated pilot counters).
+On several processes the whole pilot draw is gathered in batch order (the one-process order)
+and every process ranks it alike from the replicated pilot counters; each samples its share
+of the piloted and of the committed prompts (`rollout.own_share`).
 """
 import jax
 import numpy as np
@@ -54,29 +55,22 @@ def rank(pilot_pos, pilot_n, p_low: float, p_high: float) -> np.ndarray:
     return np.lexsort((np.arange(len(p)), np.abs(p - 0.5), ~inside))
 
 
-def commit(pilot_pos, pilot_n, B: int, p_low: float, p_high: float, procs: int = 1):
-    """[procs·B/procs] chosen pilot rows: each process's block of the piloted rows (its
-    len/procs rows) ranked by `rank`, its best B/procs kept, in block order."""
-    per = len(pilot_n) // procs
-    out = []
-    for r in range(procs):
-        sl = slice(r * per, (r + 1) * per)
-        out.append(r * per + np.sort(rank(pilot_pos[sl], pilot_n[sl], p_low, p_high)
-                                     [:B // procs]))
-    return np.concatenate(out)
+def commit(pilot_pos, pilot_n, B: int, p_low: float, p_high: float) -> np.ndarray:
+    """[B] the committed pilot rows, best first by `rank`, in row order."""
+    return np.sort(rank(pilot_pos, pilot_n, p_low, p_high)[:B])
 
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     a = ctx.config.adaptive
     blocks = [next(iterator) for _ in range(a.pc_pilot_batches)]
-    piloted = [p for b in blocks for p in b]  # this process's rows of the pilot draw
     B = len(blocks[0]) * jax.process_count()
-    pilot = rollout.run_engine(ctx, params, piloted, jax.random.fold_in(key, 0),
-                               np.full(len(piloted), a.pc_pilot))
+    piloted = [p for b in blocks for p in rollout.everyone(b)]  # the whole draw, batch order
+    pilot = rollout.run_engine(ctx, params, rollout.own_share(piloted),
+                               jax.random.fold_in(key, 0),
+                               np.full(len(piloted) // jax.process_count(), a.pc_pilot))
     pos, n = np.asarray(pilot.batch.pool_pos_B), np.asarray(pilot.batch.pool_n_B)
-    chosen = commit(pos, n, B, a.pc_p_low, a.pc_p_high, jax.process_count())
-    mine = rollout.own_share(chosen) - jax.process_index() * len(piloted)
-    committed = [piloted[i] for i in mine]
+    chosen = commit(pos, n, B, a.pc_p_low, a.pc_p_high)
+    committed = rollout.own_share([piloted[i] for i in chosen])
     got = rollout.run_engine(ctx, params, committed, jax.random.fold_in(key, 1),
                              np.full(len(committed), a.pc_commit))
     met = pools.step_metrics([got.metrics, pilot.metrics], got.batch)
