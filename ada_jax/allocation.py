@@ -5,10 +5,13 @@ and where each rule differs from its paper, are in docs/theory.md ("Knapsack-RL 
 Dimension letters: B prompts, K budget choices per prompt (n_max - n_min + 1), C spare units.
 
   Knapsack-RL    knapsack_value V(N, p) = (1 - p^N - (1-p)^N)·p(1-p)², knapsack_allocation
-                 (exact dynamic program over integer budgets)
+                 (exact dynamic program over integer budgets), knapsack_budgets (the authors'
+                 whole rule: unseen, solved and unsolved prompts, spare budget to the unsolved)
   VIP            vip_variance v(n; s²) (RLOO s²/(n-1), Dr.GRPO s²(n-1)/n²),
                  vip_allocation (exact integer minimum of Σ v), vip_continuous (the relaxed
-                 program's KKT solution for RLOO, water-filling)
+                 program's KKT solution for RLOO, water-filling), vip_gamma_term (the
+                 authors' γ·log(p)·n term), gp_logit_mean (their predictor: a Gaussian process
+                 over prompts in logit space)
   predictions    beta_moments: posterior mean of p and of p(1-p) from a (N_tot, N_pos) history
 """
 from __future__ import annotations
@@ -73,6 +76,78 @@ def knapsack_allocation(p, total: int, n_min: int, n_max: int,
     return out
 
 
+def knapsack_cost(p, alpha: float = 0.9):
+    """Samples a prompt of pass rate p in (0, 1) needs for a mixed group with probability
+    alpha, log(1 - alpha) / log(max(p, 1 - p)): the Knapsack-RL authors' estimate of what the
+    prompts they can solve will use (their 'probability' cost)."""
+    p = np.asarray(p, np.float64)
+    return np.log(1.0 - alpha) / np.log(np.maximum(p, 1.0 - p))
+
+
+def _spread(out, idx, amount: int, cap: int) -> int:
+    """Add `amount` units evenly over prompts `idx` (index order: the first get one more),
+    none above cap; returns the units that did not fit."""
+    idx = np.asarray(idx, np.int64)
+    while amount > 0:
+        room = idx[out[idx] < cap]
+        if len(room) == 0:
+            break
+        share, rem = divmod(amount, len(room))
+        add = np.minimum(share + (np.arange(len(room)) < rem), cap - out[room])
+        out[room] += add
+        amount -= int(add.sum())
+    return amount
+
+
+def knapsack_budgets(p, seen, total: int, n_min: int, n_max: int, n_unseen: int,
+                     alpha: float = 0.9) -> np.ndarray:
+    """Knapsack-RL's budgets as its authors compute them (liziniu/KnapsackRL,
+    exploration_utils.sampling_budget_by_knapsack), from p = each prompt's raw success rate
+    on its last visit:
+
+    - an unseen prompt gets n_unseen (their n, the uniform budget); a prompt with p = 0 or
+      p = 1 gets n_min; a prompt with 0 < p < 1 ('effective') gets n_min plus a share of the
+      knapsack below;
+    - if the effective prompts' expected need Σ min(n_max, knapsack_cost(p)) is below the
+      budget left, the surplus goes evenly to the p = 0 prompts (or, if none, to the other
+      non-effective ones) and the knapsack gets the expected need; with no effective prompt
+      at all the budget left goes to the p = 0 prompts, or, if none, every prompt is uniform;
+    - the knapsack: integers N_i in [n_min, n_max] maximising Σ V(N_i, p_i)
+      (knapsack_allocation, exact).
+    Budgets never exceed n_max (the kept group): what a cap refuses goes to the prompts with
+    room. Integers summing exactly to total."""
+    p = np.asarray(p, np.float64)
+    seen = np.asarray(seen, bool)
+    B, total = len(p), int(total)
+    if not (1 <= n_min <= n_unseen <= n_max) or total > B * n_max:
+        raise ValueError(f"knapsack budgets: need 1 <= n_min={n_min} <= n_unseen={n_unseen} "
+                         f"<= n_max={n_max} and total {total} <= {B}·n_max")
+    out = np.where(seen, n_min, n_unseen).astype(np.int64)
+    eff = seen & (p > 0) & (p < 1)
+    zero = seen & (p <= 0)
+    left = total - int(out.sum())
+    if left < 0:
+        raise ValueError(f"knapsack budgets: total {total} below the floors {int(out.sum())}")
+    if not eff.any():
+        if zero.any():
+            left = _spread(out, np.flatnonzero(zero), left, n_max)
+        else:  # the authors' fallback: every prompt uniform
+            out = np.full(B, total // B, np.int64) + (np.arange(B) < total % B)
+            left = 0
+    else:
+        need = int(np.minimum(n_max, knapsack_cost(p[eff], alpha)).astype(np.int64).sum())
+        if need < left:  # more budget than the solvable prompts need: the rest to p = 0
+            to = zero if zero.any() else ~eff
+            left = need + _spread(out, np.flatnonzero(to), left - need, n_max)
+        K = int(eff.sum())
+        use = min(left, K * (n_max - n_min))
+        out[eff] = knapsack_allocation(p[eff], K * n_min + use, n_min, n_max)
+        left -= use
+    left = _spread(out, np.arange(B), left, n_max)
+    assert left == 0 and out.sum() == total
+    return out
+
+
 # --------------------------------------------------------------------------- VIP
 
 
@@ -90,8 +165,9 @@ def vip_variance(n, s2, estimator: str = "rloo"):
 
 
 def vip_allocation(s2, total: int, n_min: int, n_max: int,
-                   estimator: str = "rloo") -> np.ndarray:
-    """Integer N_i in [n_min, n_max] with Σ N_i = total minimising Σ_i v(N_i; s²_i).
+                   estimator: str = "rloo", linear=None) -> np.ndarray:
+    """Integer N_i in [n_min, n_max] with Σ N_i = total minimising Σ_i v(N_i; s²_i)
+    (+ Σ_i linear_i·N_i when `linear` is given: the authors' γ·log(p_i) term, vip_gamma_term).
 
     v is convex in n (RLOO for n >= 2, Dr.GRPO for n >= 3: VIP_MIN_BUDGET), so each prompt's
     unit gains g_i(k) = v(k) - v(k+1) decrease in k, and the optimum takes the C largest unit
@@ -107,6 +183,8 @@ def vip_allocation(s2, total: int, n_min: int, n_max: int,
     C = total - B * n_min
     k = np.arange(n_min, n_max)[None, :]  # [1, K-1]
     gain = vip_variance(k, s2[:, None], estimator) - vip_variance(k + 1, s2[:, None], estimator)
+    if linear is not None:  # a linear term keeps each prompt's gains decreasing in k
+        gain = gain - np.asarray(linear, np.float64)[:, None]
     idx_k = np.broadcast_to(k, gain.shape).ravel()
     idx_i = np.broadcast_to(np.arange(B)[:, None], gain.shape).ravel()
     order = np.lexsort((idx_i, idx_k, -gain.ravel()))[:C]  # last key sorts first
@@ -123,6 +201,39 @@ def vip_continuous(s2, total: float, n_min: float, n_max: float) -> np.ndarray:
     s = np.sqrt(np.asarray(s2, np.float64))
     B = len(s)
     return 1.0 + objectives.allocate_continuous(s, total - B, n_min - 1.0, n_max - 1.0)
+
+
+VIP_GAMMA = {"rloo": 0.0007, "drgrpo": 0.0004}  # the authors' γ per estimator
+
+
+def vip_gamma_term(p, gamma: float, eps: float = 1e-6) -> np.ndarray:
+    """Per-sample term γ·log(p) of the authors' program (HieuNT91/VIP,
+    bernoulli_allocation.solve: min Σ a_i/(n_i - 1) + γ·log(p_i)·n_i): negative, most so
+    for the hardest prompts, so spare samples go to low predicted p. p clipped to [eps, 1-eps]
+    as theirs."""
+    return gamma * np.log(np.clip(np.asarray(p, np.float64), eps, 1.0 - eps))
+
+
+def vip_objective(n, p, gamma: float, estimator: str = "rloo", eps: float = 1e-6) -> float:
+    """The authors' program's value Σ v(n_i; p_i(1-p_i)) + γ·log(p_i)·n_i."""
+    p = np.clip(np.asarray(p, np.float64), eps, 1.0 - eps)
+    n = np.asarray(n, np.float64)
+    return float((vip_variance(n, p * (1 - p), estimator) + vip_gamma_term(p, gamma) * n).sum())
+
+
+def gp_logit_mean(K_oo, K_qo, p_obs, prior_logit: float = -1.0, jitter: float = 1e-4,
+                  eps: float = 1e-6) -> np.ndarray:
+    """VIP's success-rate predictor (HieuNT91/VIP, gaussian_process.GPR): Gaussian-process
+    regression in logit space, prior mean prior_logit, observations logit(clip(p_obs)) with
+    `jitter` on the diagonal. K_oo [O, O] is the kernel between observed prompts, K_qo [Q, O]
+    between queried and observed ones. Returns the posterior mean logit [Q]: a prompt never
+    seen is predicted from the observed prompts near it."""
+    g = np.log(np.clip(p_obs, eps, 1 - eps) / (1 - np.clip(p_obs, eps, 1 - eps)))
+    if len(g) == 0:
+        return np.full(np.asarray(K_qo).shape[0], prior_logit)
+    K = np.asarray(K_oo, np.float64) + jitter * np.eye(len(g))
+    w = np.linalg.solve(K, g - prior_logit)
+    return prior_logit + np.asarray(K_qo, np.float64) @ w
 
 
 # --------------------------------------------------------------------------- predictions

@@ -1,8 +1,16 @@
 """The table of collection policies (ada_jax/policies/: one module each, see its docstring):
 `collect` hands a step to the configured policy's module; `init_state`, `checkpoint` and
-`restore` gather the cross-step state the policies declare."""
+`restore` gather the cross-step state the policies declare; `settings`, `check`, `presets`
+and `label` read what each module declares for configs/base.py, config_check, config_doc,
+scripts/reproduce.sh and plots.
+
+  python -m ada_jax.collect presets    # the reproduce presets, one "name=variant|flags" a line
+"""
+import numpy as np
+
 from ada_jax.policies import dapo, est, gvm, hints, rollout, seq, stream
 from ada_jax.policies import conformal, greso, knapsack, pilot_commit, vip
+from ada_jax.tasks import families
 
 POLICIES = {"uniform": seq, "seq": seq, "est": est, "gvm": gvm, "dapo": dapo,
             "hints": hints, "stream": stream}
@@ -21,9 +29,62 @@ def policy_name(config) -> str:
     return config.adaptive.policy
 
 
+def settings() -> dict:
+    """{field under adaptive: Setting} of every policy module that declares SETTINGS (a field
+    belongs to one module only)."""
+    out = {}
+    for m in _MODULES:
+        for name, setting in getattr(m, "SETTINGS", {}).items():
+            if name in out:
+                raise ValueError(f"adaptive.{name} is declared by two policy modules")
+            out[name] = setting
+    return out
+
+
+def check(adaptive) -> None:
+    """Every policy module's own check of its settings (config_check.validate runs it)."""
+    for m in _MODULES:
+        if hasattr(m, "check"):
+            m.check(adaptive)
+
+
+def presets() -> dict:
+    """{arm name: "variant|flags"} of every policy module's PRESETS (scripts/reproduce.sh)."""
+    return {k: v for m in _MODULES for k, v in getattr(m, "PRESETS", {}).items()}
+
+
+def label(config: dict):
+    """The display name of a run's policy from its config (the dict of config.json): the
+    policy module's `label(config)` where it defines one, else its LABEL; None for an unknown
+    policy or one named by its algorithm (uniform)."""
+    m = POLICIES.get(config.get("adaptive", {}).get("policy"))
+    if m is None:
+        return None
+    return m.label(config) if hasattr(m, "label") else m.LABEL
+
+
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
-    """This step's groups from the configured policy (`state`: `init_state`'s dict)."""
-    return POLICIES[policy_name(ctx.config)].collect(ctx, params, iterator, key, state)
+    """This step's groups from the configured policy (`state`: `init_state`'s dict); on the
+    family task with the samples of the trained prompts on hard and easy families counted
+    (`base_rate_samples`)."""
+    got = POLICIES[policy_name(ctx.config)].collect(ctx, params, iterator, key, state)
+    if ctx.config.task.name == "families":
+        got.metrics.update(base_rate_samples(got.problems, got.batch.pool_n_B))
+    return got
+
+
+def base_rate_samples(problems, pool_n_B) -> dict:
+    """Samples drawn this step for the trained prompts whose family's base pass rate is <= 0.1
+    (samples_base_p_le_0_1) and >= 0.9 (samples_base_p_ge_0_9), and in all
+    (samples_base_counted): where a method spends, on the family task. Samples a policy
+    drew for prompts it then did not train (DAPO's dropped groups, Pilot-Commit's uncommitted
+    pilots, conformal calibration) are not counted."""
+    n = np.asarray(pool_n_B)
+    if len(problems) != len(n):  # this process's rows of a whole-batch counter
+        problems = rollout.everyone(problems)
+    p = np.asarray([families.FAMILIES[q.level - 1].share for q in problems])
+    return dict(samples_base_p_le_0_1=int(n[p <= 0.1].sum()),
+                samples_base_p_ge_0_9=int(n[p >= 0.9].sum()), samples_base_counted=int(n.sum()))
 
 
 def init_state(ctx, params) -> dict:
@@ -41,3 +102,9 @@ def checkpoint(state) -> dict:
 def restore(meta) -> dict:
     """Every policy's state entries from a checkpoint's metadata."""
     return {k: v for m in _MODULES if hasattr(m, "restore") for k, v in m.restore(meta).items()}
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["presets"]:
+        print("\n".join(f"{k}={v}" for k, v in presets().items()))

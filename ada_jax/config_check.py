@@ -22,14 +22,12 @@ _CHOICES = {
     "task.template": ("embedded", "qwen_math", "llama3_chat", "chat"),
     "task.on_bad_row": ("error", "skip"),
     "task.family_set": ("rl", "hard", "every"),
-    "adaptive.policy": ("uniform", "seq", "est", "gvm", "dapo", "knapsack", "vip"),
     "adaptive.exit_rule": ("none", "pos", "balance"),
     "adaptive.mode": ("rounds", "refill", "stream"),
     "adaptive.at_budget": ("keep", "drop"),
     "adaptive.dapo_at_cap": ("train", "error"),
     "adaptive.select_order": ("generation", "random"),
     "adaptive.est_weight": ("inv_sqrt", "inv", "optimal"),
-    "adaptive.vip_estimator": ("rloo", "drgrpo"),
     "rl.advantage": ("grpo", "drgrpo", "rloo", "raft", "liteppo", "reinforce_pp", "pool"),
     "rl.objective": ("linear", "log", "arcsin", "power"),
     "rl.hints": ("none", "sage", "sage_light"),
@@ -46,8 +44,6 @@ _POSITIVE_INTS = (
     "checkpoint.every", "model.rope_original_max_len", "sft.batch_size", "task.train_size",
     "task.eval_size", "task.verifier_workers", "adaptive.est_budget_per_prompt",
     "adaptive.gvm_pilot", "adaptive.gvm_budget_per_prompt", "adaptive.dapo_max_gen_batches",
-    "adaptive.knapsack_budget_per_prompt", "adaptive.knapsack_n_min", "adaptive.knapsack_n_max",
-    "adaptive.vip_budget_per_prompt", "adaptive.vip_n_min", "adaptive.vip_n_max",
     "loss.replay_rows",
 )
 _NON_NEGATIVE_INTS = (  # step counts and cadences (0 = none / off), counts
@@ -76,21 +72,10 @@ _IN_RANGE = {
     "loss.clip_low": (0, 1, False),  # the ratio's lower clip 1 - clip_low stays > 0
     "adaptive.est_decay": (0, 1, True),  # Ada-Est history factor λ
 }
-# The history / pilot / grid policies (ada_jax/policies/greso.py, pilot_commit.py,
-# conformal.py); the rest of their checks: _check_history_policies.
-_CHOICES["adaptive.policy"] += ("greso", "pilot_commit", "conformal")
-_POSITIVE_INTS += ("adaptive.greso_max_draws", "adaptive.pc_pilot",
-                   "adaptive.pc_budget_per_prompt", "adaptive.conformal_refit_every",
-                   "adaptive.conformal_window")
-_IN_RANGE.update({
-    "adaptive.greso_p_easy": (0, 1, True), "adaptive.greso_p_hard": (0, 1, True),
-    "adaptive.greso_p_min": (0, 1, True), "adaptive.greso_target_zero_var": (0, 1, True),
-    "adaptive.greso_delta_p": (0, 1, True), "adaptive.pc_p_low": (0, 1, True),
-    "adaptive.pc_p_high": (0, 1, True), "adaptive.conformal_alpha": (0, 1, False),
-    "adaptive.conformal_calib_share": (0, 1, True)})
 _STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_token",
             "task.system_prompt",
             "task.files", "task.eval_files", "task.data_dir")
+
 # The model variants sized for the generated tasks (their own small tokenizers); every other
 # model (configs/base.py PRETRAINED, model=hf) is a real language model and needs real data.
 TOY_MODELS = ("tiny", "small")
@@ -103,6 +88,33 @@ _BOOLS += ("optim.stop_on_collapse", "checkpoint.resume_without_metrics")
 # Seeds: jax.random.key wraps any other value silently (-1 and 2**32 - 1 give one key, 2**32
 # and 0 another) and the data order's numpy generator refuses a negative one at step 1.
 _SEEDS = ("seed", "task.seed")
+
+
+def _policy_settings() -> None:
+    """The policy names and the settings each policy module declares (ada_jax/collect.py:
+    POLICIES, `settings`) into the tables above, by each setting's kind; what involves several
+    fields is the module's own `check` (run by validate through `collect.check`)."""
+    global _POSITIVE_INTS, _POSITIVE, _NON_NEGATIVE, _BOOLS
+    from ada_jax import collect
+    _CHOICES["adaptive.policy"] = tuple(n for n in collect.POLICIES
+                                        if n not in ("stream", "hints"))  # those are modes
+    for name, s in collect.settings().items():
+        f = f"adaptive.{name}"
+        if s.kind == "positive_int":
+            _POSITIVE_INTS += (f,)
+        elif s.kind == "positive":
+            _POSITIVE += (f,)
+        elif s.kind == "non_negative":
+            _NON_NEGATIVE += (f,)
+        elif s.kind == "bool":
+            _BOOLS += (f,)
+        elif s.kind in ("unit", "open_unit"):
+            _IN_RANGE[f] = (0, 1, s.kind == "unit")
+        elif s.kind.startswith("choice:"):
+            _CHOICES[f] = tuple(s.kind[len("choice:"):].split("/"))
+
+
+_policy_settings()
 
 
 def _get(config, dotted: str) -> Any:
@@ -273,7 +285,8 @@ def validate(config, overrides_pending: bool = False) -> None:
     if a.policy == "seq" and 0 < a.min_pool < config.rl.n:
         log.warning("config.adaptive.min_pool=%d < config.rl.n=%d: pools that stop early "
                         "give kept groups of fewer than n samples", a.min_pool, config.rl.n)
-    _check_allocation_budgets(a)
+    from ada_jax import collect
+    collect.check(a)  # each policy module's own check of its settings
     if a.overcommit > 1:
         raise ValueError(f"config.adaptive.overcommit={a.overcommit!r}: must be in [0, 1] "
                          f"(a tolerated probability that a launched sample is wasted)")
@@ -305,7 +318,6 @@ def validate(config, overrides_pending: bool = False) -> None:
             raise ValueError(f"config.adaptive.stream_ahead={a.stream_ahead!r}: must be -1 (= "
                              f"stream_max_lag x rl.prompts_per_step) or in [0, {most}] (further "
                              f"ahead, samples would be more than stream_max_lag updates old)")
-    _check_history_policies(a)
     for axis in ("data", "fsdp", "tensor"):
         v = config.mesh[axis]
         if not isinstance(v, int) or (v < 1 and v != -1):
@@ -314,46 +326,6 @@ def validate(config, overrides_pending: bool = False) -> None:
         raise ValueError("config.mesh: at most one axis may be -1")
     if not overrides_pending:  # the command line may still set the task
         check_task(config)
-
-
-def _check_history_policies(a) -> None:
-    """The fields of GRESO, Pilot-Commit and conformal stopping that no table above checks."""
-    if a.pc_pilot > a.pc_budget_per_prompt:
-        raise ValueError(f"config.adaptive.pc_pilot={a.pc_pilot} exceeds "
-                         f"config.adaptive.pc_budget_per_prompt={a.pc_budget_per_prompt}: the "
-                         f"pilot is part of the step's budget (the commit gets the rest)")
-    if a.pc_p_low > a.pc_p_high:
-        raise ValueError(f"config.adaptive.pc_p_low={a.pc_p_low!r} exceeds "
-                         f"config.adaptive.pc_p_high={a.pc_p_high!r}: prompts whose pilot pass "
-                         f"rate lies in [pc_p_low, pc_p_high] are committed")
-    if a.greso_p_min > min(a.greso_p_easy, a.greso_p_hard):
-        raise ValueError(f"config.adaptive.greso_p_min={a.greso_p_min!r} exceeds the initial "
-                         f"exploration probabilities greso_p_easy={a.greso_p_easy!r} / "
-                         f"greso_p_hard={a.greso_p_hard!r}")
-    grid = a.conformal_grid
-    if (not isinstance(grid, (tuple, list)) or not grid
-            or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in grid)
-            or any(x >= y for x, y in zip(grid, grid[1:]))):
-        raise ValueError(f"config.adaptive.conformal_grid={grid!r}: must be strictly increasing "
-                         f"positive integers, e.g. (2, 4, 8, 16) (sample counts at which a "
-                         f"prompt may stop)")
-
-
-def _check_allocation_budgets(a) -> None:
-    """knapsack / vip: n_min <= budget_per_prompt <= n_max (else no allocation sums to the
-    budget); vip's n_min where its variance model is convex (allocation.VIP_MIN_BUDGET)."""
-    from ada_jax.allocation import VIP_MIN_BUDGET
-    for name in ("knapsack", "vip"):
-        lo, mean, hi = (a[f"{name}_{k}"] for k in ("n_min", "budget_per_prompt", "n_max"))
-        if not lo <= mean <= hi:
-            raise ValueError(f"config.adaptive.{name}_n_min={lo}, {name}_budget_per_prompt="
-                             f"{mean}, {name}_n_max={hi}: need n_min <= budget_per_prompt <= "
-                             f"n_max (the budgets sum to budget_per_prompt x the batch)")
-    least = VIP_MIN_BUDGET[a.vip_estimator]
-    if a.vip_n_min < least:
-        raise ValueError(f"config.adaptive.vip_n_min={a.vip_n_min}: must be >= {least} for "
-                         f"vip_estimator={a.vip_estimator!r} (its variance s²/(n-1) or "
-                         f"s²(n-1)/n² is not convex below)")
 
 
 def check_task(config) -> None:

@@ -148,17 +148,6 @@ FIELDS = {
     "adaptive.gvm_budget_per_prompt": ("GVM: mean samples per prompt", "—"),
     "adaptive.gvm_alpha": ("GVM allocation alpha", "—"),
     "adaptive.gvm_beta": ("GVM allocation beta", "—"),
-    "adaptive.knapsack_budget_per_prompt": ("Knapsack-RL: mean samples per prompt (the "
-                                            "knapsack's capacity / B)", "—"),
-    "adaptive.knapsack_n_min": ("Knapsack-RL: a prompt's budget at least (p from the Ada-Est "
-                                "history: est_alpha, est_beta, est_decay)", "—"),
-    "adaptive.knapsack_n_max": ("Knapsack-RL: a prompt's budget at most (the kept group size)",
-                                "—"),
-    "adaptive.vip_budget_per_prompt": ("VIP: mean samples per prompt", "—"),
-    "adaptive.vip_n_min": ("VIP: a prompt's budget at least (>= 2 rloo, >= 3 drgrpo; p from "
-                           "the Ada-Est history)", "—"),
-    "adaptive.vip_n_max": ("VIP: a prompt's budget at most (the kept group size)", "—"),
-    "adaptive.vip_estimator": ("VIP variance model: rloo s²/(n-1) or drgrpo s²(n-1)/n²", "—"),
     "adaptive.overcommit": ("refill: launch a sample if P(it is needed) >= 1 - overcommit",
                             "—"),
     "adaptive.dapo_max_gen_batches": ("DAPO: prompt batches drawn per step at most",
@@ -171,30 +160,6 @@ FIELDS = {
                                 "— / (async off-policy lag)"),
     "adaptive.stream_on_policy": ("stream: restart carried-over prompts (no stale samples)",
                                   "—"),
-    "adaptive.greso_p_easy": ("GRESO: initial exploration probability of prompts last seen all "
-                              "correct (skipped with 1 - p^z after z zero-variance visits)", "—"),
-    "adaptive.greso_p_hard": ("GRESO: initial exploration probability of prompts last seen all "
-                              "wrong", "—"),
-    "adaptive.greso_target_zero_var": ("GRESO: target share of zero-variance groups among those "
-                                       "rolled out (1/3 easy, 2/3 hard)", "—"),
-    "adaptive.greso_delta_p": ("GRESO: step of the exploration probabilities per training step",
-                               "—"),
-    "adaptive.greso_p_min": ("GRESO: floor of the exploration probabilities", "—"),
-    "adaptive.greso_max_draws": ("GRESO: prompt batches drawn per engine call at most to find B "
-                                 "prompts not skipped", "—"),
-    "adaptive.pc_pilot": ("Pilot-Commit: pilot samples per prompt", "— (exploration.n)"),
-    "adaptive.pc_budget_per_prompt": ("Pilot-Commit: mean samples per prompt, pilot included",
-                                      "—"),
-    "adaptive.pc_p_low": ("Pilot-Commit: commit prompts with pilot pass rate >= this",
-                          "— (diversity_threshold_lower)"),
-    "adaptive.pc_p_high": ("Pilot-Commit: commit prompts with pilot pass rate <= this",
-                           "— (1 - diversity_threshold_upper)"),
-    "adaptive.conformal_grid": ("conformal: sample counts at which a prompt may stop", "—"),
-    "adaptive.conformal_alpha": ("conformal: miscoverage of the prediction set", "—"),
-    "adaptive.conformal_calib_share": ("conformal: share of prompts sampled to the top of the "
-                                       "grid for calibration", "—"),
-    "adaptive.conformal_refit_every": ("conformal: steps between threshold refits", "—"),
-    "adaptive.conformal_window": ("conformal: calibration scores kept per grid level", "—"),
     # RL
     "rl.steps": ("RL steps (one prompt batch each)",
                  "trainer.total_training_steps / max_steps"),
@@ -325,6 +290,15 @@ FIELDS = {
     "log.wandb_project": ("Weights & Biases project of log.wandb",
                           "trainer.project_name / WANDB_PROJECT"),
 }
+
+
+def _policy_settings():
+    """The meanings the policy modules declare with their settings (collect.settings)."""
+    from ada_jax import collect
+    return {f"adaptive.{k}": (v.meaning, v.elsewhere) for k, v in collect.settings().items()}
+
+
+FIELDS.update(_policy_settings())
 
 
 def leaves(d: dict, prefix: str = ""):

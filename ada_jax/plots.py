@@ -78,18 +78,22 @@ ALGO_NAMES = {  # config.algo -> the name used in papers and docs
     "reinforce_pp": "REINFORCE++", "dapo": "DAPO", "ada_pos": "Ada-Seq-pos",
     "ada_balance": "Ada-Seq-balance", "ada_est": "Ada-Est", "gvm": "GVM", "daro": "DARO",
 }
-ALGO_NAMES.update(knapsack="Knapsack-RL", vip="VIP")  # the field's allocation methods
+ALGO_NAMES.update(knapsack="Knapsack-RL", vip="VIP")
 
 
 def run_labels(workdirs: Sequence[str]) -> list[str]:
-    """Legend labels from each run's config.json: the algorithm's name (uniform sampling adds
-    its group size: GRPO-n16); runs sharing a name add their seed, or their folder when the
-    seeds are equal too. A run without config.json is named by its folder."""
+    """Legend labels from each run's config.json: its collection policy's display name (the
+    policy module's, `collect.label`: a GRESO run is GRESO whatever preset it started from),
+    or for uniform sampling the algorithm's name and group size (GRPO-n16); runs sharing a
+    name add their seed, or their folder when the seeds are equal too. A run without
+    config.json is named by its folder."""
+    from ada_jax import collect  # the policy registry (imports jax: only when labelling)
     folders = [os.path.basename(os.path.normpath(w)) for w in workdirs]
     configs = [load_config(w) for w in workdirs]
     names = []
     for folder, c in zip(folders, configs):
-        name = ALGO_NAMES.get(c.get("algo"), c.get("algo") or folder)
+        name = (collect.label(c) if c else None) or ALGO_NAMES.get(c.get("algo"),
+                                                                    c.get("algo") or folder)
         if c.get("adaptive", {}).get("policy") == "uniform" and "n" in c.get("rl", {}):
             name += f"-n{c['rl']['n']}"
         names.append(name)

@@ -69,8 +69,9 @@ def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
     uniform / dapo: exactly n samples per prompt. seq: pos / balance exits on pools of at
     least adaptive.min_pool (0 = n) samples, budget M·R, keep n.
     est / gvm: per-prompt budgets from the allocation solvers (capped at 4× the mean budget),
-    every sample trained on, so G is that cap and the rows per prompt are the mean budget;
-    knapsack / vip alike, capped at their n_max.
+    every sample trained on, so G is that cap and the rows per prompt are the mean budget.
+    A policy module with `group_size(config)` (knapsack, vip, pilot_commit, conformal) gives
+    its own (G, rows per prompt), every sample trained.
     """
     a, rl = config.adaptive, config.rl
     mode = "refill" if a.mode == "stream" else a.mode  # streaming runs the refill engine
@@ -82,15 +83,13 @@ def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
                                      samples_per_round=a.samples_per_round,
                                      max_rounds=a.max_rounds, min_pool=a.min_pool or rl.n,
                                      **common), rl.n, rl.n
-    if a.policy in ("pilot_commit", "conformal"):  # every sample of the calls trained
+    if hasattr(collect.POLICIES.get(a.policy), "group_size"):  # the module says (G, rows)
         cap, mean = collect.POLICIES[a.policy].group_size(config)
         return adaptive.EngineConfig(keep=cap, exit_rule="none", mode=mode,
                                      samples_per_round=cap, max_rounds=1, **common), cap, mean
-    if a.policy in ("est", "gvm", "knapsack", "vip"):
+    if a.policy in ("est", "gvm"):
         mean = a.est_budget_per_prompt if a.policy == "est" else a.gvm_budget_per_prompt
         cap = 4 * mean
-        if a.policy in ("knapsack", "vip"):  # their own budgets, capped at their n_max
-            mean, cap = a[f"{a.policy}_budget_per_prompt"], a[f"{a.policy}_n_max"]
         return adaptive.EngineConfig(keep=cap, exit_rule="none", mode=mode,
                                      samples_per_round=cap, max_rounds=1, **common), cap, mean
     return adaptive.EngineConfig(keep=rl.n, exit_rule="none", mode=mode,

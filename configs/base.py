@@ -190,19 +190,11 @@ def get_config(arg: str = ""):
         est_decay=0.9, est_alpha=1.0, est_beta=16.0, est_weight="inv_sqrt",
         est_budget_per_prompt=8, gvm_pilot=8, gvm_budget_per_prompt=8, gvm_alpha=1e-3,
         gvm_beta=2.0, overcommit=0.75,
-        knapsack_budget_per_prompt=8, knapsack_n_min=2, knapsack_n_max=32,
-        vip_budget_per_prompt=8, vip_n_min=2, vip_n_max=32, vip_estimator="rloo",
         dapo_max_gen_batches=4, dapo_at_cap="train", stream_ahead=-1, stream_max_lag=1, stream_on_policy=False))
-    # History / pilot / grid policies (docs/theory.md): GRESO skips prompts whose
-    # groups were zero-variance on recent visits (on DAPO's dynamic sampling); Pilot-Commit
-    # pilots every prompt and commits the rest of the budget to p̂ in [pc_p_low, pc_p_high];
-    # conformal stops a prompt along conformal_grid once its prediction set is one answer.
-    c.adaptive.update(dict(
-        greso_p_easy=0.5, greso_p_hard=0.5, greso_target_zero_var=0.25, greso_delta_p=0.01,
-        greso_p_min=0.05, greso_max_draws=8,
-        pc_pilot=4, pc_budget_per_prompt=8, pc_p_low=0.125, pc_p_high=0.75,
-        conformal_grid=(2, 4, 8, 16), conformal_alpha=0.1, conformal_calib_share=0.125,
-        conformal_refit_every=5, conformal_window=512))
+    # The settings the policy modules declare (ada_jax/policies/<policy>.py SETTINGS:
+    # Knapsack-RL, VIP, GRESO, Pilot-Commit, conformal stopping), defaults from their one home.
+    from ada_jax import collect
+    c.adaptive.update({k: v.default for k, v in collect.settings().items()})
 
     c.rl = ml_collections.ConfigDict(dict(
         steps=40, cost_budget=0, prompts_per_step=16, n=algo["n"], advantage=algo["advantage"],

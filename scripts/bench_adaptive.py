@@ -91,8 +91,10 @@ def allocation_methods(p_hat, s2_hat, p, total):
         "uniform": np.full(len(p), ALLOC_MEAN),
         "est": objectives.est_allocation(p_hat, total, "inv_sqrt", n_min=1,
                                          n_max=4 * ALLOC_MEAN),
-        "knapsack": allocation.knapsack_allocation(p_hat, total, ALLOC_MIN, ALLOC_MAX),
-        "vip": allocation.vip_allocation(s2_hat, total, ALLOC_MIN, ALLOC_MAX),
+        # the solvers on the Ada-Est posterior (the policies' own rules, last-visit rates and
+        # the Gaussian process: scripts/bench_allocation.py)
+        "knapsack_beta": allocation.knapsack_allocation(p_hat, total, ALLOC_MIN, ALLOC_MAX),
+        "vip_beta": allocation.vip_allocation(s2_hat, total, ALLOC_MIN, ALLOC_MAX),
         "knapsack_true_p": allocation.knapsack_allocation(p, total, ALLOC_MIN, ALLOC_MAX),
         "oracle_mixed": allocation.knapsack_allocation(p, total, ALLOC_MIN, ALLOC_MAX,
                                                        info_gain=False),

@@ -1,4 +1,4 @@
-"""The history / pilot / grid policies on the Bernoulli generator (scripts/bench_adaptive.py's
+"""History, pilot and grid policies on the Bernoulli generator (scripts/bench_adaptive.py's
 history rows):
 GRESO, Pilot-Commit and conformal stopping against GRPO-n4, DAPO and each one's oracle.
 
@@ -14,9 +14,12 @@ cuts its gradient estimate's variance p(1−p)/1 of one sample to p(1−p)/N_i (
 reduction of p_i(1−p_i)(1 − 1/N_i) at the true p_i; zero-variance prompts reduce nothing.
 Oracles know each prompt's outcomes or p_i:
   greso_oracle      DAPO that skips, for free, every group that would be zero-variance
-  pc_oracle         Pilot-Commit committing by the true p_i (same pilot cost, same split)
+  pc_oracle         Pilot-Commit committing by the true p_i (same pilot cost)
   conformal_oracle  stops at the first grid level exactly the prompts whose top-of-grid
                     group would be zero-variance
+Pilot-Commit pilots the step's batch and 2·B more pool prompts (3·B) and trains B committed
+prompts' fresh samples; conformal calibrates on 64 held-out prompts before the first step and
+every 50 steps (their samples counted in its cost).
 
   python scripts/bench_history.py            # pool 256, B = 32, 4 epochs
   python scripts/bench_history.py --quick    # pool 128, B = 16 (seconds); last line: JSON
@@ -74,8 +77,8 @@ class Row:
                     samples_per_var_reduction=self.gen / max(self.var, 1e-12))
 
 
-def run(P=256, B=32, epochs=4, seed=0, dapo_cap=4, pc=(4, 8, 0.125, 0.75),
-        grid=(2, 4, 8, 16), alpha=0.1, calib_share=0.125, refit=5, window=512):
+def run(P=256, B=32, epochs=4, seed=0, dapo_cap=4, pc=(4, 8, 3, 0.25, 0.75),
+        grid=(2, 4, 8, 16), alpha=0.1, auto_delta=True, calib_prompts=64, refit=50):
     rng = np.random.default_rng(seed)
     p = rng.beta(0.5, 0.5, P)
     steps = epochs * P // B
@@ -84,7 +87,8 @@ def run(P=256, B=32, epochs=4, seed=0, dapo_cap=4, pc=(4, 8, 0.125, 0.75),
     rows = {k: Row(k) for k in ("grpo_n4", "dapo", "greso", "greso_oracle", "pilot_commit",
                                 "pc_oracle", "conformal", "conformal_oracle")}
     g = {"hist": {}, "p": [0.5, 0.5], "queue": []}
-    cs = {"q": [1.0] * len(grid), "scores": [[] for _ in grid], "since": 0}
+    p_cal = rng.beta(0.5, 0.5, calib_prompts)  # conformal's held-out calibration prompts
+    cs = {"q": [1.0] * len(grid), "delta": alpha, "since": refit}
     pos_dapo = pos_greso = pos_or = 0  # each method's place in the prompt order
     base = jax.random.key(seed)
     for t in range(steps):
@@ -148,39 +152,44 @@ def run(P=256, B=32, epochs=4, seed=0, dapo_cap=4, pc=(4, 8, 0.125, 0.75),
                 pos_greso = start
             else:
                 pos_or = start
-        # Pilot-Commit and its oracle on the step's batch
-        pilot, per, lo, hi = pc
+        # Pilot-Commit and its oracle: pilot on the step's batch and 2·B more pool prompts,
+        # commit B (the band first, nearest 1/2), train their fresh commit samples
+        pilot, commit, n_batches, lo, hi = pc
+        extra_ids = np.random.default_rng([seed, t, 2]).choice(P, (n_batches - 1) * B)
+        piloted = np.concatenate([batch, extra_ids])
         for name in ("pilot_commit", "pc_oracle"):
             r, u = rows[name], used.copy()
-            ppos = np.array([draw(i, pilot, u).sum() for i in batch])
-            c = (pilot_commit.committed(ppos, np.full(B, pilot), lo, hi) if name == "pilot_commit"
-                 else (p[batch] >= lo) & (p[batch] <= hi))
-            budgets = pilot_commit.split(c, per, pilot, 4 * per)
-            cpos = np.array([draw(i, int(b), u).sum() for i, b in zip(batch, budgets)])
-            r.gen += pilot * B + int(budgets.sum())
-            r.train(p[batch][c], (ppos + cpos)[c], (pilot + budgets)[c])
-        # Conformal stopping along the grid (calibrated across steps) and its oracle
+            ppos = np.array([draw(i, pilot, u).sum() for i in piloted])
+            if name == "pilot_commit":
+                chosen = pilot_commit.commit(ppos, np.full(len(piloted), pilot), B, lo, hi)
+            else:
+                chosen = np.sort(pilot_commit.rank(p[piloted] * 1e6, np.full(len(piloted), 1e6),
+                                                   lo, hi)[:B])
+            ids = piloted[chosen]
+            cpos = np.array([draw(i, commit, u).sum() for i in ids])
+            r.gen += pilot * len(piloted) + commit * B
+            r.train(p[ids], cpos, np.full(B, commit))
+        # Conformal stopping along the grid, calibrated on held-out prompts before the first
+        # step and every `refit` steps (their samples counted), and its oracle
         r, u = rows["conformal"], used.copy()
         crng = np.random.default_rng([seed, t, 1])
-        calib = crng.random(B) < calib_share
+        if cs["since"] >= refit:
+            y = crng.random((calib_prompts, grid[-1])) < p_cal[:, None]
+            s_cal = np.stack([y[:, :k].sum(1) for k in grid])
+            n_cal = np.asarray(grid)[:, None] * np.ones_like(s_cal)
+            cs["q"], cs["delta"] = conformal.calibrate(n_cal, s_cal, alpha, auto_delta)
+            cs["since"] = 0
+            r.gen += calib_prompts * grid[-1]
         n, s, active = np.zeros(B, int), np.zeros(B, int), np.ones(B, bool)
         for j, k in enumerate(grid):
             inc = np.where(active, k - (grid[j - 1] if j else 0), 0)
             got = [draw(i, int(b), u) for i, b in zip(batch, inc)]
-            if j:
-                for b in np.flatnonzero(calib):
-                    y = got[b][crng.integers(len(got[b]))]
-                    cs["scores"][j - 1].append(float(conformal.score(s[b], n[b], y)))
             n += inc
             s += np.array([x.sum() for x in got], int)
             if j == len(grid) - 1:
                 break
-            active &= calib | (conformal.set_size(s, n, cs["q"][j]) != 1)
+            active &= ~conformal.stops(s, n, cs["q"][j])
         cs["since"] += 1
-        if cs["since"] >= refit:
-            cs["scores"] = [sc[-window:] for sc in cs["scores"]]
-            cs["q"] = [conformal.threshold(sc, alpha) for sc in cs["scores"]]
-            cs["since"] = 0
         r.gen += int(n.sum())
         r.train(p[batch], s, n)
         r = rows["conformal_oracle"]
@@ -193,7 +202,8 @@ def run(P=256, B=32, epochs=4, seed=0, dapo_cap=4, pc=(4, 8, 0.125, 0.75),
         for row in rows.values():
             row.steps += 1
     res = [row.result() for row in rows.values()]
-    extra = dict(greso_p_final=g["p"], conformal_q=cs["q"], steps=steps, pool=P, batch=B)
+    extra = dict(greso_p_final=g["p"], conformal_q=cs["q"], conformal_delta=cs["delta"],
+                 steps=steps, pool=P, batch=B)
     return res, extra
 
 

@@ -47,6 +47,8 @@ COMMON="--config.sft.base_dir=$BASE --config.rl.steps=$RUN_STEPS --config.eval.e
 declare -A METHODS=(
   [grpo_n4]="algo=grpo|--config.rl.n=4"
   [grpo_n8]="algo=grpo|--config.rl.n=8"
+  [rloo_n4]="algo=rloo|--config.rl.n=4"
+  [rloo_n8]="algo=rloo|--config.rl.n=8"
   [grpo_n16]="algo=grpo|--config.rl.n=16 --config.rl.minibatches=$MB_BIG"
   [grpo_n32]="algo=grpo|--config.rl.n=32 --config.rl.minibatches=$MB_BIG"
   [ada_pos]="algo=ada_pos|--config.adaptive.k_pos=2"
@@ -66,12 +68,12 @@ declare -A METHODS=(
   [est_power]="algo=ada_est|--config.adaptive.est_weight=optimal --config.rl.objective=power"
   [ada_balance_std]="algo=ada_balance|--config.adaptive.mode=refill --config.rl.std_normalise=True"
   [ada_balance_log]="algo=ada_balance|--config.adaptive.mode=refill --config.rl.objective=log --config.rl.objective_weight=True"
-  [knapsack]="algo=knapsack|"
-  [vip]="algo=vip|"
-  [greso]="algo=dapo|--config.adaptive.policy=greso --config.adaptive.dapo_max_gen_batches=32"
-  [pilot_commit]="algo=grpo|--config.adaptive.policy=pilot_commit"
-  [conformal]="algo=grpo|--config.adaptive.policy=conformal"
 )
+# The arms each policy module declares (ada_jax/policies/<policy>.py PRESETS: knapsack, vip,
+# greso, pilot_commit, conformal), read from the registry.
+while IFS='=' read -r name spec; do
+  METHODS[$name]="$spec"
+done < <(PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" python -m ada_jax.collect presets)
 if [ -n "${METHODS_ONLY:-}" ]; then
   for name in "${!METHODS[@]}"; do
     [[ " $METHODS_ONLY " == *" $name "* ]] || unset "METHODS[$name]"

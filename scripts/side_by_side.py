@@ -1,12 +1,17 @@
-"""Collection policies side by side: one markdown table of seed means, matched steps
-and matched cost (samples generated + trained, and FLOP-weighted), with per-seed counts
-against a reference arm, and the seed-mean eval-vs-cost plot.
+"""Collection policies side by side: one markdown table of seed means, matched steps and
+matched cost (samples generated + trained, and FLOP-weighted), with per-seed counts against a
+reference arm and against the best uniform arm, each arm's share of samples on prompts whose
+base pass rate is <= 0.1 and >= 0.9 (family task), and the seed-mean eval-vs-cost plot.
 
-  python scripts/side_by_side.py --root /tmp/side/pool --methods grpo_n4,grpo_n16,dapo,greso \
-      --step 8 --costs 2048,4096 --reference grpo_n4 --out /tmp/side/pool/plots
+  python scripts/side_by_side.py --root /tmp/side/pool --methods grpo_n4,grpo_n8,dapo,greso \
+      --step 8 --costs 2048,4096 --reference grpo_n4 --uniform grpo_n4,grpo_n8 \
+      --out /tmp/side/pool/plots
 
 Runs are ROOT/<method>_s<seed> (scripts/reproduce.sh's layout). The FLOP-weighted column reads
-every run at the largest FLOP-weighted cost (cost_flop_tokens) that every run reached.
+every run at the largest FLOP-weighted cost (cost_flop_tokens) that every run reached. A cell
+averages the seeds that reached it; where some did not it says "(k of n)", so no seed drops
+out unseen. The best uniform arm is the --uniform arm with the highest seed mean at the last
+matched cost; each arm counts the seeds (reached by both) where it beats that arm's same seed.
 """
 import argparse
 import glob
@@ -40,6 +45,39 @@ def _fmt(v, nd=3):
     return "-" if v is None else f"{v:.{nd}f}"
 
 
+def _reached(vals) -> str:
+    """"" when every seed has a value, else " (k of n)": the seeds a cell averages."""
+    k = sum(v is not None for v in vals)
+    return "" if k == len(vals) else f" ({k} of {len(vals)})"
+
+
+def _cell(vals, nd=3) -> str:
+    return _fmt(_mean(vals), nd) + _reached(vals)
+
+
+def _wins(mine: dict, theirs: dict, k: int, cost: float) -> str:
+    """Seeds where this arm beats the other arm's same seed at `cost` ("w of m"; m: seeds both
+    reached), the range of the differences, and the seeds not compared."""
+    diffs = []
+    for seed in sorted(mine):
+        a = _interp(mine[seed], k, "cost_samples", cost)
+        b = _interp(theirs[seed], k, "cost_samples", cost) if seed in theirs else None
+        diffs.append(None if a is None or b is None else a - b)
+    got = [d for d in diffs if d is not None]
+    out = f"{sum(d > 0 for d in got)} of {len(got)}"
+    if got:
+        out += f" ({min(got):+.2f}..{max(got):+.2f})"
+    missed = [str(s) for s, d in zip(sorted(mine), diffs) if d is None]
+    return out + (f"; seed {', '.join(missed)} not compared" if missed else "")
+
+
+def _base_shares(recs) -> str:
+    lo = sum(r.get("samples_base_p_le_0_1", 0) for r in recs)
+    hi = sum(r.get("samples_base_p_ge_0_9", 0) for r in recs)
+    tot = sum(r.get("samples_base_counted", 0) for r in recs)
+    return (lo / tot, hi / tot) if tot else None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", required=True, help="folder holding <method>_s<seed> runs")
@@ -47,6 +85,8 @@ def main():
     ap.add_argument("--step", type=int, required=True, help="the matched step")
     ap.add_argument("--costs", default="2048,4096", help="matched costs (samples gen. + trained)")
     ap.add_argument("--reference", default="grpo_n4", help="per-seed counts against this arm")
+    ap.add_argument("--uniform", default="grpo_n4,grpo_n8,grpo_n16,rloo_n8",
+                    help="uniform arms: per-seed counts against the best of those present")
     ap.add_argument("--out", default="", help="write the seed-mean plots here")
     a = ap.parse_args()
     costs = [float(c) for c in a.costs.split(",")]
@@ -60,13 +100,21 @@ def main():
     k = plots.eval_k(next(iter(next(iter(metrics.values())).values())))
     flop = min(recs[-1]["cost_flop_tokens"] for seeds in metrics.values()
                for recs in seeds.values())
+    last = costs[-1]
     ref = metrics.get(a.reference, {})
+    uniform = [m for m in a.uniform.split(",") if m in metrics]
+    def at_last(m):
+        v = _mean([_interp(r, k, "cost_samples", last) for r in metrics[m].values()])
+        return -1.0 if v is None else v
+    best = max(uniform, key=at_last, default=None)
     head = (["method", "seeds", "steps", "samples/step", "mixed share",
              f"step {a.step}: all / very hard / hard"]
             + [f"{c:,.0f} samples: all" for c in costs[:-1]]
-            + [f"{costs[-1]:,.0f} samples: all / very hard / hard",
+            + [f"{last:,.0f} samples: all / very hard / hard",
                f"{flop / 1e3:,.0f}k FLOP-tokens: all",
-               f"> {a.reference} at {costs[-1]:,.0f} (seeds)"])
+               "samples on base p ≤ 0.1 / ≥ 0.9",
+               f"> {a.reference} at {last:,.0f} (seeds)",
+               f"> best uniform ({best}) at {last:,.0f} (seeds)"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m, seeds in metrics.items():
         steps = [recs[-1]["step"] for recs in seeds.values()]
@@ -80,26 +128,22 @@ def main():
                 rec = next((r for r in recs if r.get("step") == a.step
                             and _eval(r, k) is not None), None)
                 vals.append(None if rec is None else _eval(rec, k, tier))
-            at_step.append(_mean(vals))
+            at_step.append(vals)
         cells = [m, str(len(seeds)), f"{min(steps)}–{max(steps)}", f"{np.mean(per_step):.0f}",
-                 f"{np.mean(mixed):.2f}", " / ".join(_fmt(v, 2) for v in at_step)]
+                 f"{np.mean(mixed):.2f}",
+                 " / ".join(_fmt(_mean(v), 2) for v in at_step) + _reached(at_step[0])]
         for c in costs[:-1]:
-            cells.append(_fmt(_mean([_interp(r, k, "cost_samples", c) for r in seeds.values()])))
-        cells.append(" / ".join(
-            _fmt(_mean([_interp(r, k, "cost_samples", costs[-1], t) for r in seeds.values()]), 2)
-            for t in (None,) + TIERS))
-        cells.append(_fmt(_mean([_interp(r, k, "cost_flop_tokens", flop)
-                                 for r in seeds.values()])))
-        if m == a.reference or not ref:
-            cells.append("")
-        else:
-            diffs = [(_interp(r, k, "cost_samples", costs[-1]) or np.nan)
-                     - (_interp(ref[s], k, "cost_samples", costs[-1]) or np.nan)
-                     for s, r in seeds.items() if s in ref]
-            wins = sum(d > 0 for d in diffs if np.isfinite(d))
-            rng = [d for d in diffs if np.isfinite(d)]
-            cells.append(f"{wins} of {len(diffs)}" + (f" ({min(rng):+.2f}..{max(rng):+.2f})"
-                                                      if rng else ""))
+            cells.append(_cell([_interp(r, k, "cost_samples", c) for r in seeds.values()]))
+        tiers = [[_interp(r, k, "cost_samples", last, t) for r in seeds.values()]
+                 for t in (None,) + TIERS]
+        cells.append(" / ".join(_fmt(_mean(v), 2) for v in tiers) + _reached(tiers[0]))
+        cells.append(_cell([_interp(r, k, "cost_flop_tokens", flop) for r in seeds.values()]))
+        sh = [_base_shares(r) for r in seeds.values()]
+        sh = [x for x in sh if x is not None]
+        cells.append(f"{np.mean([x[0] for x in sh]):.2f} / {np.mean([x[1] for x in sh]):.2f}"
+                     if sh else "-")
+        cells.append("" if m == a.reference or not ref else _wins(seeds, ref, k, last))
+        cells.append("" if best is None or m == best else _wins(seeds, metrics[best], k, last))
         lines.append("| " + " | ".join(cells) + " |")
     print(f"held-out avg@{k}, seed means; matched cost interpolated between evals")
     print("\n".join(lines))

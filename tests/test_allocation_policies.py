@@ -1,6 +1,7 @@
 """Knapsack-RL and VIP (ada_jax/allocation.py, ada_jax/policies/knapsack.py, vip.py): the
-solvers against brute force and a numerical optimizer, the config checks, one training step of
-each, and an exact resume."""
+solvers against brute force and a numerical optimizer, the authors' rules around them (last
+visit's raw success rate, unseen / solved / unsolved prompts, the γ·log(p) term, the Gaussian
+process over prompts), the config checks, one training step of each, and an exact resume."""
 import itertools
 import json
 import os
@@ -63,6 +64,46 @@ def test_knapsack_shifts_budget_to_informative_prompts():
     assert n.sum() == 40 and n[0] == n[1] == 2 and n[3] > 8 and n[4] > 8
     with pytest.raises(ValueError, match="infeasible budget"):
         A.knapsack_allocation(p, 9, 2, 32)
+
+
+def test_knapsack_budgets_follow_the_authors_rules():
+    """Unseen prompts get the uniform budget, solved (p = 1) the floor, the budget the
+    solvable prompts are not expected to need goes to the unsolved (p = 0) ones, and the
+    solvable ones share an exact knapsack over what is left."""
+    p = np.array([0.0, 0.0, 0.25, 0.5, 1.0, 1.0, 0.75, 0.0])
+    seen = np.array([1, 1, 1, 1, 1, 1, 1, 0], bool)
+    n = A.knapsack_budgets(p, seen, 64, 2, 32, 8)
+    assert n.sum() == 64 and n[7] == 8 and n[4] == n[5] == 2
+    # needs: int(min(32, log .1 / log max(p, 1-p))) = 8, 3, 8 -> 19 of the 42 left; the other
+    # 23 go to the two unsolved prompts, 12 and 11
+    assert list(n[:2]) == [2 + 12, 2 + 11]
+    eff = np.array([2, 3, 6])
+    best, _ = _brute(lambda m: float(A.knapsack_value(m, p[eff]).sum()), 3, 6 + 19, 2, 32)
+    assert float(A.knapsack_value(n[eff], p[eff]).sum()) == pytest.approx(best)
+    # nothing solvable: the budget left to the unsolved prompts; nothing unsolved: uniform
+    np.testing.assert_array_equal(A.knapsack_budgets(np.array([0, 1, 1, 1.]), np.ones(4, bool),
+                                                     32, 2, 32, 8), [26, 2, 2, 2])
+    np.testing.assert_array_equal(A.knapsack_budgets(np.ones(4), np.ones(4, bool), 32, 2, 32, 8),
+                                  [8, 8, 8, 8])
+    np.testing.assert_array_equal(A.knapsack_budgets(np.zeros(4), np.zeros(4, bool), 32, 2, 32, 8),
+                                  [8, 8, 8, 8])  # nothing seen: uniform
+
+
+def test_knapsack_budgets_never_favour_the_solved_prompt():
+    """The inversion the Beta(1, 16) posterior caused: after one visit of 8, a prompt solved
+    8/8 must not get more than one solved 0/8; and caps hold, totals are exact."""
+    n = A.knapsack_budgets(np.array([1.0, 0.0]), np.ones(2, bool), 16, 2, 32, 8)
+    assert n[0] < n[1]
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        B = int(rng.integers(2, 20))
+        p = rng.choice([0.0, 1.0, 0.125, 0.5, 0.875], B)
+        seen = rng.random(B) < 0.8
+        n = A.knapsack_budgets(p, seen, 8 * B, 2, 32, 8)
+        assert n.sum() == 8 * B and n.min() >= 2 and n.max() <= 32
+        solved, unsolved = seen & (p == 1), seen & (p == 0)
+        if solved.any() and unsolved.any():
+            assert n[solved].max() <= n[unsolved].min()
 
 
 # --------------------------------------------------------------------------- VIP
@@ -135,6 +176,64 @@ def test_beta_moments_match_scipy():
         assert s2[i] == pytest.approx(d.mean() - d.var() - d.mean() ** 2)  # E[p] - E[p²]
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_vip_with_the_gamma_term_equals_brute_force(seed):
+    """min Σ v(n_i; a_i) + γ·log(p_i)·n_i over the integer box (the authors' program)."""
+    rng = np.random.default_rng(300 + seed)
+    B, n_min, n_max = 3, 4, 4 + int(rng.integers(2, 7))
+    total = int(rng.integers(B * n_min, B * n_max + 1))
+    p = rng.choice([1e-6, 0.02, 0.3, 0.6, 0.97], B)
+    lin = A.vip_gamma_term(p, 0.0007)
+    got = A.vip_allocation(p * (1 - p), total, n_min, n_max, linear=lin)
+    obj = lambda n: A.vip_objective(n, p, 0.0007)  # noqa: E731
+    best, _ = _brute(lambda n: -obj(n), B, total, n_min, n_max)
+    assert got.sum() == total and obj(got) == pytest.approx(-best, rel=1e-12)
+
+
+def test_vip_sends_spare_samples_to_prompts_predicted_hard():
+    """With the γ term a prompt predicted unsolved gets the spare samples and one predicted
+    solved the floor 4 (without it the near-0 and near-1 prompts are alike)."""
+    p = np.array([1e-3, 0.5, 0.999, 0.999])
+    n = A.vip_allocation(p * (1 - p), 32, 4, 32, linear=A.vip_gamma_term(p, 0.0007))
+    assert n[2] == n[3] == 4 and n[0] > n[1] > 4
+
+
+def test_gp_pools_information_across_prompts():
+    """The Gaussian process in logit space: the posterior mean equals the closed form, an
+    observed prompt is predicted near its observation, and an unseen prompt takes its
+    near neighbours' value, a far one the prior."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(5, 2))
+    d = np.linalg.norm(X[:, None] - X[None], axis=-1)
+    K = np.exp(-0.5 * (d / 0.4) ** 2)
+    p_obs = np.array([0.1, 0.9, 0.5, 0.3, 0.7])
+    f = A.gp_logit_mean(K, K, p_obs, -1.0)
+    g = np.log(p_obs / (1 - p_obs))
+    np.testing.assert_allclose(f, -1 + K @ np.linalg.inv(K + 1e-4 * np.eye(5)) @ (g + 1),
+                               rtol=1e-10)
+    np.testing.assert_allclose(f, g, atol=1e-2)
+    near, far = np.exp(-0.5 * (0.1 / 0.4) ** 2), np.exp(-0.5 * (3.0 / 0.4) ** 2)
+    f2 = A.gp_logit_mean(np.ones((1, 1)), np.array([[near], [far]]), np.array([0.02]), -1.0)
+    assert f2[0] < -3 and abs(f2[1] + 1) < 1e-6
+    assert A.gp_logit_mean(np.zeros((0, 0)), np.zeros((3, 0)), np.zeros(0), -1.0).tolist() \
+        == [-1.0] * 3
+
+
+def test_vip_predicts_unseen_prompts_from_their_family():
+    """On the family task an unseen prompt of a family whose other prompt was all wrong is
+    predicted hard and gets more samples than one of a family seen all right."""
+    from ada_jax.policies import vip
+    from ada_jax.tasks.problem import Problem
+    c = base.get_config("algo=vip")
+    visits = {"1": [8, 0, 3], "2": [8, 8, 70]}  # family 3 (very hard) 0/8, family 70 8/8
+    probs = [Problem(10, "q", "a", level=3), Problem(11, "q", "a", level=70),
+             Problem(12, "q", "a", level=50), Problem(13, "q", "a", level=51)]
+    p = vip.predict(c, probs, visits)
+    assert p[0] < 0.1 and p[1] > 0.9  # 0/8 and 8/8, observed with add-half smoothing
+    n = vip.budgets_for(c, probs, visits)
+    assert n.sum() == 32 and n[0] > n[1] == n.min()
+
+
 # --------------------------------------------------------------------------- config
 
 
@@ -155,6 +254,7 @@ def test_bad_allocation_fields_are_refused(field, value, match):
 
 def test_drgrpo_needs_three_samples_per_prompt():
     c = base.get_config("algo=vip")
+    c.adaptive.vip_n_min = 2
     c.adaptive.vip_estimator = "drgrpo"
     with pytest.raises(ValueError, match="vip_n_min=2: must be >= 3"):
         config_check.validate(c)
@@ -177,8 +277,8 @@ def test_one_training_step(algo, tmp_path):
     B = c.rl.prompts_per_step
     assert m["samples_total"] == 8 * B  # the budgets sum to budget_per_prompt x B
     assert np.isfinite(m["loss"]) and m["grad_norm"] > 0
-    assert 2 <= m["alloc_budget_min"] <= 8 <= m["alloc_budget_max"] <= 32
-    hist = _restore(str(tmp_path))[2]["est_history"]
+    assert m["alloc_budget_min"] == m["alloc_budget_max"] == 8  # nothing seen yet: uniform
+    hist = _restore(str(tmp_path))[2]["last_visit"]
     assert len(hist) == B and sum(v[0] for v in hist.values()) == 8 * B
 
 
@@ -194,10 +294,11 @@ def test_resume_is_exact(algo, tmp_path):
     assert sa == sb == 2
     for x, y in zip(jax.tree.leaves(arr_a), jax.tree.leaves(arr_b)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert meta_a["est_history"] == meta_b["est_history"]
-    with open(os.path.join(run, "metrics.jsonl")) as f:
-        recs = [json.loads(line) for line in f]
-    assert recs[-1]["alloc_budget_max"] > 8  # step 2 really allocated unevenly
+    assert meta_a["last_visit"] == meta_b["last_visit"]
+    with open(os.path.join(run, "metrics.jsonl")) as f, open(os.path.join(ref, "metrics.jsonl")) \
+            as g:
+        got, want = [json.loads(line) for line in f], [json.loads(line) for line in g]
+    assert got[-1]["alloc_budget_max"] == want[-1]["alloc_budget_max"]
 
 
 def test_bench_allocation_rows_meet_their_oracles():
@@ -210,7 +311,8 @@ def test_bench_allocation_rows_meet_their_oracles():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = {r["method"]: r for r in bench.allocation_bench(16, 1)}
-    assert {"uniform", "est", "knapsack", "vip", "oracle_mixed", "oracle_var"} <= set(rows)
+    assert {"uniform", "est", "knapsack_beta", "vip_beta", "oracle_mixed",
+            "oracle_var"} <= set(rows)
     for r in rows.values():
         assert r["samples"] == 8 * 16
         assert r["samples_per_mixed_vs_oracle"] >= 1 - 1e-12

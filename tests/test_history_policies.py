@@ -1,6 +1,7 @@
 """The history / pilot / grid collection policies: GRESO (skip law, history, exploration
-probabilities), Pilot-Commit (budget split), conformal stopping (coverage on the Bernoulli
-generator), each one training step end to end, and exact resume of the stateful ones."""
+probabilities), Pilot-Commit (the commit ranking over the 3·B pilot), conformal stopping
+(the authors' quantile, δ and stopping rule; coverage on the Bernoulli generator), each one
+training step end to end, and exact resume of the stateful ones."""
 import json
 import math
 
@@ -61,46 +62,44 @@ def test_greso_history_and_exploration_updates():
 
 
 # ----------------------------------------------------------------------------- Pilot-Commit
-def test_pilot_commit_commits_the_informative_band():
-    pos, n = np.array([0, 1, 2, 3, 4, 1]), np.array([4, 4, 4, 4, 4, 8])
-    np.testing.assert_array_equal(pilot_commit.committed(pos, n, 0.125, 0.75),
-                                  [False, True, True, True, False, True])
+def test_pilot_commit_ranks_the_band_first_then_nearest_half():
+    pos, n = np.array([0, 1, 2, 3, 4, 1, 0]), np.array([4, 4, 4, 4, 4, 8, 0])
+    # p̂ = 0, .25, .5, .75, 1, .125, unseen; band [.25, .75]: 2 (|.5-.5|=0), 1, 3 (.25, batch
+    # order), then outside: 5 (.375 from 1/2), 0 and 4 (.5, batch order), 6 (no pilot: p̂ 0)
+    np.testing.assert_array_equal(pilot_commit.rank(pos, n, 0.25, 0.75), [2, 1, 3, 5, 0, 4, 6])
 
 
-def test_pilot_commit_budget_split_is_exact():
-    # B = 6, 8 per prompt, pilot 4: R = 24 over K = 5 committed -> 5,5,5,5,4
-    c = np.array([True, False, True, True, True, True])
-    np.testing.assert_array_equal(pilot_commit.split(c, 8, 4, 32), [5, 0, 5, 5, 5, 4])
-    assert pilot_commit.split(c, 8, 4, 32).sum() == (8 - 4) * 6
-    # one committed prompt: R = 24 capped at G - pilot = 28 -> 24; cap 12 -> 8
-    one = np.eye(6, dtype=bool)[2]
-    np.testing.assert_array_equal(pilot_commit.split(one, 8, 4, 32), [0, 0, 24, 0, 0, 0])
-    np.testing.assert_array_equal(pilot_commit.split(one, 8, 4, 12), [0, 0, 8, 0, 0, 0])
-    assert pilot_commit.split(np.zeros(6, bool), 8, 4, 32).sum() == 0
+def test_pilot_commit_always_commits_a_full_batch():
     rng = np.random.default_rng(0)
-    for _ in range(200):  # every split: totals exact, shares differ by at most one
-        B = int(rng.integers(1, 40))
-        c = rng.random(B) < rng.random()
-        per, pilot = int(rng.integers(2, 16)), int(rng.integers(1, 8))
-        pilot = min(pilot, per)
-        s = pilot_commit.split(c, per, pilot, 10 ** 6)
-        assert (s[~c] == 0).all()
-        if c.any():
-            assert s.sum() == (per - pilot) * B and np.ptp(s[c]) <= 1
+    for _ in range(100):
+        B = 4 * int(rng.integers(1, 5))
+        n = np.full(3 * B, 4)
+        pos = rng.integers(0, 5, 3 * B)
+        got = pilot_commit.commit(pos, n, B, 0.25, 0.75)
+        assert len(got) == B == len(set(got.tolist())) and (np.diff(got) > 0).all()
+        p = pos / 4
+        inside = (p >= 0.25) & (p <= 0.75)  # every band prompt before any outside one
+        assert inside[got].sum() == min(B, inside.sum())
 
 
 # ----------------------------------------------------------------------------- conformal
-def test_conformal_threshold_and_sets():
-    assert conformal.threshold([0.1, 0.2, 0.3], 0.1) == 1.0  # rank 4 > 3: nothing stops
-    sc = np.arange(1, 20) / 20.0  # m = 19, alpha 0.1 -> rank ceil(20 * 0.9) = 18
-    assert conformal.threshold(sc, 0.1) == pytest.approx(18 / 20)
-    # k = 4, s = 0: p~ = 1/6; score(1) = 5/6, score(0) = 1/6
-    assert conformal.set_size(np.array([0]), np.array([4]), 0.5)[0] == 1
-    assert conformal.set_size(np.array([0]), np.array([4]), 0.9)[0] == 2
-    assert conformal.set_size(np.array([2]), np.array([4]), 0.4)[0] == 0
-    # a tie in exact arithmetic is in the set whichever way the floats round
-    assert conformal.set_size(np.array([1]), np.array([4]), 4 / 6)[0] == 2
-    assert conformal.set_size(np.array([1]), np.array([4]), 1 - 2 / 6)[0] == 2
+def test_conformal_quantile_delta_and_stopping_rule():
+    assert conformal.quantile([], 0.1) == 1.0
+    sc = np.arange(1, 20) / 20.0  # m = 19, δ 0.1 -> rank ceil(20 * 0.9) = 18
+    assert conformal.quantile(sc, 0.1) == pytest.approx(18 / 20)
+    assert conformal.quantile([0.1, 0.2, 0.3], 0.1) == pytest.approx(0.3)  # rank clamped to m
+    # δ from the solve rate at the top level: 3 of 4 solved -> 0.25 + 0.05
+    assert conformal.auto_delta(np.array([0.0, 0.5, 0.9, 1.0])) == pytest.approx(0.30)
+    assert conformal.auto_delta(np.zeros(8)) == pytest.approx(0.05)  # floor
+    assert conformal.auto_delta(np.ones(8)) == pytest.approx(0.95)  # cap
+    # stops at k when q̂ < 1 and 1 - s/k <= q̂; a level with q̂ = 1 never stops
+    s, k = np.array([0, 1, 2]), np.array([2, 2, 2])
+    np.testing.assert_array_equal(conformal.stops(s, k, 0.5), [False, True, True])
+    np.testing.assert_array_equal(conformal.stops(s, k, 1.0), [False, False, False])
+    n_LB = np.array([[2, 2, 2, 2], [4, 4, 4, 4]])
+    s_LB = np.array([[0, 1, 2, 2], [0, 2, 4, 3]])
+    q, d = conformal.calibrate(n_LB, s_LB, 0.1, auto=True)
+    assert d == pytest.approx(0.30) and len(q) == 2
 
 
 def _bernoulli(key, p, n):
@@ -113,36 +112,31 @@ def _bernoulli(key, p, n):
     return np.asarray(r).reshape(B, n)
 
 
-@pytest.mark.parametrize("alpha", [0.1, 0.2])
-def test_conformal_coverage_on_the_bernoulli_generator(alpha):
-    """Calibrate at k = 4 on one set of prompts (pass rates Beta(0.5, 0.5)), then on fresh
-    prompts the next sample's outcome lies in the set with frequency >= 1 - alpha (within a
-    binomial tolerance)."""
+@pytest.mark.parametrize("delta", [0.3, 0.5])
+def test_conformal_coverage_on_the_bernoulli_generator(delta):
+    """Calibrate the k = 4 score on one set of prompts (pass rates Beta(0.5, 0.5)); on fresh
+    prompts the score is within q̂ with frequency >= 1 - δ (split conformal, within a
+    binomial tolerance), and not trivially (some prompts stop)."""
     rng = np.random.default_rng(1)
     k, m, T = 4, 2000, 20000
-    p_cal, p_test = rng.beta(0.5, 0.5, m), rng.beta(0.5, 0.5, T)
-    cal = _bernoulli(jax.random.key(0), p_cal, k + 1)
-    q = conformal.threshold(conformal.score(cal[:, :k].sum(1), k, cal[:, k]), alpha)
-    test = _bernoulli(jax.random.key(1), p_test, k + 1)
-    s, y = test[:, :k].sum(1), test[:, k]
-    covered = conformal.in_set(s, k, y, q)
-    tol = 3 * math.sqrt(alpha * (1 - alpha) / T) + 1 / (m + 1)
-    assert covered.mean() >= 1 - alpha - tol, (covered.mean(), q)
-    # and not trivially: some prompts stop (singleton sets)
-    assert (conformal.set_size(s, np.full(T, k), q) == 1).mean() > 0.2
+    cal = _bernoulli(jax.random.key(0), rng.beta(0.5, 0.5, m), k)
+    q = conformal.quantile(conformal.score(cal.sum(1), k), delta)
+    test = _bernoulli(jax.random.key(1), rng.beta(0.5, 0.5, T), k)
+    covered = conformal.score(test.sum(1), k) <= q + conformal.TIE
+    tol = 3 * math.sqrt(delta * (1 - delta) / T) + 1 / (m + 1)
+    assert covered.mean() >= 1 - delta - tol, (covered.mean(), q)
+    assert conformal.stops(test.sum(1), np.full(T, k), q).mean() > 0.2
 
 
 def test_conformal_coverage_fails_with_a_wrong_rank():
-    """The test above can fail: a quantile one notch too low at alpha = 0.2 (the (1 - 2α)
-    quantile) under-covers."""
+    """The test above can fail: the (1 - 2δ) quantile at δ = 0.2 under-covers."""
     rng = np.random.default_rng(1)
-    k, m, T, alpha = 4, 2000, 20000, 0.2
-    cal = _bernoulli(jax.random.key(0), rng.beta(0.5, 0.5, m), k + 1)
-    q = conformal.threshold(conformal.score(cal[:, :k].sum(1), k, cal[:, k]), 2 * alpha)
-    test = _bernoulli(jax.random.key(1), rng.beta(0.5, 0.5, T), k + 1)
-    s, y = test[:, :k].sum(1), test[:, k]
-    covered = conformal.in_set(s, k, y, q)
-    assert covered.mean() < 1 - alpha - 3 * math.sqrt(alpha * (1 - alpha) / T)
+    k, m, T, delta = 4, 2000, 20000, 0.2
+    cal = _bernoulli(jax.random.key(0), rng.beta(0.5, 0.5, m), k)
+    q = conformal.quantile(conformal.score(cal.sum(1), k), 2 * delta)
+    test = _bernoulli(jax.random.key(1), rng.beta(0.5, 0.5, T), k)
+    covered = conformal.score(test.sum(1), k) <= q + conformal.TIE
+    assert covered.mean() < 1 - delta - 3 * math.sqrt(delta * (1 - delta) / T)
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -151,10 +145,9 @@ E2E = {
     "greso": {"adaptive.policy": "greso", "task.train_size": 8, "rl.prompts_per_step": 4,
               "adaptive.dapo_max_gen_batches": 2},
     "pilot_commit": {"adaptive.policy": "pilot_commit", "adaptive.pc_pilot": 2,
-                     "adaptive.pc_budget_per_prompt": 4, "adaptive.pc_p_low": 0.0,
-                     "adaptive.pc_p_high": 1.0},
+                     "adaptive.pc_commit": 4, "adaptive.pc_pilot_batches": 3},
     "conformal": {"adaptive.policy": "conformal", "adaptive.conformal_grid": (2, 4),
-                  "adaptive.conformal_calib_share": 0.5, "adaptive.conformal_refit_every": 1},
+                  "adaptive.conformal_calib_prompts": 4, "adaptive.conformal_refit_every": 1},
 }
 
 
@@ -170,11 +163,13 @@ def test_one_training_step_end_to_end(policy, tmp_path):
     assert np.isfinite(m["loss"]) and m["samples_total"] > 0
     _, _, meta = _restore(str(tmp_path))
     assert {"greso_history", "conformal_calibration"} <= set(meta)
-    if policy == "pilot_commit":  # every prompt committed: pilot 2 + commit 2 each
-        assert m["samples_total"] == 4 * c.rl.prompts_per_step and m["pc_committed"] == 4
-        assert m["samples_trained"] == 4 * c.rl.prompts_per_step
-    if policy == "conformal":
-        assert m["engine_calls"] in (1, 2) and m["samples_trained"] == m["samples_total"]
+    if policy == "pilot_commit":  # pilot 2 on 3·B prompts, commit 4 on B, only those trained
+        B = c.rl.prompts_per_step
+        assert m["samples_total"] == 2 * 3 * B + 4 * B and m["pc_piloted"] == 3 * B
+        assert m["samples_trained"] == 4 * B
+    if policy == "conformal":  # calibrated before the step: 4 held-out prompts x 4 samples
+        assert m["conformal_calib_samples"] == 4 * 4
+        assert m["samples_trained"] == m["samples_total"] - 16
     if policy == "greso":
         assert len(meta["greso_history"]["hist"]) >= c.rl.prompts_per_step
 
@@ -202,7 +197,9 @@ def test_state_round_trips_through_checkpoint_metadata():
     state = {"greso": {"hist": {"3": [2, 1]}, "p": [0.49, 0.51],
                        "queue": [{"id": 1, "question": "q", "answer": "a", "solution": "",
                                   "level": 0}]},
-             "conformal": {"q": [0.8, 1.0], "scores": [[0.1, 0.3], []], "since": 2}}
+             "conformal": {"q": [0.8, 1.0], "delta": 0.3, "since": 2,
+                           "calib": [{"id": 1, "question": "q", "answer": "a", "solution": "",
+                                      "level": 0}]}}
     meta = json.loads(json.dumps({**greso.checkpoint(state), **conformal.checkpoint(state)}))
     back = {**greso.restore(meta), **conformal.restore(meta)}
     assert back == state

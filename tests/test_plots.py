@@ -163,6 +163,22 @@ def test_run_labels_name_the_algorithm(tmp_path):
         "DAPO-n4 (r4)", "DAPO-n4 (r5)", "r6"]
 
 
+def test_run_labels_come_from_the_policy_registry(tmp_path):
+    """A run is named by the policy it ran, not the preset it started from (a GRESO run
+    started from algo=dapo is GRESO; Pilot-Commit and conformal from algo=grpo); every
+    registered policy has a display name."""
+    from ada_jax import collect
+    dirs = [_run(tmp_path, name, [0.3] * 3, [0.3] * 3, eff=0.5, config=cfg) for name, cfg in (
+        ("g", _config("dapo", policy="greso")), ("p", _config("grpo", policy="pilot_commit")),
+        ("c", _config("grpo", policy="conformal")), ("k", _config("knapsack", policy="knapsack")),
+        ("r", _config("rloo", n=8)))]
+    assert plots.run_labels(dirs) == ["GRESO", "Pilot-Commit", "Conformal stopping",
+                                      "Knapsack-RL", "RLOO-n8"]
+    for name in collect.POLICIES:
+        got = collect.label({"adaptive": {"policy": name, "exit_rule": "pos"}, "algo": "grpo"})
+        assert name == "uniform" or (isinstance(got, str) and got)
+
+
 def _draw(fig):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     FigureCanvasAgg(fig).draw()
@@ -257,7 +273,34 @@ def test_side_by_side_reads_matched_steps_and_costs(tmp_path):
     assert rows["ref"][6] == "0.400" and rows["fast"][6] == "0.450"  # 500 samples
     assert rows["fast"][7] == "0.68 / 0.34 / 0.68"  # 1500 samples: (0.8 + 0.55) / 2
     assert rows["ref"][8] == "0.700" and rows["fast"][8] == "0.750"  # 60k FLOP = 2000 samples
-    assert rows["fast"][9] == "1 of 2 (-0.05..+0.20)"
+    assert rows["fast"][9] == "-"  # no family-task sample counts in these runs
+    assert rows["fast"][10] == "1 of 2 (-0.05..+0.20)"
+
+
+def test_side_by_side_says_which_seeds_reached_a_column(tmp_path):
+    """A seed that stops short of a matched cost is not dropped silently: the cell says
+    "(k of n)", and the per-seed counts name the seed not compared; the best uniform arm is
+    the uniform arm with the higher mean at the last cost."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    for name, evals in (("grpo_n4_s0", [.3, .5, .7]), ("grpo_n4_s1", [.3, .5, .7]),
+                        ("grpo_n8_s0", [.3, .6, .8]), ("grpo_n8_s1", [.3, .6, .8]),
+                        ("short_s0", [.3, .7, .9]), ("short_s1", [.3, .9, .9])):
+        d = _run(root, name, evals, evals, eff=0.5)
+        if name == "short_s1":  # stopped at step 10 (cost 1,000)
+            with open(os.path.join(d, "metrics.jsonl")) as f:
+                recs = [json.loads(line) for line in f if json.loads(line)["step"] <= 10]
+            with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in recs)
+    res = helpers.run([sys.executable, os.path.join(ROOT, "scripts", "side_by_side.py"),
+                       "--root", str(root), "--methods", "grpo_n4,grpo_n8,short", "--step",
+                       "10", "--costs", "500,1500", "--reference", "grpo_n4"], check=True)
+    line = next(x for x in res.stdout.splitlines() if x.startswith("| short "))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[7].endswith("(1 of 2)") and cells[7].startswith("0.80")  # seed 1 ends at 1000
+    assert cells[10] == "1 of 1 (+0.20..+0.20); seed 1 not compared"
+    assert "best uniform (grpo_n8)" in res.stdout
+    assert cells[11] == "1 of 1 (+0.10..+0.10); seed 1 not compared"
 
 
 def test_seed_mean_curves_pair_seeds_at_the_same_cost(tmp_path):

@@ -11,36 +11,51 @@ live in `rollout.py`.
 | `est.py` | 'est' (Ada-Est): budgets from each prompt's pass-rate history |
 | `gvm.py` | 'gvm': a pilot call, then gradient-variance budgets |
 | `dapo.py` | 'dapo': more prompt batches until B mixed groups |
-| `knapsack.py` | 'knapsack' (Knapsack-RL): budgets by a knapsack DP over the est history's p̂ |
-| `vip.py` | 'vip' (VIP): budgets minimising predicted gradient variance (est history's p̂) |
+| `knapsack.py` | 'knapsack' (Knapsack-RL): the authors' rule on each prompt's last visit |
+| `vip.py` | 'vip' (VIP): a Gaussian process over prompts, the authors' γ·log(p)·n program |
 | `hints.py` | rl.hints 'sage' / 'sage_light' (over seq / uniform): collapsed groups re-rolled |
 | `stream.py` | adaptive.mode 'stream' (over seq / uniform): one persistent engine across steps |
 | `greso.py` | 'greso': DAPO with prompts skipped before rollout after zero-variance visits |
-| `pilot_commit.py` | 'pilot_commit': a pilot call, the rest of the budget to informative prompts |
-| `conformal.py` | 'conformal': a budget grid, stopped once the prediction set is one answer |
+| `pilot_commit.py` | 'pilot_commit': a pilot on 3·B prompts, B committed and trained |
+| `conformal.py` | 'conformal': a budget grid, stopped by a test calibrated on held-out prompts |
 | `pools.py` | (helper) several engine calls' samples per prompt as one batch |
+| `settings.py` | (helper) `Setting`: how a module declares the config fields it owns |
 
-A policy module defines:
+A policy module defines (`tests/test_policy_registry.py` fails where one is missing):
 
+- its docstring: the rule it runs, its source (paper, the authors' code) and what differs.
+- `LABEL`: its display name (plots, tables; `collect.label`), or `label(config_dict)` where
+  the name depends on its settings (seq: Ada-Seq-pos / Ada-Seq-balance).
 - `collect(ctx, params, iterator, key, state) -> rollout.Collected`: the step's groups. `ctx`
   is train.Context (fixed for the run), `params` the model's, `iterator` yields this
   process's block of each prompt batch (draw with `next(iterator)`, as many batches as the
   policy needs), `key` the step's RNG key, `state` the dict of cross-step state below (mutate
   it in place).
+- Its settings, if it has its own: `SETTINGS = {field: settings.Setting(default, meaning,
+  the authors' name, kind)}`, the fields `adaptive.<field>` it owns, in one place:
+  configs/base.py takes the defaults, config_doc the meanings, config_check the kind's check
+  (a positive integer, a number in [0, 1], one of some strings, …) from `collect.settings`;
+  `check(adaptive)` raises ValueError for what involves several fields (run by
+  config_check.validate before anything compiles). Field names are unique across modules.
+  (The older policies' fields, est_*, gvm_*, dapo_*, stream_*, still live in
+  configs/base.py, config_doc.py and config_check.py.)
+- Its engine configuration, if every sample it draws is trained: `group_size(config) ->
+  (G, training rows per prompt)` (train.engine_config reads it); otherwise the engine is
+  the uniform / seq / est / gvm one train.engine_config builds.
+- `PRESETS = {arm name: "variant|flags"}`: the arms scripts/reproduce.sh runs it as
+  (`python -m ada_jax.collect presets`).
 - Cross-step state, if it keeps any (each optional; a stateless policy defines none):
   `init_state(ctx, params) -> dict`, the state keys it owns and their values at step 0;
   `checkpoint(state) -> dict`, the JSON-able entries it adds to each checkpoint's metadata
   (its checkpoint keys); `restore(meta) -> dict`, its state keys back from that metadata.
   `collect.init_state` / `checkpoint` / `restore` gather every policy's entries, whichever
-  policy runs (so a checkpoint holds est_history and hint_levels in every run, as it always
-  has), so state keys and checkpoint keys must be unique across policies. Metadata is JSON;
+  policy runs (so a checkpoint holds est_history, last_visit and hint_levels in every run),
+  so state keys and checkpoint keys must be unique across policies. Metadata is JSON;
   the one array state, the stream's engine, train.py saves with the params.
 
-Config validation has no per-policy hook: a new policy adds its name to
-`config_check._CHOICES["adaptive.policy"]` and any checks of its own fields (or of the other
-fields it cannot run with) to `config_check.validate`, which runs before anything compiles.
-So a new policy is one new module, one row in `collect.POLICIES`, and its name in
-config_check (and its fields in configs/base.py and config_doc.py).
+So a new policy is one new module and one row in `collect.POLICIES`: its name becomes an
+`adaptive.policy` choice (config_check reads the registry), its settings, label and presets
+come with it.
 
 On several processes every policy must keep every process alike wherever it decides on the
 host (the number of batches drawn, budgets, the state): decide from the whole batch

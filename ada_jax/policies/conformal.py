@@ -1,30 +1,62 @@
-"""Conformal stopping, C-GRPO (adaptive.policy='conformal'): each prompt is sampled along a
-budget grid k_1 < k_2 < … (adaptive.conformal_grid) and stops at level k_j once the
-split-conformal prediction set of its next sample's answer is one answer; every sample drawn
-is trained on. docs/theory.md, "Conformal stopping", states the rule and where it differs from
-the C-GRPO description.
+"""Conformal stopping, C-GRPO (adaptive.policy='conformal') as its authors run it
+(AryaFayyazi/CGRPO train.py, conformal.py, config.py; PyPI trl-cgrpo): each prompt is sampled
+along a budget grid k_1 < k_2 < … (adaptive.conformal_grid, theirs 2, 4, 8, 16) and stops at
+the first level k whose conformal test passes; every sample drawn is trained on.
 
-The answer is the verifier's outcome y ∈ {0, 1} (the engine keeps rewards, not answer
-strings). At level k with s positives the smoothed pass rate is p̃ = (s + 1)/(k + 2) and the
-nonconformity score of a label is score(y) = 1 − p̃ for y = 1, p̃ for y = 0. The set is
-C = {y : score(y) ≤ q̂_j}; q̂_j is the ⌈(m+1)(1−α)⌉-th smallest of the m calibration scores
-of level j (1 where that rank exceeds m: nothing stops until calibrated), so a fresh prompt's
-next answer lies in C with probability ≥ 1 − α (α = adaptive.conformal_alpha).
-Calibration: each step a random share (adaptive.conformal_calib_share) of the prompts is
-never stopped; for each level below the top, each gives one score (its counts at k_j and the
-outcome of one uniformly chosen sample of the next level). Scores are kept for the last
-adaptive.conformal_window per level; thresholds are refitted every adaptive.conformal_refit_every
-steps.
+The verifier's outcome is binary, so the score is the authors' one for verified (code) tasks:
+s_k = 1 − (positives among the first k samples)/k. A prompt stops at k when q̂_k < 1 and
+s_k ≤ q̂_k (a level with q̂_k = 1 is skipped, as theirs), else at the top of the grid.
+Calibration, before step 1 and again every adaptive.conformal_refit_every steps (theirs 50):
+adaptive.conformal_calib_prompts held-out prompts (theirs n_cal = 400; drawn from the
+training stream before the first step and never trained on) are sampled to the top of the grid
+with the current policy; q̂_k is the ⌈(m+1)(1−δ)⌉-th smallest of the m scores at level k (rank
+clamped to [1, m], theirs), and δ = clip(1 − pass@k_top + 0.05, 0.05, 0.95) from the
+calibration prompts' solve rate at the top level (theirs auto_delta), or adaptive.conformal_alpha
+when adaptive.conformal_auto_delta is False. The calibration samples count in the step's cost.
+docs/theory.md, "The field's allocation methods as their authors run them", says what differs.
 
-State: `state["conformal"]` = {"q": [q̂_j], "scores": [[score, …] per level], "since": steps
-since the last refit}; checkpointed as `conformal_calibration` (JSON floats: exact resume).
+State: `state["conformal"]` = {"q": [q̂_k], "delta": δ, "since": steps since calibrating,
+"calib": the calibration prompts (records) or None}; checkpointed as `conformal_calibration`
+(JSON: exact resume).
 """
+import dataclasses
 import math
 
 import jax
 import numpy as np
 
 from ada_jax.policies import pools, rollout
+from ada_jax.policies.settings import Setting
+from ada_jax.tasks.problem import Problem
+
+LABEL = "Conformal stopping"  # the display name (plots, tables)
+PRESETS = {"conformal": "algo=grpo|--config.adaptive.policy=conformal"}
+SETTINGS = {
+    "conformal_grid": Setting((2, 4, 8, 16), "conformal: sample counts at which a prompt may "
+                              "stop", "k_values", "any"),
+    "conformal_alpha": Setting(0.1, "conformal: miscoverage δ when conformal_auto_delta is off",
+                               "deltas", "open_unit"),
+    "conformal_auto_delta": Setting(True, "conformal: δ = 1 - calibration solve rate + 0.05, in "
+                                    "[0.05, 0.95]", "auto_delta", "bool"),
+    "conformal_calib_prompts": Setting(64, "conformal: held-out calibration prompts, sampled to "
+                                       "the grid's top before step 1 (cost counted)", "n_cal",
+                                       "positive_int"),
+    "conformal_refit_every": Setting(50, "conformal: steps between recalibrations (the same "
+                                     "prompts, the current policy)", "recalibrate_every",
+                                     "positive_int"),
+}
+
+
+def check(a) -> None:
+    grid = a.conformal_grid
+    if (not isinstance(grid, (tuple, list)) or not grid
+            or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in grid)
+            or any(x >= y for x, y in zip(grid, grid[1:]))):
+        raise ValueError(f"config.adaptive.conformal_grid={grid!r}: must be strictly increasing "
+                         f"positive integers, e.g. (2, 4, 8, 16) (sample counts at which a "
+                         f"prompt may stop)")
+
+DELTA_MARGIN, DELTA_MIN, DELTA_MAX = 0.05, 0.05, 0.95  # the authors' select_delta_auto
 
 
 def group_size(config) -> tuple[int, int]:
@@ -35,8 +67,8 @@ def group_size(config) -> tuple[int, int]:
 
 def init_state(ctx, params) -> dict:
     levels = len(ctx.config.adaptive.conformal_grid)
-    return {"conformal": {"q": [1.0] * levels, "scores": [[] for _ in range(levels)],
-                          "since": 0}}
+    return {"conformal": {"q": [1.0] * levels, "delta": float(ctx.config.adaptive.conformal_alpha),
+                          "since": 0, "calib": None}}
 
 
 def checkpoint(state) -> dict:
@@ -45,84 +77,99 @@ def checkpoint(state) -> dict:
 
 def restore(meta) -> dict:
     c = meta.get("conformal_calibration")
-    if c is None:  # a checkpoint from before this policy: nothing calibrated yet
+    if c is None or "calib" not in c:  # a checkpoint without a calibration of this rule
         return {}
-    return {"conformal": {"q": [float(x) for x in c["q"]],
-                          "scores": [[float(x) for x in s] for s in c["scores"]],
-                          "since": int(c["since"])}}
+    return {"conformal": {"q": [float(x) for x in c["q"]], "delta": float(c["delta"]),
+                          "since": int(c["since"]), "calib": c["calib"]}}
 
 
-def smoothed(s, k):
-    return (np.asarray(s, np.float64) + 1.0) / (np.asarray(k, np.float64) + 2.0)
+def score(s, k):
+    """Nonconformity score of s positives among the first k samples: 1 − s/k."""
+    return 1.0 - np.asarray(s, np.float64) / np.asarray(k, np.float64)
 
 
-def score(s, k, y):
-    """Nonconformity score of outcome y given s positives in k samples."""
-    p = smoothed(s, k)
-    return np.where(np.asarray(y) > 0.5, 1.0 - p, p)
-
-
-def threshold(scores, alpha: float) -> float:
-    """Split-conformal q̂: the ⌈(m+1)(1−α)⌉-th smallest score, 1.0 (every label) if m is too
-    small for that rank."""
+def quantile(scores, delta: float) -> float:
+    """The authors' split-conformal q̂: the ⌈(m+1)(1−δ)⌉-th smallest score, rank clamped to
+    [1, m]; 1.0 (no stopping) with no scores."""
     m = len(scores)
-    r = math.ceil((m + 1) * (1.0 - alpha))
-    return 1.0 if r > m else float(np.sort(np.asarray(scores, np.float64))[r - 1])
+    if m == 0:
+        return 1.0
+    r = min(max(math.ceil((m + 1) * (1.0 - delta)), 1), m)
+    return float(np.sort(np.asarray(scores, np.float64))[r - 1])
+
+
+def auto_delta(top_scores) -> float:
+    """δ = (1 − share of calibration prompts solved at the top level) + 0.05, in [0.05, 0.95]."""
+    solved = float(np.mean(np.asarray(top_scores) < 1.0 - 1e-9)) if len(top_scores) else 0.0
+    return float(np.clip(1.0 - solved + DELTA_MARGIN, DELTA_MIN, DELTA_MAX))
+
+
+def calibrate(n_LB, s_LB, alpha: float, auto: bool) -> tuple[list, float]:
+    """(q̂ per level, δ) from the calibration prompts' counts at each level [L, B]."""
+    sc = [score(s, n) for n, s in zip(n_LB, s_LB)]
+    delta = auto_delta(sc[-1]) if auto else float(alpha)
+    return [quantile(x, delta) for x in sc], delta
 
 
 TIE = 1e-9  # scores are ratios of small integers: equal ones may differ in the last bit
 
 
-def in_set(s, k, y, q):
-    """Whether outcome y is in the prediction set {y : score(y) ≤ q} (ties included)."""
-    return score(s, k, y) <= q + TIE
+def stops(s, k, q: float):
+    """[B] bool: the level's test passes (q̂ < 1 and 1 − s/k ≤ q̂)."""
+    return (q < 1.0) & (score(s, k) <= q + TIE)
 
 
-def set_size(s, k, q):
-    """[B] size of the prediction set {y ∈ {0,1} : score(y) ≤ q} (0, 1 or 2)."""
-    return in_set(s, k, 1, q).astype(int) + in_set(s, k, 0, q).astype(int)
-
-
-def _rng(key, salt: int):
-    return np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist() + [salt])
-
-
-def collect(ctx, params, iterator, key, state) -> rollout.Collected:
-    a = ctx.config.adaptive
-    grid, cs = tuple(a.conformal_grid), state["conformal"]
-    problems = next(iterator)
-    B = len(problems) * jax.process_count()  # the whole batch: every process decides alike
-    rng = _rng(key, 0)
-    calib = rng.random(B) < a.conformal_calib_share
+def _grid_calls(ctx, params, problems, key, grid, stop_at=None):
+    """Sample `problems` (this process's rows) along the grid; a prompt stops at the first
+    level where stop_at(j, s, n) says so (never, if None). Returns (per-level whole-batch
+    counts n_LB, s_LB, the calls' metrics, their batches, the first call)."""
+    B = len(problems) * jax.process_count()
     n, s = np.zeros(B, np.int64), np.zeros(B, np.int64)
     active = np.ones(B, bool)
-    calls, batches, first = [], [], None
+    n_L, s_L, calls, batches, first = [], [], [], [], None
     for j, k in enumerate(grid):
         inc = np.where(active, k - (grid[j - 1] if j else 0), 0)
+        if not inc.any():
+            break
         got = rollout.run_engine(ctx, params, problems, jax.random.fold_in(key, j),
                                  rollout.own_share(inc))
         first = got if first is None else first
         calls.append(got.metrics)
         batches.append(got.batch)
-        if j:  # calibration scores of level j-1: one next-level outcome per calibration prompt
-            r, m = np.asarray(got.batch.reward_BG), np.asarray(got.batch.mask_BG)
-            for i in np.flatnonzero(calib & (m.sum(1) > 0)):
-                y = r[i, rng.choice(np.flatnonzero(m[i]))]
-                cs["scores"][j - 1].append(float(score(s[i], n[i], y)))
         n += np.asarray(got.batch.pool_n_B)
         s += np.asarray(got.batch.pool_pos_B)
-        if j == len(grid) - 1:
-            break
-        active &= calib | (set_size(s, n, cs["q"][j]) != 1)
-        if not active.any():
-            break
-    cs["since"] += 1
+        n_L.append(n.copy())
+        s_L.append(s.copy())
+        if stop_at is not None and j < len(grid) - 1:
+            active &= ~stop_at(j, s, n)
+    return np.asarray(n_L), np.asarray(s_L), calls, batches, first
+
+
+def collect(ctx, params, iterator, key, state) -> rollout.Collected:
+    a = ctx.config.adaptive
+    grid, cs = tuple(a.conformal_grid), state["conformal"]
+    calls = []
+    if cs["calib"] is None:  # before the first step: hold out the calibration prompts
+        held = []  # whole batches in batch order (the one-process order)
+        while len(held) < a.conformal_calib_prompts:
+            held += rollout.everyone(next(iterator))
+        cs["calib"] = [dataclasses.asdict(p) for p in held]
+        cs["since"] = a.conformal_refit_every
     if cs["since"] >= a.conformal_refit_every:
-        cs["scores"] = [sc[-a.conformal_window:] for sc in cs["scores"]]
-        cs["q"] = [threshold(sc, a.conformal_alpha) for sc in cs["scores"]]
+        held = rollout.own_share([Problem(**d) for d in cs["calib"]])
+        n_LB, s_LB, cal_calls, _, _ = _grid_calls(ctx, params, held,
+                                                  jax.random.fold_in(key, 1 << 20), grid)
+        cs["q"], cs["delta"] = calibrate(n_LB, s_LB, a.conformal_alpha, a.conformal_auto_delta)
         cs["since"] = 0
+        calls += cal_calls
+    problems = next(iterator)
+    n_LB, _, got_calls, batches, first = _grid_calls(
+        ctx, params, problems, key, grid, lambda j, s, n: stops(s, n, cs["q"][j]))
+    cs["since"] += 1
     batch = pools.merge(batches)
-    met = pools.step_metrics(calls, batch)
-    met.update(conformal_stopped=int((n < grid[-1]).sum()), conformal_calib=int(calib.sum()),
-               conformal_q_first=cs["q"][0])
+    calib_samples = sum(m["samples_total"] for m in calls)
+    met = pools.step_metrics(got_calls + calls, batch)
+    n = n_LB[-1]
+    met.update(conformal_stopped=int((n < grid[-1]).sum()), conformal_calib_samples=calib_samples,
+               conformal_delta=cs["delta"], conformal_q_first=cs["q"][0])
     return rollout.Collected(first.problems, batch, first.prompt_BP, first.mask_BP, met)

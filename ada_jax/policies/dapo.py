@@ -16,6 +16,8 @@ import numpy as np
 from ada_jax import selection
 from ada_jax.policies import rollout
 
+LABEL = "DAPO"  # the display name (plots, tables)
+
 log = logging.getLogger(__name__)
 
 

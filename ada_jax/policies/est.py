@@ -9,6 +9,8 @@ import numpy as np
 from ada_jax import objectives, sharding
 from ada_jax.policies import rollout
 
+LABEL = "Ada-Est"  # the display name (plots, tables)
+
 
 def init_state(ctx, params) -> dict:
     return {"est": {}}

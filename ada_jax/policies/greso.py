@@ -30,7 +30,33 @@ import numpy as np
 from ada_jax import selection
 from ada_jax.policies import rollout
 from ada_jax.policies.dapo import _assemble
+from ada_jax.policies.settings import Setting
 from ada_jax.tasks.problem import Problem
+
+LABEL = "GRESO"  # the display name (plots, tables)
+PRESETS = {"greso": "algo=dapo|--config.adaptive.policy=greso "
+                    "--config.adaptive.dapo_max_gen_batches=32"}
+SETTINGS = {
+    "greso_p_easy": Setting(0.5, "GRESO: initial exploration probability of prompts last seen "
+                            "all correct (skipped with 1 - p^z after z zero-variance visits)",
+                            "—", "unit"),
+    "greso_p_hard": Setting(0.5, "GRESO: initial exploration probability of prompts last seen "
+                            "all wrong", "—", "unit"),
+    "greso_target_zero_var": Setting(0.25, "GRESO: target share of zero-variance groups among "
+                                     "those rolled out (1/3 easy, 2/3 hard)", "—", "unit"),
+    "greso_delta_p": Setting(0.01, "GRESO: step of the exploration probabilities per training "
+                             "step", "—", "unit"),
+    "greso_p_min": Setting(0.05, "GRESO: floor of the exploration probabilities", "—", "unit"),
+    "greso_max_draws": Setting(8, "GRESO: prompt batches drawn per engine call at most to find "
+                               "B prompts not skipped", "—", "positive_int"),
+}
+
+
+def check(a) -> None:
+    if a.greso_p_min > min(a.greso_p_easy, a.greso_p_hard):
+        raise ValueError(f"config.adaptive.greso_p_min={a.greso_p_min!r} exceeds the initial "
+                         f"exploration probabilities greso_p_easy={a.greso_p_easy!r} / "
+                         f"greso_p_hard={a.greso_p_hard!r}")
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,8 @@ from ada_jax import objectives, sharding
 from ada_jax.learn import global_norm, training_rows
 from ada_jax.policies import rollout
 
+LABEL = "GVM"  # the display name (plots, tables)
+
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     c, a = ctx.config, ctx.config.adaptive

@@ -12,6 +12,8 @@ from ada_jax import hints as hint_lib
 from ada_jax import selection
 from ada_jax.policies import rollout
 
+LABEL = "SAGE"  # the display name (plots, tables)
+
 
 def init_state(ctx, params) -> dict:
     return {"hint": {}}

@@ -1,66 +1,82 @@
-"""Pilot-Commit (adaptive.policy='pilot_commit'; Kim et al., arXiv 2605.26606): a pilot of m
-samples per prompt estimates each prompt's pass rate p̂_i; the prompts with p̂_i in
-[pc_p_low, pc_p_high] (informative: high reward variance) are committed, and the rest of the
-step's budget is split evenly over them; the others are skipped (not trained). No state
-across steps. docs/theory.md, "Pilot-Commit", states the rule and where it differs from the
-paper.
+"""Pilot-Commit (adaptive.policy='pilot_commit'; Kim et al., arXiv 2605.26606) as its authors
+run it (databricks/pilot-commit, recipe/pc/pc_ray_trainer.py): a pilot of pc_pilot samples on
+each of pc_pilot_batches·B prompts (the paper's 3·B) estimates each prompt's pass rate p̂; the
+B prompts to train on are committed, those with p̂ in [pc_p_low, pc_p_high] (theirs: the
+diversity band 0.25..0.75) first, nearest p̂ = 1/2 first, then the rest nearest 1/2, so
+every step trains a full batch of B; each committed prompt gets pc_commit fresh samples, and
+those are its training group (the pilot's samples are exploration: counted in the cost, not
+trained). No state across steps. docs/theory.md, "The field's allocation methods as their
+authors run them", says what differs (the authors' replay buffer of passing prompts).
 
-Budget split (`split`): total T = pc_budget_per_prompt·B; pilot m·B; the remaining
-R = T − m·B goes to the K committed prompts, ⌊R/K⌋ each and one more to the first R mod K
-(batch order), each capped at G − m (G = 4·pc_budget_per_prompt, the kept group); what the
-caps leave (or all of R when K = 0) is not spent. A committed prompt trains on its pilot
-and commit samples together (at most G). Budgets are decided on the whole batch (replicated
-counters) on every process alike; each process samples its own rows.
+On several processes the whole pilot draw is gathered in batch order (the one-process order)
+and every process ranks it alike from the replicated pilot counters; each samples its share
+of the piloted and of the committed prompts (`rollout.own_share`).
 """
 import jax
 import numpy as np
 
 from ada_jax.policies import pools, rollout
+from ada_jax.policies.settings import Setting
+
+LABEL = "Pilot-Commit"  # the display name (plots, tables)
+PRESETS = {"pilot_commit": "algo=grpo|--config.adaptive.policy=pilot_commit"}
+SETTINGS = {
+    "pc_pilot": Setting(4, "Pilot-Commit: pilot samples per piloted prompt",
+                        "— (exploration.n)", "positive_int"),
+    "pc_commit": Setting(8, "Pilot-Commit: fresh samples per committed prompt (its training "
+                         "group)", "— (rollout.n)", "positive_int"),
+    "pc_pilot_batches": Setting(3, "Pilot-Commit: prompt batches piloted per step (the paper's "
+                                "3·B); B of them committed", "—", "positive_int"),
+    "pc_p_low": Setting(0.25, "Pilot-Commit: commit prompts with pilot pass rate >= this first",
+                        "diversity_threshold_lower", "unit"),
+    "pc_p_high": Setting(0.75, "Pilot-Commit: commit prompts with pilot pass rate <= this first",
+                         "1 - diversity_threshold_upper", "unit"),
+}
+
+
+def check(a) -> None:
+    if a.pc_p_low > a.pc_p_high:
+        raise ValueError(f"config.adaptive.pc_p_low={a.pc_p_low!r} exceeds "
+                         f"config.adaptive.pc_p_high={a.pc_p_high!r}: prompts whose pilot pass "
+                         f"rate lies in [pc_p_low, pc_p_high] are committed first")
 
 
 def group_size(config) -> tuple[int, int]:
-    """(G, training rows per prompt): the kept group cap and the mean budget."""
-    per = config.adaptive.pc_budget_per_prompt
-    return 4 * per, per
+    """(G, training rows per prompt): the commit samples."""
+    return config.adaptive.pc_commit, config.adaptive.pc_commit
 
 
-def committed(pilot_pos, pilot_n, p_low: float, p_high: float) -> np.ndarray:
-    """[B] bool: prompts whose pilot pass rate lies in [p_low, p_high]."""
-    p = np.asarray(pilot_pos, np.float64) / np.maximum(np.asarray(pilot_n), 1)
-    return (np.asarray(pilot_n) > 0) & (p >= p_low) & (p <= p_high)
+def rank(pilot_pos, pilot_n, p_low: float, p_high: float) -> np.ndarray:
+    """Indices of the piloted prompts, best first: inside the band [p_low, p_high] before
+    outside, then nearest p̂ = 1/2, then batch order."""
+    n = np.asarray(pilot_n)
+    p = np.asarray(pilot_pos, np.float64) / np.maximum(n, 1)
+    inside = (n > 0) & (p >= p_low) & (p <= p_high)
+    return np.lexsort((np.arange(len(p)), np.abs(p - 0.5), ~inside))
 
 
-def split(commit_B, per_prompt: int, pilot: int, cap: int) -> np.ndarray:
-    """[B] commit budgets: R = (per_prompt − pilot)·B split evenly over the committed prompts
-    (integers, the first R mod K get one more), each at most cap − pilot; 0 elsewhere."""
-    commit_B = np.asarray(commit_B, bool)
-    B, K = len(commit_B), int(commit_B.sum())
-    out = np.zeros(B, np.int64)
-    if K == 0:
-        return out
-    R = (per_prompt - pilot) * B
-    share = np.full(K, R // K) + (np.arange(K) < R % K)
-    out[commit_B] = np.minimum(share, cap - pilot)
-    return out
+def commit(pilot_pos, pilot_n, B: int, p_low: float, p_high: float) -> np.ndarray:
+    """[B] the committed pilot rows, best first by `rank`, in row order."""
+    return np.sort(rank(pilot_pos, pilot_n, p_low, p_high)[:B])
 
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     a = ctx.config.adaptive
-    problems = next(iterator)
-    first = rollout.run_engine(ctx, params, problems, jax.random.fold_in(key, 0),
-                               np.full(len(problems), a.pc_pilot))
-    pilot = first.batch
-    commit_B = committed(pilot.pool_pos_B, pilot.pool_n_B, a.pc_p_low, a.pc_p_high)
-    budgets = split(commit_B, a.pc_budget_per_prompt, a.pc_pilot, ctx.group)
-    calls, batches = [first.metrics], [pilot]
-    if budgets.sum():
-        got = rollout.run_engine(ctx, params, problems, jax.random.fold_in(key, 1),
-                                 rollout.own_share(budgets))
-        calls.append(got.metrics)
-        batches.append(got.batch)
-    batch = pools.merge(batches, commit_B)
-    met = pools.step_metrics(calls, batch)
-    met.update(pc_committed=int(commit_B.sum()), pc_pilot_samples=first.metrics["samples_total"],
-               pc_unspent=int((a.pc_budget_per_prompt - a.pc_pilot) * len(commit_B)
-                              - budgets.sum()))
-    return rollout.Collected(first.problems, batch, first.prompt_BP, first.mask_BP, met)
+    blocks = [next(iterator) for _ in range(a.pc_pilot_batches)]
+    B = len(blocks[0]) * jax.process_count()
+    piloted = [p for b in blocks for p in rollout.everyone(b)]  # the whole draw, batch order
+    pilot = rollout.run_engine(ctx, params, rollout.own_share(piloted),
+                               jax.random.fold_in(key, 0),
+                               np.full(len(piloted) // jax.process_count(), a.pc_pilot))
+    pos, n = np.asarray(pilot.batch.pool_pos_B), np.asarray(pilot.batch.pool_n_B)
+    chosen = commit(pos, n, B, a.pc_p_low, a.pc_p_high)
+    committed = rollout.own_share([piloted[i] for i in chosen])
+    got = rollout.run_engine(ctx, params, committed, jax.random.fold_in(key, 1),
+                             np.full(len(committed), a.pc_commit))
+    met = pools.step_metrics([got.metrics, pilot.metrics], got.batch)
+    p = pos / np.maximum(n, 1)
+    inside = (p >= a.pc_p_low) & (p <= a.pc_p_high)
+    met.update(pc_piloted=len(n), pc_in_band=int(inside.sum()),
+               pc_committed_in_band=int(inside[chosen].sum()),
+               pc_pilot_samples=pilot.metrics["samples_total"])
+    return rollout.Collected(got.problems, got.batch, got.prompt_BP, got.mask_BP, met)

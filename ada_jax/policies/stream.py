@@ -16,6 +16,8 @@ from ada_jax import stream as stream_lib
 from ada_jax.policies import rollout
 from ada_jax.tasks.problem import Problem
 
+LABEL = "stream"  # the display name (plots, tables)
+
 _NO_PROBLEM = Problem(id=0, question="", answer="")  # reward data of a free stream row
 
 
