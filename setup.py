@@ -30,7 +30,7 @@ setup(
         "absl-py>=2.0",
     ],
     extras_require={
-        # scripts/bench_peers.py's peers (never needed to train): HF generate, TRL, tunix.
+        # scripts/bench/bench_peers.py's peers (never needed to train): HF generate, TRL, tunix.
         # torch 2.13: where a CPU build of it is on the index (pip's find-links or the PyTorch
         # CPU index, README "Install"), pip takes it (2.13.0+cpu sorts above 2.13.0), not a
         # CUDA build and its nvidia wheels.

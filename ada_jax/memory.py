@@ -1,4 +1,4 @@
-"""Bytes per device that a run keeps, phase by phase, from its config (scripts/memory_estimate.py
+"""Bytes per device that a run keeps, phase by phase, from its config (scripts/analysis/memory_estimate.py
 prints the table of docs/scaling.md §6).
 
 Counted from the shapes the code builds (abstract, nothing is allocated): float32 master params,

@@ -1,4 +1,4 @@
-"""Plots and tables from run directories (metrics.jsonl), for scripts/compare.py and notebooks."""
+"""Plots and tables from run directories (metrics.jsonl), for scripts/analysis/compare.py and notebooks."""
 import json
 import os
 from typing import Sequence

@@ -2,7 +2,7 @@
 
 One interface (`Tokenizer`) over two backends: `SentencePieceTokenizer` for the embedded task's
 tiny model (the model ships as `ada_jax/assets/embedded.model`, trained by
-`scripts/train_tokenizer.py`) and `HFTokenizer` for pretrained models (a `tokenizer.json`).
+`scripts/tools/train_tokenizer.py`) and `HFTokenizer` for pretrained models (a `tokenizer.json`).
 `encode` never adds special tokens: templates give the text, `prompt_ids` prepends BOS.
 
 A pretrained checkpoint's prompts are rendered with its own Jinja chat template (template "chat",
@@ -19,7 +19,7 @@ import importlib_resources
 
 EMBEDDED_MODEL = "embedded.model"
 # Packaged sentencepiece models by name (config.model.tokenizer): the family task's has its
-# tags and markers as single pieces (scripts/train_tokenizer.py --task=families).
+# tags and markers as single pieces (scripts/tools/train_tokenizer.py --task=families).
 ASSET_MODELS = {"families": "families.model"}
 # Pieces the embedded tokenizer keeps whole, so the embedded verifier can work on token ids.
 BOXED, CLOSE = "\\boxed{", "}"

@@ -39,7 +39,7 @@ MODELS = {
 }
 # Pretrained models: what differs per model. template, eos_token, extra_eos_tokens: the family's
 # prompt format and stop tokens (tokenizer.CHAT_FAMILIES); slots: decode slots (global), sized
-# for one 8xH100 host by scripts/memory_estimate.py (docs/scaling.md §6), fewer devices need
+# for one 8xH100 host by scripts/analysis/memory_estimate.py (docs/scaling.md §6), fewer devices need
 # fewer;
 # prefill_chunk: rows per prefill chunk (default 64; 7B: 16, so streaming's rebuild of 3k-token
 # slot caches fits with 10% headroom).
@@ -58,14 +58,14 @@ PRETRAINED = {
 # are 0), the template and stop tokens, unless set, the checkpoint's own (its chat template and
 # eos tokens: tokenizer.checkpoint_chat), else its model_type's (CHAT_FAMILIES), the
 # other settings those of PRETRAINED; 1024 slots, the fewest of PRETRAINED (raise them as far
-# as scripts/memory_estimate.py allows).
+# as scripts/analysis/memory_estimate.py allows).
 HF = "hf"
 HF_SLOTS = 1024
 
 
 def default_stream_lag(slots_per_prompt: float) -> int:
     """adaptive.stream_max_lag for a stream at S/B slots per prompt, as the configs that stream
-    by default set it and scripts/bench_adaptive.py measures it: 2 from S/B = 4 up, else 1.
+    by default set it and scripts/bench/bench_adaptive.py measures it: 2 from S/B = 4 up, else 1.
     At most (lag + 1) x B prompts are in progress, and at lag 1 and S/B >= 4 each must hold
     2+ samples past those its rule surely needs (docs/benchmarks.md, "Streaming")."""
     return 2 if slots_per_prompt >= 4 else 1
@@ -259,7 +259,7 @@ def get_config(arg: str = ""):
         # >= 4 slots per prompt: per-step refill idles (slot utilisation 0.75 at 4, 0.61 at 8)
         # and launches 1.2-1.35x its pools; streaming keeps >= 0.9 busy and launches fewer
         # (docs/benchmarks.md, "Streaming"), at the lag `default_stream_lag` gives (2 here: 2B
-        # prompts admitted ahead, their caches counted by scripts/memory_estimate.py).
+        # prompts admitted ahead, their caches counted by scripts/analysis/memory_estimate.py).
         # Sequential policies only.
         spp = p["slots"] / c.rl.prompts_per_step
         if spp >= 4 and c.adaptive.policy in ("seq", "uniform"):

@@ -95,5 +95,5 @@ for name in $(printf '%s\n' "${!METHODS[@]}" | sort); do
   dirs=$(for s in $SEEDS; do printf '%s,' "$OUT/${name}_s$s"; done)
   groups+=("$name=${dirs%,}")
 done
-python scripts/compare.py --groups "${groups[@]}" --out "$OUT/plots" ${TARGET:+--target $TARGET} \
+python scripts/analysis/compare.py --groups "${groups[@]}" --out "$OUT/plots" ${TARGET:+--target $TARGET} \
   ${BAR:+--bar $BAR} ${CLAIMS:+--claims $CLAIMS --step $STEPS}

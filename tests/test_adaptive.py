@@ -459,7 +459,7 @@ def test_bench_adaptive_full_path_prints_json():
     """The documented full run (frontier, both GRPO-n4 variants, memory) at a toy size."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = helpers.run(
-        [sys.executable, os.path.join(root, "scripts", "bench_adaptive.py"), "--prompts", "4",
+        [sys.executable, os.path.join(root, "scripts", "bench", "bench_adaptive.py"), "--prompts", "4",
          "--ratios", "1", "--reps", "1", "--new_tokens", "4", "--frontier", "1",
          "--overcommits", "0.75", "--memory_nmax", "32", "--stream_ratios", "2,4",
          "--stream_steps", "1", "--stream_frontier", "2", "--stream_lags", "2",

@@ -302,12 +302,12 @@ def test_resume_is_exact(algo, tmp_path):
 
 
 def test_bench_allocation_rows_meet_their_oracles():
-    """scripts/bench_adaptive.py's allocation rows: budgets sum to the matched total, no row
+    """scripts/bench/bench_adaptive.py's allocation rows: budgets sum to the matched total, no row
     expects more mixed groups than oracle_mixed or less variance than oracle_var."""
     import importlib.util
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     spec = importlib.util.spec_from_file_location(
-        "bench_adaptive", os.path.join(root, "scripts", "bench_adaptive.py"))
+        "bench_adaptive", os.path.join(root, "scripts", "bench", "bench_adaptive.py"))
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = {r["method"]: r for r in bench.allocation_bench(16, 1)}

@@ -1,4 +1,4 @@
-"""scripts/bench_allocation.py: each allocation method against uniform sampling on its own
+"""scripts/bench/bench_allocation.py: each allocation method against uniform sampling on its own
 objective at the family task's pass rates. A method that loses to uniform there has a defect;
 so do the rules these replaced (the Beta(1, 16)-posterior inputs, VIP on raw last-visit rates),
 which the test shows the bench can tell apart."""
@@ -13,7 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="module")
 def rows():
     spec = importlib.util.spec_from_file_location(
-        "bench_allocation", os.path.join(ROOT, "scripts", "bench_allocation.py"))
+        "bench_allocation", os.path.join(ROOT, "scripts", "bench", "bench_allocation.py"))
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     return bench.bench(60)

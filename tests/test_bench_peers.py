@@ -1,4 +1,4 @@
-"""scripts/bench_peers.py's ada_jax path at a toy size (CI has no peers installed: a peer that
+"""scripts/bench/bench_peers.py's ada_jax path at a toy size (CI has no peers installed: a peer that
 cannot be imported is named and skipped, the bench goes on)."""
 import importlib.util
 import json
@@ -11,7 +11,7 @@ from tests import helpers
 def test_bench_peers_ada_jax_path_prints_json():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = helpers.run(
-        [sys.executable, os.path.join(root, "scripts", "bench_peers.py"), "--quick", "--sizes",
+        [sys.executable, os.path.join(root, "scripts", "bench", "bench_peers.py"), "--quick", "--sizes",
          "tiny", "--peers", "trl,tunix", "--reps", "1", "--sample_rows", "4",
          "--sample_tokens", "8", "--prompts", "2", "--new_tokens", "8"], cwd=root)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -28,11 +28,11 @@ def test_bench_peers_ada_jax_path_prints_json():
 
 
 def test_bench_gemm_parts_at_a_toy_size():
-    """scripts/bench_gemm.py's two parts on tiny shapes: positive GFLOP/s and CPU times, the
+    """scripts/bench/bench_gemm.py's two parts on tiny shapes: positive GFLOP/s and CPU times, the
     shares from the ablation's own times, and the model's methods put back afterwards."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     spec = importlib.util.spec_from_file_location("bench_gemm", os.path.join(
-        root, "scripts", "bench_gemm.py"))
+        root, "scripts", "bench", "bench_gemm.py"))
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     from ada_jax import model

@@ -17,4 +17,4 @@ def test_every_field_has_a_meaning_and_no_stale_entries():
 def test_docs_config_md_is_up_to_date():
     with open(os.path.join(ROOT, "docs", "config.md")) as f:
         assert f.read() == config_doc.reference(base.get_config), (
-            "regenerate: python scripts/config_reference.py > docs/config.md")
+            "regenerate: python scripts/tools/config_reference.py > docs/config.md")

@@ -134,7 +134,7 @@ def test_compare_script_averages_seeds(tmp_path):
     a1 = _run(tmp_path, "a1", [0.3, 0.3, 0.6], [0.5, 0.5, 0.8], eff=0.4)
     b0 = _run(tmp_path, "b0", [0.3, 0.3, 0.2], [0.5, 0.5, 0.4], eff=0.1)
     out = tmp_path / "plots"
-    res = helpers.run([sys.executable, os.path.join(ROOT, "scripts", "compare.py"),
+    res = helpers.run([sys.executable, os.path.join(ROOT, "scripts", "analysis", "compare.py"),
                        "--groups", f"a={a0},{a1}", f"b={b0}", "--out", str(out)], check=True)
     rows = [line for line in res.stdout.splitlines() if line.startswith("| a ")
             or line.startswith("| b ")]
@@ -245,7 +245,7 @@ def test_a_run_read_up_to_a_cost_is_that_budget_s_run(tmp_path):
 
 
 def test_side_by_side_reads_matched_steps_and_costs(tmp_path):
-    """scripts/side_by_side.py: seed means at the matched step and interpolated at matched
+    """scripts/analysis/side_by_side.py: seed means at the matched step and interpolated at matched
     sample and FLOP-weighted costs, and per-seed wins over the reference arm."""
     root = tmp_path / "runs"
     root.mkdir()
@@ -262,7 +262,7 @@ def test_side_by_side_reads_matched_steps_and_costs(tmp_path):
                 r["eval/tier_hard/avg@4"] = r["eval/avg@4"]
         with open(os.path.join(d, "metrics.jsonl"), "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in recs)
-    res = helpers.run([sys.executable, os.path.join(ROOT, "scripts", "side_by_side.py"),
+    res = helpers.run([sys.executable, os.path.join(ROOT, "scripts", "analysis", "side_by_side.py"),
                        "--root", str(root), "--methods", "ref,fast", "--step", "10",
                        "--costs", "500,1500", "--reference", "ref"], check=True)
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
@@ -292,7 +292,7 @@ def test_side_by_side_says_which_seeds_reached_a_column(tmp_path):
                 recs = [json.loads(line) for line in f if json.loads(line)["step"] <= 10]
             with open(os.path.join(d, "metrics.jsonl"), "w") as f:
                 f.writelines(json.dumps(r) + "\n" for r in recs)
-    res = helpers.run([sys.executable, os.path.join(ROOT, "scripts", "side_by_side.py"),
+    res = helpers.run([sys.executable, os.path.join(ROOT, "scripts", "analysis", "side_by_side.py"),
                        "--root", str(root), "--methods", "grpo_n4,grpo_n8,short", "--step",
                        "10", "--costs", "500,1500", "--reference", "grpo_n4"], check=True)
     line = next(x for x in res.stdout.splitlines() if x.startswith("| short "))

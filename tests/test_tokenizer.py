@@ -51,7 +51,7 @@ def test_decode_tolerates_ids_past_the_vocabulary(tok):
                                         ("families", "families.model")])
 def test_packaged_tokenizers_are_reproducible(tmp_path, task, asset):
     out = tmp_path / asset
-    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train_tokenizer.py"),
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "tools", "train_tokenizer.py"),
                     f"--task={task}", f"--out={out}"], check=True, cwd=ROOT, capture_output=True)
     with open(os.path.join(ROOT, "ada_jax", "assets", asset), "rb") as f:
         assert out.read_bytes() == f.read()

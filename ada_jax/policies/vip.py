@@ -8,7 +8,7 @@ success_rate_prediction/gaussian_process.py):
   with s = vip_smoothing, 0.5 by default; s = 0 is the authors' raw rate, which a 0/8 visit
   turns into p = 1e-6, log p = −13.8, and the program then spends on it at any cost: at the
   family task's pass rates that allocation loses to uniform on VIP's own objective at the
-  true p, scripts/bench_allocation.py),
+  true p, scripts/bench/bench_allocation.py),
   so a prompt never seen is predicted from the prompts near it. The distance
   (`distance`): 0 for the same prompt; on the family task 0.1 within a family (other
   operands), 0.6 within a tier, 1 across tiers; elsewhere 0.2 + 0.2·|level difference|.

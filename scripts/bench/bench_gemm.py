@@ -2,7 +2,7 @@
 GEMM shapes, and the learner step (forward + backward of the peer bench's base Qwen2 sizes) with
 parts of the model removed.
 
-  python scripts/bench_gemm.py [--quick]
+  python scripts/bench/bench_gemm.py [--quick]
 
 (a) GEMMs: [rows·T, d] x [d, d_ff] and the backward's shapes, CPU seconds per call of a jitted
     XLA dot and of torch.mm (torch at --threads threads), interleaved; GFLOP per CPU-second.

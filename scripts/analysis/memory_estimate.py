@@ -1,14 +1,14 @@
 """Per-device memory (GiB) of a run, counted for the mode that runs (ada_jax/memory.py); prints
 the table in docs/scaling.md §6.
 
-  python scripts/memory_estimate.py                         # every pretrained config, 8xH100
-  python scripts/memory_estimate.py --config=configs/base.py:model=qwen2_5_math_7b \\
+  python scripts/analysis/memory_estimate.py                         # every pretrained config, 8xH100
+  python scripts/analysis/memory_estimate.py --config=configs/base.py:model=qwen2_5_math_7b \\
       --devices=16 --hbm=95 --config.mesh.fsdp=16 --config.adaptive.slots=4096
 """
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402

@@ -1,7 +1,7 @@
 """Bias / variance table of every gradient estimator on the exact softmax bandit (docs/theory.md).
 
-  python scripts/bandit_table.py            # 20k Monte-Carlo draws per estimator
-  python scripts/bandit_table.py --quick    # 2k draws
+  python scripts/analysis/bandit_table.py            # 20k Monte-Carlo draws per estimator
+  python scripts/analysis/bandit_table.py --quick    # 2k draws
 
 Prints markdown tables and, as its last line, one JSON object of the headline figures.
 """

@@ -21,8 +21,8 @@ FLOP fraction: useful FLOPs (see `_flops`) per median second over the f32 matmul
 in the same run with a jitted 2048³ matmul (best of the reps, at start and end; wall-clock and
 per-CPU-second variants). The last stdout line is one JSON object.
 
-  python scripts/bench_sampler.py          # tiny + small, B=32 P=32 N=64, 7 reps, HF 2+1 threads
-  python scripts/bench_sampler.py --quick  # 2 reps, HF 2 threads only (about a minute when idle)
+  python scripts/bench/bench_sampler.py          # tiny + small, B=32 P=32 N=64, 7 reps, HF 2+1 threads
+  python scripts/bench/bench_sampler.py --quick  # 2 reps, HF 2 threads only (about a minute when idle)
 """
 import argparse
 import json
@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OMP_WAIT_POLICY = os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
 
 

@@ -30,11 +30,11 @@ order, so all see the same machine load. Reported: median wall and median proces
 (`time.process_time`, all threads) per repetition, the load average, and ratios peer / ada_jax
 (> 1: ada_jax faster). On a shared machine the CPU-time ratio is the steadier one.
 
-  python scripts/bench_peers.py --quick                     # ~2 min idle: both sizes, 2 reps
-  python scripts/bench_peers.py                             # 5 reps, HF at 1 and 2 threads
-  python scripts/bench_peers.py --peer_python /work/peers-venv/bin/python
-  python scripts/bench_peers.py --sizes tiny --peers none --quick   # ada_jax only (the test)
-  python scripts/bench_peers.py --sizes smollm2 --quick --prompts 4 --new_tokens 32 \
+  python scripts/bench/bench_peers.py --quick                     # ~2 min idle: both sizes, 2 reps
+  python scripts/bench/bench_peers.py                             # 5 reps, HF at 1 and 2 threads
+  python scripts/bench/bench_peers.py --peer_python /work/peers-venv/bin/python
+  python scripts/bench/bench_peers.py --sizes tiny --peers none --quick   # ada_jax only (the test)
+  python scripts/bench/bench_peers.py --sizes smollm2 --quick --prompts 4 --new_tokens 32 \
       --sample_rows 16 --sample_tokens 64 --prompt_len 96           # the real model
 
 The last stdout line is one JSON object.
@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PEERS = ("hf", "trl", "tunix")
 SIZES = {  # HF Qwen2 config fields
     "base": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,

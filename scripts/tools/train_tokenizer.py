@@ -6,7 +6,7 @@ solutions. Digits, operators, newline, `\\boxed{` and `}` (and the family task's
 markers) are single pieces (user-defined symbols), so the embedded verifier can run on token
 ids; pad=0 unk=1 bos=2 eos=3.
 
-  python scripts/train_tokenizer.py [--task=embedded] [--vocab_size=N] [--problems=4000]
+  python scripts/tools/train_tokenizer.py [--task=embedded] [--vocab_size=N] [--problems=4000]
 
 --vocab_size defaults to the task's: 128 (embedded), 370 (families: its 336 tags and markers,
 the embedded symbols and the special ids make 358 pieces).
@@ -46,7 +46,7 @@ def main():
     args = parser.parse_args()
     asset = ASSET_MODELS.get(args.task, EMBEDDED_MODEL)
     vocab_size = args.vocab_size or {"families": 370}.get(args.task, 128)
-    out = args.out or os.path.join(os.path.dirname(__file__), "..", "ada_jax", "assets", asset)
+    out = args.out or os.path.join(os.path.dirname(__file__), "..", "..", "ada_jax", "assets", asset)
     symbols = EMBEDDED_SYMBOLS + (families.SYMBOLS if args.task == "families" else ())
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(

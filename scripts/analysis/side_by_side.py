@@ -3,7 +3,7 @@ matched cost (samples generated + trained, and FLOP-weighted), with per-seed cou
 reference arm and against the best uniform arm, each arm's share of samples on prompts whose
 base pass rate is <= 0.1 and >= 0.9 (family task), and the seed-mean eval-vs-cost plot.
 
-  python scripts/side_by_side.py --root /tmp/side/pool --methods grpo_n4,grpo_n8,dapo,greso \
+  python scripts/analysis/side_by_side.py --root /tmp/side/pool --methods grpo_n4,grpo_n8,dapo,greso \
       --step 8 --costs 2048,4096 --reference grpo_n4 --uniform grpo_n4,grpo_n8 \
       --out /tmp/side/pool/plots
 

@@ -6,7 +6,7 @@ where RL moved them (docs/results.md, "Transfer controls"). Per control family i
 the logit gap right - wrong marker, base and RL, and the reading its base prefers: which way
 each control moved.
 
-  python scripts/control_drift.py --workdir=W     # W: a family-task run with a checkpoint
+  python scripts/analysis/control_drift.py --workdir=W     # W: a family-task run with a checkpoint
 """
 import json
 import os
@@ -25,7 +25,7 @@ from ada_jax.checkpoint import Checkpointer
 from ada_jax.policies.stream import make_stream
 from ada_jax.tasks import families
 
-_DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "base.py")
+_DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "base.py")
 _CONFIG = config_flags.DEFINE_config_file("config", _DEFAULT_CONFIG, "Config file.")
 _WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory.")
 GROUPS = {"embedding": ("embed",), "norms": ("norm",), "attention": ("'attn'",),

@@ -1,8 +1,8 @@
 """Compare runs: plots (reward / eval vs step, tokens, wall time; effective-prompt ratio;
 all-correct / all-wrong shares; samples per prompt) and a markdown table.
 
-  python scripts/compare.py --workdirs /tmp/grpo /tmp/ada --out plots/ --target 0.5
-  python scripts/compare.py --groups grpo4=/tmp/g4_s0,/tmp/g4_s1 ada=/tmp/a_s0,/tmp/a_s1 \
+  python scripts/analysis/compare.py --workdirs /tmp/grpo /tmp/ada --out plots/ --target 0.5
+  python scripts/analysis/compare.py --groups grpo4=/tmp/g4_s0,/tmp/g4_s1 ada=/tmp/a_s0,/tmp/a_s1 \
       --bar grpo4 --claims "ada>grpo4" --step 40
 """
 import argparse

@@ -36,14 +36,14 @@ at N_max = 32 and 256. Then the history / pilot / grid policies on the Bernoulli
 history-based allocation (`allocation_bench`: uniform, Ada-Est, Knapsack-RL, VIP and their oracles at matched
 samples: samples per mixed group, and gradient variance vs its minimum; JSON key "allocation")
 and GRESO, Pilot-Commit, conformal stopping against GRPO-n4, DAPO and their oracles
-(scripts/bench_history.py; JSON key "history_policies"). The last stdout line is one JSON
+(scripts/bench/bench_history.py; JSON key "history_policies"). The last stdout line is one JSON
 object; its stream_* keys are the worst case over the streaming ratios
 (stream_samples_vs_oracle_max_sb4: over S/B <= 4).
 
-  python scripts/bench_adaptive.py           # B=32, S/B = 4 and 1, 5 reps, frontier (2-4 min)
-  python scripts/bench_adaptive.py --quick   # B=16, S/B = 4 and 1, 2 reps, one GRPO-n4 variant,
+  python scripts/bench/bench_adaptive.py           # B=32, S/B = 4 and 1, 5 reps, frontier (2-4 min)
+  python scripts/bench/bench_adaptive.py --quick   # B=16, S/B = 4 and 1, 2 reps, one GRPO-n4 variant,
                                              # no frontier (15 s quiet, about a minute loaded)
-  python scripts/bench_adaptive.py --prompts 4 --ratios 1 --reps 1 --new_tokens 8 \
+  python scripts/bench/bench_adaptive.py --prompts 4 --ratios 1 --reps 1 --new_tokens 8 \
       --frontier 1 --overcommits 0.75 --memory_nmax 32   # the full path at a toy size (test)
 """
 import argparse
@@ -54,7 +54,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -92,7 +92,7 @@ def allocation_methods(p_hat, s2_hat, p, total):
         "est": objectives.est_allocation(p_hat, total, "inv_sqrt", n_min=1,
                                          n_max=4 * ALLOC_MEAN),
         # the solvers on the Ada-Est posterior (the policies' own rules, last-visit rates and
-        # the Gaussian process: scripts/bench_allocation.py)
+        # the Gaussian process: scripts/bench/bench_allocation.py)
         "knapsack_beta": allocation.knapsack_allocation(p_hat, total, ALLOC_MIN, ALLOC_MAX),
         "vip_beta": allocation.vip_allocation(s2_hat, total, ALLOC_MIN, ALLOC_MAX),
         "knapsack_true_p": allocation.knapsack_allocation(p, total, ALLOC_MIN, ALLOC_MAX),
@@ -566,7 +566,7 @@ def main():
                           ("args", lambda r: f"{r['args_mb']:.2f}"),
                           ("out", lambda r: f"{r['out_mb']:.2f}"),
                           ("compile s", lambda r: f"{r['compile_s']:.1f}")]))
-    # The history / pilot / grid policies on the Bernoulli generator (scripts/bench_history.py):
+    # The history / pilot / grid policies on the Bernoulli generator (scripts/bench/bench_history.py):
     # a pool of 8B prompts in 4 epochs, B a step.
     hist, hist_extra = bench_history.run(P=8 * a.prompts, B=a.prompts, seed=a.seed)
     print(f"\nGRESO / Pilot-Commit / conformal on the Bernoulli generator (pool {8 * a.prompts}, "

@@ -3,7 +3,7 @@ JSONL and Parquet, and tests/data/arith/: one-line sums whose solution is the bo
 alone (the tiny model learns the format in a few SFT steps, so multi-process training tests
 get mixed rewards from the real verifier). The problems are written for this project.
 
-  python scripts/make_test_data.py [--out=tests/data]
+  python scripts/tools/make_test_data.py [--out=tests/data]
 """
 import argparse
 import json
@@ -153,7 +153,7 @@ def rows():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "tests",
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "..", "tests",
                                                       "data"))
     args = parser.parse_args()
     for stem, data in rows().items():

@@ -1,4 +1,4 @@
-"""History, pilot and grid policies on the Bernoulli generator (scripts/bench_adaptive.py's
+"""History, pilot and grid policies on the Bernoulli generator (scripts/bench/bench_adaptive.py's
 history rows):
 GRESO, Pilot-Commit and conformal stopping against GRPO-n4, DAPO and each one's oracle.
 
@@ -21,8 +21,8 @@ Pilot-Commit pilots the step's batch and 2·B more pool prompts (3·B) and train
 prompts' fresh samples; conformal calibrates on 64 held-out prompts before the first step and
 every 50 steps (their samples counted in its cost).
 
-  python scripts/bench_history.py            # pool 256, B = 32, 4 epochs
-  python scripts/bench_history.py --quick    # pool 128, B = 16 (seconds); last line: JSON
+  python scripts/bench/bench_history.py            # pool 256, B = 32, 4 epochs
+  python scripts/bench/bench_history.py --quick    # pool 128, B = 16 (seconds); last line: JSON
 """
 import argparse
 import json

@@ -5,7 +5,7 @@ answer that is the gold answer in another form (\\frac{2}{4} for \\frac{1}{2}), 
 over integers, fractions, radicals, multiples of pi, intervals and polynomials; numbers are
 random so math-verify's caches do not help. The last output line is one JSON object.
 
-  python scripts/bench_verifier.py [--quick] [--workers=2] [--timeout_s=5]
+  python scripts/bench/bench_verifier.py [--quick] [--workers=2] [--timeout_s=5]
 """
 import argparse
 import json

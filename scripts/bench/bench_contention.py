@@ -8,7 +8,7 @@ model (B=32, P=32, N=64) under XLA's defaults and with `--xla_cpu_multi_thread_e
 and torch at 1 thread doing 2,560 small matmuls (32 x 256 @ 256 x 256). Start the load
 yourself (e.g. `for i in $(seq 14); do python -c "while True: pass" & done`). Last line: JSON.
 
-  python scripts/bench_contention.py --quick    # 1 round, 3 reps
+  python scripts/bench/bench_contention.py --quick    # 1 round, 3 reps
 """
 import argparse
 import json
@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def worker(kind: str, reps: int) -> dict:

@@ -27,20 +27,24 @@ uniform's score on the same objective and batch:
 Every row also gives the share of the method's samples on prompts with p <= 0.1 and >= 0.9.
 A method that loses to uniform on its own objective has a defect (tests/test_bench_allocation.py).
 
-  python scripts/bench_allocation.py           # 400 repetitions of B = 16
-  python scripts/bench_allocation.py --quick   # 60 repetitions (seconds)
+  python scripts/bench/bench_allocation.py           # 400 repetitions of B = 16
+  python scripts/bench/bench_allocation.py --quick   # 60 repetitions (seconds)
 The last stdout line is one JSON object of the headline figures.
 """
 import argparse
 import json
+import os
+import sys
 
 import numpy as np
 
-from ada_jax import allocation as A
-from ada_jax.policies import conformal, knapsack, pilot_commit, vip
-from ada_jax.tasks import families
-from ada_jax.tasks.problem import Problem
-from configs import base
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from ada_jax import allocation as A  # noqa: E402
+from ada_jax.policies import conformal, knapsack, pilot_commit, vip  # noqa: E402
+from ada_jax.tasks import families  # noqa: E402
+from ada_jax.tasks.problem import Problem  # noqa: E402
+from configs import base  # noqa: E402
 
 MEAN, VISIT = 8, 8
 RL_FAMILIES = [i + 1 for i, f in enumerate(families.FAMILIES) if not f.control]
