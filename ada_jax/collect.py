@@ -10,7 +10,7 @@ import numpy as np
 
 from ada_jax.policies import dapo, est, gvm, hints, rollout, seq, stream
 from ada_jax.policies import conformal, greso, knapsack, pilot_commit, vip
-from ada_jax.tasks import families
+from ada_jax.tasks import task_of
 
 POLICIES = {"uniform": seq, "seq": seq, "est": est, "gvm": gvm, "dapo": dapo,
             "hints": hints, "stream": stream}
@@ -65,24 +65,24 @@ def label(config: dict):
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     """This step's groups from the configured policy (`state`: `init_state`'s dict); on the
-    family task with the samples of the trained prompts on hard and easy families counted
-    (`base_rate_samples`)."""
+    task that knows its prompts' base pass rates (`Task.base_pass_rate`: the family task) with
+    the samples of the trained prompts on hard and easy prompts counted (`base_rate_samples`)."""
     got = POLICIES[policy_name(ctx.config)].collect(ctx, params, iterator, key, state)
-    if ctx.config.task.name == "families":
-        got.metrics.update(base_rate_samples(got.problems, got.batch.pool_n_B))
+    if (base_pass_rate := task_of(ctx.config).base_pass_rate) is not None:
+        got.metrics.update(base_rate_samples(got.problems, got.batch.pool_n_B, base_pass_rate))
     return got
 
 
-def base_rate_samples(problems, pool_n_B) -> dict:
-    """Samples drawn this step for the trained prompts whose family's base pass rate is <= 0.1
+def base_rate_samples(problems, pool_n_B, base_pass_rate) -> dict:
+    """Samples drawn this step for the trained prompts whose base pass rate is <= 0.1
     (samples_base_p_le_0_1) and >= 0.9 (samples_base_p_ge_0_9), and in all
-    (samples_base_counted): where a method spends, on the family task. Samples a policy
-    drew for prompts it then did not train (DAPO's dropped groups, Pilot-Commit's uncommitted
-    pilots, conformal calibration) are not counted."""
+    (samples_base_counted): where a method spends. Samples a policy drew for prompts it then
+    did not train (DAPO's dropped groups, Pilot-Commit's uncommitted pilots, conformal
+    calibration) are not counted."""
     n = np.asarray(pool_n_B)
     if len(problems) != len(n):  # this process's rows of a whole-batch counter
         problems = rollout.everyone(problems)
-    p = np.asarray([families.FAMILIES[q.level - 1].share for q in problems])
+    p = np.asarray([base_pass_rate(q) for q in problems])
     return dict(samples_base_p_le_0_1=int(n[p <= 0.1].sum()),
                 samples_base_p_ge_0_9=int(n[p >= 0.9].sum()), samples_base_counted=int(n.sum()))
 

@@ -11,7 +11,8 @@ from ada_jax.tasks import embedded, families
 from configs.base import get_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GENERIC = ("ada_jax/policies/rollout.py", "ada_jax/train.py", "ada_jax/evaluate.py")
+GENERIC = ("ada_jax/policies/rollout.py", "ada_jax/train.py", "ada_jax/evaluate.py",
+           "ada_jax/collect.py")
 TASK_MODULES = {"families", "embedded", "files", "tfds_builders"}
 
 

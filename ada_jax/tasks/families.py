@@ -471,5 +471,11 @@ def host_scorer(config):
     return score_reading if config.task.reward == "reading" else None
 
 
+def base_pass_rate(problem) -> float:
+    """The base policy's pass rate of a problem: its family's designed share."""
+    return FAMILIES[problem.level - 1].share
+
+
 TASK = Task(name="families", configure=configure, reward_data=reward_data,
-            reward_gate=reward_gate, score_text=host_scorer, eval_metrics=metrics)
+            reward_gate=reward_gate, score_text=host_scorer, eval_metrics=metrics,
+            base_pass_rate=base_pass_rate)

@@ -17,6 +17,9 @@ instead of naming a task:
                  or None: the boxed answer)
   train_metrics  metrics of the step's kept completions (`train_metrics(texts) -> dict`)
   eval_metrics   metrics of an evaluation (`eval_metrics(problems, rewards_PK, texts)`)
+  base_pass_rate the base policy's pass rate of a problem where the task knows it
+                 (`base_pass_rate(problem) -> float`): each step then counts the samples a
+                 method spends on prompts with base p <= 0.1 and >= 0.9 (`collect.collect`)
 
 Each field is optional; None means the task adds nothing there.
 """
@@ -35,3 +38,4 @@ class Task:
     score_text: Optional[Callable] = None
     train_metrics: Optional[Callable] = None
     eval_metrics: Optional[Callable] = None
+    base_pass_rate: Optional[Callable] = None
