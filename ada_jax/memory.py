@@ -78,7 +78,9 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
     starts, for `config` on `devices` devices (see the module doc); plus `params_b` (billions),
     `headroom` (1 - the larger peak / HBM) and `max_slots` (the most slots whose sampling peak
     stays within 90% of HBM)."""
+    from ada_jax.config_check import resolve_hf
     from ada_jax.train import engine_config  # the trainer's own engine settings
+    resolve_hf(config)  # model=hf: the sizes from init_from's config.json
     engine, group, rows_per_prompt = engine_config(config)
     c, a = config, config.adaptive
     mcfg = model_lib.ModelConfig.from_config(c.model)
