@@ -11,7 +11,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ada_jax import advantages, losses, selection, sharding, sft
+from ada_jax import advantages, losses, memory, selection, sharding, sft
 from ada_jax import model as model_lib
 
 
@@ -354,6 +354,7 @@ def learn(ctx, train_step, trainable, opt_state, rows, step: int, replay=None):
     """ppo_epochs passes over the rows (their padding trimmed) in `minibatches` shuffled
     minibatches; `replay` (sft.Replay.rows: one batch per update) beside them when given."""
     c = ctx.config
+    memory.release_free_heap()  # the engine's freed buffers, before the step (and its compile)
     rows = trim_padding(rows, c.sampling.max_prompt_len, c.rl.pad_multiple)
     if c.rl.share_prompts:
         check_groups(rows, c.rl.prompts_per_step)

@@ -19,7 +19,9 @@ leaf); rows over the batch axes (data x fsdp) where they divide them; kv heads, 
 vocab over tensor where it divides them. XLA's temporaries and fragmentation come on top: a
 config should keep its peak under 90% of HBM.
 """
+import ctypes
 import dataclasses
+import functools
 import types
 
 import jax
@@ -170,6 +172,19 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
     return out
 
 
+# A CPU process's own memory besides its arrays: Python, jax / XLA, the tokenizer and the task
+# (SmolLM2 run: 0.78 GiB resident after setup, 0.54 GiB of it the float32 params).
+HOST_RUNTIME_BYTES = int(0.25 * GiB)
+
+
+def host_peak_bytes(config) -> int:
+    """Predicted peak RSS of a run on one CPU host: the runtime plus the estimate's larger phase
+    on one device. XLA's compile-time transients are not counted (docs/benchmarks.md, "Memory":
+    the learner step of a 30-layer model takes 2+ GiB to compile on CPU)."""
+    e = estimate(config, devices=1, hbm_gib=1e6)
+    return HOST_RUNTIME_BYTES + max(e["sampling_peak"], e["learning_peak"])
+
+
 def in_gib(est: dict) -> dict:
     """The byte terms of `estimate` in GiB, the rest as they are."""
     keep = ("params_b", "headroom", "max_slots", "mode", "slots", "prompts", "micro", "devices",
@@ -194,3 +209,20 @@ def live_bytes(device=None) -> Live:
         if b:
             got.append((b, x.shape, str(x.dtype), str(x.sharding)))
     return Live(sum(g[0] for g in got), sorted(got, key=lambda g: -g[0]))
+
+
+@functools.lru_cache(maxsize=None)
+def _libc():
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (macOS, musl): nothing to trim
+        return None
+
+
+def release_free_heap() -> None:
+    """Hand the host heap's free pages back to the OS (glibc `malloc_trim`). XLA's CPU
+    compiler frees gigabytes after compiling a program, which glibc keeps mapped; trimmed
+    before the learner's compile, that transient lands on a smaller resident set."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)

@@ -63,7 +63,9 @@ def main(_):
     for level in LEVELS:
         tr, ev = split(level, f.train_per_level, f.eval_per_level, rng)
         train += rows(tr, level, f.suffix)
-        held += rows(ev, level, f.suffix)
+        held.append(rows(ev, level, f.suffix))
+    # Levels interleaved, so that the first eval.prompts rows hold every level alike.
+    held = [r for i in range(max(map(len, held))) for lv in held for r in lv[i:i + 1]]
     assert not {r["question"] for r in train} & {r["question"] for r in held}
     os.makedirs(f.out_dir, exist_ok=True)
     for name, data in (("train", train), ("eval", held)):

@@ -98,3 +98,29 @@ def test_slots_are_capped_at_what_a_step_can_hold():
     assert slots("grpo", mode="stream", stream_max_lag=2) == 3 * 8 * 4
     c = base.get_config("algo=grpo,task=embedded")  # fewer slots than that: unchanged
     assert train.engine_config(c)[0].slots == min(c.adaptive.slots, c.rl.prompts_per_step * 4)
+
+
+SMOLLM2_CONFIG = dict(  # SmolLM2-135M-Instruct's config.json (the fields the estimate reads)
+    architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=576,
+    intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+    head_dim=64, vocab_size=49152, tie_word_embeddings=True, rms_norm_eps=1e-5,
+    max_position_embeddings=8192, rope_theta=100000.0, attention_bias=False, mlp_bias=False,
+    hidden_act="silu")
+
+
+def test_the_estimate_reads_model_hf_sizes_from_init_from(tmp_path):
+    """model=hf: the architecture comes from init_from's config.json (it was 0s: a division
+    by zero), here SmolLM2-135M's: 134.5M params, 0.50 GiB in float32, Adam twice that."""
+    import json
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(SMOLLM2_CONFIG, f)
+    c = base.get_config("model=hf,algo=grpo,task=files")
+    c.unlock()
+    c.model.init_from = str(tmp_path)
+    c.rl.update(prompts_per_step=8, minibatches=1, microbatches=4)
+    c.sampling.update(max_prompt_len=128, max_new_tokens=64)
+    e = memory.estimate(c, devices=1)
+    assert round(e["params_b"] * 1e3, 1) == 134.5
+    assert e["params"] == 134_515_008 * 4 and e["adam"] >= 2 * e["params"]
+    assert e["slots"] == 32  # the pretrained 1024, capped at 8 prompts x 4 samples
+    assert memory.host_peak_bytes(c) > e["params"] + e["adam"] + e["grads"]
