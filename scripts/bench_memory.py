@@ -11,7 +11,7 @@ SmolLM2 folder given by --real (skipped when absent). The prediction is
 `memory.host_peak_bytes` (the estimate's larger phase on one device, plus the process's
 runtime).
 
-  python scripts/bench_memory.py --quick        # two stand-ins (about 5 min on a busy 2 cores)
+  python scripts/bench_memory.py --quick        # two small stand-ins
   python scripts/bench_memory.py --real=/work/models/smollm2_hf
 """
 import argparse
@@ -69,12 +69,10 @@ def flags_for(run: dict, model_dir: str, task_dir: str, real: bool) -> list[str]
 
 def measure(run: dict, model_dir: str, task_dir: str, real: bool, work: str) -> dict:
     """Peak RSS (GiB) of one 2-step run and the estimate's prediction."""
-    from absl import flags
-    from ml_collections import config_flags
-    from ada_jax import memory
     args = flags_for(run, model_dir, task_dir, real)
-    wd = os.path.join(work, run["name"])
-    out = os.path.join(work, run["name"] + ".time")
+    wd = os.path.join(work, "runs", run["name"])
+    out = wd + ".time"
+    os.makedirs(os.path.dirname(wd), exist_ok=True)
     t0 = time.time()
     p = subprocess.run(["/usr/bin/time", "-v", "-o", out, sys.executable, "scripts/train.py",
                         f"--workdir={wd}", "--plots=false", *args], cwd=REPO,
@@ -83,11 +81,11 @@ def measure(run: dict, model_dir: str, task_dir: str, real: bool, work: str) -> 
         raise RuntimeError(f"{run['name']} failed:\n{p.stderr[-3000:]}")
     peak_kb = next(int(line.split()[-1]) for line in open(out)
                    if "Maximum resident set size" in line)
-    # The same config as the run saw (config flags parsed the trainer's way).
-    fv = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=False)
-    fv(["bench"] + [a for a in args if a.startswith("--config")])
-    predicted = memory.host_peak_bytes(fv.config) / memory.GiB
+    # The same config as the run saw, through memory_estimate.py's own flag parsing.
+    est = subprocess.run([sys.executable, "scripts/memory_estimate.py", "--devices=1", "--host",
+                          *args], cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO),
+                         capture_output=True, text=True, check=True).stdout
+    predicted = float(est.split("predicted peak RSS on one CPU host")[1].split()[0])
     return dict(run, peak_gib=round(peak_kb / 2**20, 3), predicted_gib=round(predicted, 3),
                 error=round(predicted / (peak_kb / 2**20) - 1, 3), wall_s=round(time.time() - t0))
 
@@ -105,9 +103,9 @@ def main():
                    cwd=REPO, check=True, capture_output=True)
     base = dict(algo="grpo", prompts=8, micro=4, prompt_len=128, new_tokens=64)
     runs = [dict(base, name="s4x256", size="s4x256"),
-            dict(base, name="s30x576", size="s30x576")]
+            dict(base, name="s8x576", size="s8x576")]
     if not a.quick:
-        runs += [dict(base, name="s8x576", size="s8x576"),
+        runs += [dict(base, name="s30x576", size="s30x576"),
                  dict(base, name="s8x576_p16", size="s8x576", prompts=16, micro=8),
                  dict(base, name="s8x576_n256", size="s8x576", new_tokens=256)]
         if os.path.exists(os.path.join(a.real, "config.json")):
@@ -120,7 +118,8 @@ def main():
     results = []
     for run in runs:
         real = run["size"] == "real"
-        model_dir = a.real if real else standin(os.path.join(work, run["size"]), run["size"])
+        model_dir = a.real if real else standin(os.path.join(work, "models", run["size"]),
+                                                run["size"])
         r = measure(run, model_dir, task_dir, real, work)
         results.append(r)
         print(json.dumps(r), flush=True)
