@@ -12,7 +12,9 @@ import pytest
 from tests.standins import ROOT
 
 SMOLLM2 = os.environ.get("ADA_JAX_SMOLLM2_DIR", "")
-PEAK_BOUND_GIB = 4.0  # 8 prompts x 4 samples, prompt <= 128, 64 new tokens, GRPO
+# 8 prompts x 4 samples, prompt <= 128, 64 new tokens, GRPO, float32 compute (the CPU setting:
+# bfloat16 on XLA's CPU backend holds converted weight copies; docs/benchmarks.md, "Memory")
+PEAK_BOUND_GIB = 4.0
 
 
 def _arithmetic_task(out_dir: str) -> None:
@@ -33,7 +35,7 @@ def test_two_rl_steps_on_smollm2_within_the_memory_bound(tmp_path):
     cmd = ["/usr/bin/time", "-v", "-o", out, sys.executable, "scripts/train.py",
            f"--workdir={tmp_path / 'run'}", "--plots=false",
            "--config=configs/base.py:algo=grpo,model=hf,task=files",
-           f"--config.model.init_from={SMOLLM2}",
+           f"--config.model.init_from={SMOLLM2}", "--config.model.dtype=float32",
            f"--config.task.files={task}/train.jsonl", f"--config.task.eval_files={task}/eval.jsonl",
            "--config.task.template=qwen_math", "--config.model.eos_token=<|im_end|>",
            "--config.model.extra_eos_tokens=(\"<|endoftext|>\",)",
