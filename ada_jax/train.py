@@ -83,7 +83,8 @@ def useful_slots(config) -> int:
     that is never assigned, yet holds a KV cache of P + N positions and a row of V logits: the
     pretrained default of 1024 slots (sized for 8 accelerators) on a CPU step of 8 prompts x 4
     samples held 4.5 GB of caches for 32 samples, copied several times over (17 GB resident;
-    docs/benchmarks.md, "Memory")."""
+    docs/benchmarks.md, "Memory"). Several processes need the capped count to be a multiple
+    of the devices too (`check_multihost`)."""
     a, B = config.adaptive, config.rl.prompts_per_step
     ahead = 0
     if a.mode == "stream":
@@ -323,8 +324,10 @@ def check_multihost(config, mesh) -> None:
     except ValueError as e:
         raise ValueError(f"config.rl.prompts_per_step={config.rl.prompts_per_step}: {e} "
                          f"(per-host data)") from None
-    if a.slots % mesh.size:
-        raise ValueError(f"config.adaptive.slots={a.slots} must be a multiple of the "
+    slots = useful_slots(config)  # the engine's: adaptive.slots, capped
+    if slots % mesh.size:
+        capped = f" (capped at {slots}: train.useful_slots)" if slots != a.slots else ""
+        raise ValueError(f"config.adaptive.slots={a.slots}{capped} must be a multiple of the "
                          f"{mesh.size} devices on {n} processes (per-host scoring: each "
                          f"process scores the slots on its own devices)")
 

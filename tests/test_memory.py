@@ -124,3 +124,4 @@ def test_the_estimate_reads_model_hf_sizes_from_init_from(tmp_path):
     assert e["params"] == 134_515_008 * 4 and e["adam"] >= 2 * e["params"]
     assert e["slots"] == 32  # the pretrained 1024, capped at 8 prompts x 4 samples
     assert memory.host_peak_bytes(c) > e["params"] + e["adam"] + e["grads"]
+
