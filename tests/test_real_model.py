@@ -12,8 +12,8 @@ import pytest
 from tests.standins import ROOT
 
 SMOLLM2 = os.environ.get("ADA_JAX_SMOLLM2_DIR", "")
-# 8 prompts x 4 samples, prompt <= 128, 64 new tokens, GRPO, float32 compute (the CPU setting:
-# bfloat16 on XLA's CPU backend holds converted weight copies; docs/benchmarks.md, "Memory")
+# 8 prompts x 4 samples, prompt <= 128, 64 new tokens, GRPO, the config's defaults otherwise.
+# Not met yet on a CPU host: the learner step's compile (docs/benchmarks.md, "Memory").
 PEAK_BOUND_GIB = 4.0
 
 
@@ -35,7 +35,7 @@ def test_two_rl_steps_on_smollm2_within_the_memory_bound(tmp_path):
     cmd = ["/usr/bin/time", "-v", "-o", out, sys.executable, "scripts/train.py",
            f"--workdir={tmp_path / 'run'}", "--plots=false",
            "--config=configs/base.py:algo=grpo,model=hf,task=files",
-           f"--config.model.init_from={SMOLLM2}", "--config.model.dtype=float32",
+           f"--config.model.init_from={SMOLLM2}",
            f"--config.task.files={task}/train.jsonl", f"--config.task.eval_files={task}/eval.jsonl",
            "--config.task.template=qwen_math", "--config.model.eos_token=<|im_end|>",
            "--config.model.extra_eos_tokens=(\"<|endoftext|>\",)",
