@@ -27,7 +27,7 @@ def _arithmetic_task(out_dir: str) -> None:
                     reason="set ADA_JAX_SMOLLM2_DIR to a SmolLM2-135M-Instruct HF folder")
 @pytest.mark.skipif(not os.path.exists("/usr/bin/time"), reason="needs GNU time")
 def test_two_rl_steps_on_smollm2_within_the_memory_bound(tmp_path):
-    """Peak RSS (GNU time's maximum resident set size) of a 2-step GRPO run at the issue's
+    """Peak RSS (GNU time's maximum resident set size) of a 2-step GRPO run at the reference
     settings, step-0 eval included, stays within PEAK_BOUND_GIB; both steps are logged."""
     task = str(tmp_path / "task")
     _arithmetic_task(task)
