@@ -55,6 +55,9 @@ def sample_completions(graphdef, params, tokenizer, problems, config, key, k: in
     scfg = sampling_config(config, tokenizer,
                            s.eval_temperature if temperature is None else temperature)
     rows = [p for p in problems for _ in range(k)]
+    # No more rows than there are: padding to 256 held 256 rows of KV cache for 32 completions.
+    d = jax.device_count()
+    batch_rows = min(batch_rows, max(-(-len(rows) // d) * d, d))
     toks, mask = encode_prompts(tokenizer, rows, config.task.template, s.max_prompt_len)
     texts, lengths = [""] * len(rows), np.zeros(len(rows), np.int32)
     for start in range(0, len(rows), batch_rows):

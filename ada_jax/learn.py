@@ -11,7 +11,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ada_jax import advantages, losses, selection, sharding, sft
+from ada_jax import advantages, losses, memory, selection, sharding, sft
 from ada_jax import model as model_lib
 
 
@@ -98,13 +98,25 @@ def completion_logits(model, tokens, mask, group, *, prompt_len: int, n_groups: 
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature",
-                                             "n_groups", "share"))
+                                             "n_groups", "share", "micro"))
 def completion_logprobs(graphdef, params, tokens, mask, group, *, prompt_len, temperature,
-                        n_groups, share):
-    """log π(a_t | …) of the completion tokens [R, N] (float32), e.g. under the reference."""
-    logits = completion_logits(nnx.merge(graphdef, params), tokens, mask, group,
-                               prompt_len=prompt_len, n_groups=n_groups, share=share)
-    return model_lib.token_logprobs(logits, tokens[:, prompt_len:], temperature)[0]
+                        n_groups, share, micro: int = 1):
+    """log π(a_t | …) of the completion tokens [R, N] (float32), e.g. under the reference.
+    micro > 1 runs the rows in that many sequential micro-batches (rows j, j + micro, …, as
+    the learner splits them), so the [rows, N, V] logits exist for one micro-batch at a time."""
+    model = nnx.merge(graphdef, params)
+
+    def part(xs):
+        t, m, g = xs
+        logits = completion_logits(model, t, m, g, prompt_len=prompt_len, n_groups=n_groups,
+                                   share=share)
+        return model_lib.token_logprobs(logits, t[:, prompt_len:], temperature)[0]
+
+    R = tokens.shape[0]
+    if micro <= 1 or R % micro:
+        return part((tokens, mask, group))
+    out = jax.lax.map(part, _strided_split((tokens, mask, group), micro))  # [micro, R/micro, N]
+    return jnp.swapaxes(out, 0, 1).reshape(R, -1)
 
 
 def decoupled(config) -> bool:
@@ -127,7 +139,8 @@ def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params, params=None)
     logprobs = functools.partial(completion_logprobs, ctx.graphdef,
                                  prompt_len=c.sampling.max_prompt_len,
                                  temperature=max(c.sampling.temperature, 1e-6),
-                                 n_groups=rewards.shape[0], share=c.rl.share_prompts)
+                                 n_groups=rewards.shape[0], share=c.rl.share_prompts,
+                                 micro=c.rl.microbatches)
     if decoupled(c):
         if params is None:
             raise ValueError("loss.decoupled needs the learner's params (the proximal policy)")
@@ -341,6 +354,7 @@ def learn(ctx, train_step, trainable, opt_state, rows, step: int, replay=None):
     """ppo_epochs passes over the rows (their padding trimmed) in `minibatches` shuffled
     minibatches; `replay` (sft.Replay.rows: one batch per update) beside them when given."""
     c = ctx.config
+    memory.release_free_heap()  # the engine's freed buffers, before the step (and its compile)
     rows = trim_padding(rows, c.sampling.max_prompt_len, c.rl.pad_multiple)
     if c.rl.share_prompts:
         check_groups(rows, c.rl.prompts_per_step)

@@ -19,7 +19,9 @@ leaf); rows over the batch axes (data x fsdp) where they divide them; kv heads, 
 vocab over tensor where it divides them. XLA's temporaries and fragmentation come on top: a
 config should keep its peak under 90% of HBM.
 """
+import ctypes
 import dataclasses
+import functools
 import types
 
 import jax
@@ -78,7 +80,9 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
     starts, for `config` on `devices` devices (see the module doc); plus `params_b` (billions),
     `headroom` (1 - the larger peak / HBM) and `max_slots` (the most slots whose sampling peak
     stays within 90% of HBM)."""
+    from ada_jax.config_check import resolve_hf
     from ada_jax.train import engine_config  # the trainer's own engine settings
+    resolve_hf(config)  # model=hf: the sizes from init_from's config.json
     engine, group, rows_per_prompt = engine_config(config)
     c, a = config, config.adaptive
     mcfg = model_lib.ModelConfig.from_config(c.model)
@@ -168,6 +172,21 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
     return out
 
 
+# A CPU process's memory besides the estimate's arrays: Python, jax / XLA and their compiled
+# programs and compile transients, the tokenizer and the task. Calibrated on one run (a 4-layer
+# d-256 stand-in with a 49,152 vocabulary: 2.36 GiB peak RSS, 1.12 GiB of it the estimate's
+# learning phase); docs/benchmarks.md ("Memory") checks it on others.
+HOST_RUNTIME_BYTES = int(1.24 * GiB)
+
+
+def host_peak_bytes(config) -> int:
+    """Predicted peak RSS of a run on one CPU host: the runtime plus the estimate's larger phase
+    on one device. XLA's compile-time transients are not counted (docs/benchmarks.md, "Memory":
+    the learner step of a 30-layer model takes 2+ GiB to compile on CPU)."""
+    e = estimate(config, devices=1, hbm_gib=1e6)
+    return HOST_RUNTIME_BYTES + max(e["sampling_peak"], e["learning_peak"])
+
+
 def in_gib(est: dict) -> dict:
     """The byte terms of `estimate` in GiB, the rest as they are."""
     keep = ("params_b", "headroom", "max_slots", "mode", "slots", "prompts", "micro", "devices",
@@ -192,3 +211,20 @@ def live_bytes(device=None) -> Live:
         if b:
             got.append((b, x.shape, str(x.dtype), str(x.sharding)))
     return Live(sum(g[0] for g in got), sorted(got, key=lambda g: -g[0]))
+
+
+@functools.lru_cache(maxsize=None)
+def _libc():
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (macOS, musl): nothing to trim
+        return None
+
+
+def release_free_heap() -> None:
+    """Hand the host heap's free pages back to the OS (glibc `malloc_trim`). XLA's CPU
+    compiler frees gigabytes after compiling a program, which glibc keeps mapped; trimmed
+    before the learner's compile, that transient lands on a smaller resident set."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)

@@ -345,11 +345,13 @@ def positions_from_mask(mask_BT):
 
 
 def token_logprobs(logits_BTV, targets_BT, temperature: float = 1.0):
-    """log π(target) under softmax(logits / temperature), float32, and entropy [B,T]."""
+    """log π(target) under softmax(logits / temperature), float32, and entropy [B,T]. From
+    the log-normaliser [B,T] (log π(a) = z_a - lse, H = lse - Σ π z): one [B,T,V] array (π)
+    besides the logits, where a log-softmax copy and its exponential made two."""
     logits = logits_BTV.astype(jnp.float32) / max(temperature, 1e-6)
-    logp_all = jax.nn.log_softmax(logits, axis=-1)
-    logp = jnp.take_along_axis(logp_all, targets_BT[..., None], axis=-1)[..., 0]
-    entropy = -jnp.sum(jnp.exp(logp_all) * logp_all, axis=-1)
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    logp = jnp.take_along_axis(logits, targets_BT[..., None], axis=-1)[..., 0] - lse
+    entropy = lse - jnp.sum(jnp.exp(logits - lse[..., None]) * logits, axis=-1)
     return logp, entropy
 
 

@@ -63,6 +63,35 @@ class Context:
     math_pool: Any = None  # MathVerifierPool for math-file tasks (host-side reward)
 
 
+def max_samples_per_prompt(config) -> int:
+    """The most samples one prompt can take in one engine call (its largest budget)."""
+    a, rl = config.adaptive, config.rl
+    if a.policy == "seq":
+        return a.samples_per_round * a.max_rounds
+    if a.policy in ("pilot_commit", "conformal"):
+        return collect.POLICIES[a.policy].group_size(config)[0]
+    if a.policy in ("est", "gvm"):
+        return 4 * (a.est_budget_per_prompt if a.policy == "est" else a.gvm_budget_per_prompt)
+    if a.policy in ("knapsack", "vip"):
+        return a[f"{a.policy}_n_max"]
+    return rl.n
+
+
+def useful_slots(config) -> int:
+    """adaptive.slots capped at the most samples a step can have in flight: the prompts in
+    progress (B, plus those a stream admits ahead) times a prompt's largest budget. A slot past
+    that is never assigned, yet holds a KV cache of P + N positions and a row of V logits: the
+    pretrained default of 1024 slots (sized for 8 accelerators) on a CPU step of 8 prompts x 4
+    samples held 4.5 GB of caches for 32 samples, copied several times over (17 GB resident;
+    docs/benchmarks.md, "Memory"). Several processes need the capped count to be a multiple
+    of the devices too (`check_multihost`)."""
+    a, B = config.adaptive, config.rl.prompts_per_step
+    ahead = 0
+    if a.mode == "stream":
+        ahead = a.stream_max_lag * B if a.stream_ahead < 0 else a.stream_ahead
+    return min(a.slots, (B + ahead) * max_samples_per_prompt(config))
+
+
 def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
     """Static engine settings, the kept group size G and the training rows per prompt.
 
@@ -75,7 +104,7 @@ def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
     """
     a, rl = config.adaptive, config.rl
     mode = "refill" if a.mode == "stream" else a.mode  # streaming runs the refill engine
-    common = dict(slots=a.slots, max_new_tokens=config.sampling.max_new_tokens,
+    common = dict(slots=useful_slots(config), max_new_tokens=config.sampling.max_new_tokens,
                   chunk_len=a.chunk_len, select_order=a.select_order, overcommit=a.overcommit)
     if a.policy == "seq":
         return adaptive.EngineConfig(keep=rl.n, exit_rule=a.exit_rule, k_pos=a.k_pos,
@@ -308,8 +337,10 @@ def check_multihost(config, mesh) -> None:
     except ValueError as e:
         raise ValueError(f"config.rl.prompts_per_step={config.rl.prompts_per_step}: {e} "
                          f"(per-host data)") from None
-    if a.slots % mesh.size:
-        raise ValueError(f"config.adaptive.slots={a.slots} must be a multiple of the "
+    slots = useful_slots(config)  # the engine's: adaptive.slots, capped
+    if slots % mesh.size:
+        capped = f" (capped at {slots}: train.useful_slots)" if slots != a.slots else ""
+        raise ValueError(f"config.adaptive.slots={a.slots}{capped} must be a multiple of the "
                          f"{mesh.size} devices on {n} processes (per-host scoring: each "
                          f"process scores the slots on its own devices)")
 

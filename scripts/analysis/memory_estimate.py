@@ -2,6 +2,8 @@
 the table in docs/scaling.md §6.
 
   python scripts/analysis/memory_estimate.py                         # every pretrained config, 8xH100
+  python scripts/analysis/memory_estimate.py --config=configs/base.py:model=hf,task=files \\
+      --config.model.init_from=/path/to/hf_folder --devices=1 --host   # sizes from config.json
   python scripts/analysis/memory_estimate.py --config=configs/base.py:model=qwen2_5_math_7b \\
       --devices=16 --hbm=95 --config.mesh.fsdp=16 --config.adaptive.slots=4096
 """
@@ -20,6 +22,8 @@ config_flags.DEFINE_config_file("config", None, "a config (default: every pretra
                                 lock_config=False)
 flags.DEFINE_integer("devices", 8, "devices the mesh spans")
 flags.DEFINE_float("hbm", 80.0, "GiB of memory per device")
+flags.DEFINE_bool("host", False, "also print the predicted peak RSS of the run on one CPU host "
+                  "(memory.host_peak_bytes)")
 COLUMNS = ("params", "adam", "grads", "decode_copy", "prompt_kv", "slot_kv", "engine",
            "prefill_tmp", "resume_tmp", "batch", "remat_saved", "block_tmp", "logits",
            "sampling_peak", "learning_peak", "resident_learning")
@@ -41,6 +45,10 @@ def main(_):
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for c in configs:
         print(row(c, f.devices, f.hbm))
+    if f.host:
+        for c in configs:
+            print(f"\n{c.model.name}: predicted peak RSS on one CPU host "
+                  f"{memory.host_peak_bytes(c) / memory.GiB:.2f} GiB")
 
 
 if __name__ == "__main__":
