@@ -68,12 +68,10 @@ def max_samples_per_prompt(config) -> int:
     a, rl = config.adaptive, config.rl
     if a.policy == "seq":
         return a.samples_per_round * a.max_rounds
-    if a.policy in ("pilot_commit", "conformal"):
-        return collect.POLICIES[a.policy].group_size(config)[0]
+    if hasattr(module := collect.POLICIES.get(a.policy), "group_size"):  # the module's G
+        return module.group_size(config)[0]
     if a.policy in ("est", "gvm"):
         return 4 * (a.est_budget_per_prompt if a.policy == "est" else a.gvm_budget_per_prompt)
-    if a.policy in ("knapsack", "vip"):
-        return a[f"{a.policy}_n_max"]
     return rl.n
 
 
