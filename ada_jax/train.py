@@ -15,9 +15,7 @@ length, N max new tokens.
 """
 import contextlib
 import dataclasses
-import json
 import logging
-import math
 import os
 import time
 from typing import Any
@@ -29,6 +27,7 @@ import numpy as np
 from ada_jax import (adaptive, collapse, collect, evaluate, generators, learn, preemption,
                      run_config, rundir, selection, sharding, sft)
 from ada_jax import model as model_lib
+from ada_jax.metrics_log import MetricsWriter, _wandb, _write_atomic
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
 from ada_jax.config_check import config_changes, validate
 from ada_jax.policies import rollout
@@ -121,162 +120,6 @@ def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
                                      samples_per_round=cap, max_rounds=1, **common), cap, mean
     return adaptive.EngineConfig(keep=rl.n, exit_rule="none", mode=mode,
                                  samples_per_round=rl.n, max_rounds=1, **common), rl.n, rl.n
-
-
-# ----------------------------------------------------------------------------- logging
-class MetricsWriter:
-    """metrics.jsonl, TensorBoard (`tb/`) and, with config.log.wandb, Weights & Biases.
-    Every number of a record goes to all three under its metrics.jsonl key (`eval/avg@4` stays
-    `eval/avg@4`: the summaries are written as protos, not through tensorboardX's add_scalar,
-    which renames it `eval/avg_4`); TensorBoard also gets the step's histograms (tags
-    `hist/…`) and the eval sample completions (text, `eval/samples/text_summary`).
-    On resume the JSONL keeps the records of steps up to the resumed one (none on a fresh
-    start, not even step 0's eval: it is redone), rewritten atomically, so a resumed run's
-    file equals a continuous one's. Every step up to the resumed
-    one must have a readable record: a missing or garbled one would silently lose that step's
-    metrics, so it is an error, unless config.checkpoint.resume_without_metrics accepts the
-    loss (a lost or emptied file; the cumulative counts come from the checkpoint).
-    On several processes only process 0 reads and writes (the metrics it is given are the
-    whole batch's, the same on every process); the others' writer does nothing."""
-
-    def __init__(self, workdir: str, resume_step: int, config=None):
-        self.path = os.path.join(workdir, "metrics.jsonl")
-        self.tb, self.wandb, self.last = None, None, {}
-        self.active = jax.process_index() == 0
-        if not self.active:
-            return
-        kept, bad = {}, []  # step -> line; unreadable line numbers
-        if resume_step and os.path.exists(self.path):
-            with open(self.path) as f:
-                for i, line in enumerate(f, 1):
-                    try:
-                        step = json.loads(line)["step"]
-                    except (json.JSONDecodeError, TypeError, KeyError):
-                        bad.append(i)  # e.g. a line cut by a crash
-                        continue
-                    if step <= resume_step:
-                        kept[step] = line if line.endswith("\n") else line + "\n"
-        missing = sorted(set(range(1, resume_step + 1)) - kept.keys())
-        lost = (f"{self.path}: no readable record of step(s) {_spans(missing)} before the "
-                f"resumed checkpoint (step {resume_step})"
-                + (f"; unreadable lines {_spans(bad)}" if bad else ""))
-        if missing and config is not None and config.checkpoint.resume_without_metrics:
-            log.warning("%s. Resuming without them (checkpoint.resume_without_metrics): their "
-                        "metrics are lost; the cumulative counts (cum_*, cost_*) go on from "
-                        "the checkpoint", lost)
-        elif missing:
-            raise ValueError(
-                f"{lost}. Repair or restore the file, start a new workdir, or resume without "
-                f"them with --config.checkpoint.resume_without_metrics=True (their metrics are "
-                f"lost; the cumulative counts go on from the checkpoint).")
-        elif bad:
-            log.warning("%s: dropping unreadable lines %s (steps after %d, redone)",
-                            self.path, bad, resume_step)
-        self.last = json.loads(kept[resume_step]) if resume_step in kept else {}
-        _write_atomic(self.path, "".join(kept[k] for k in sorted(kept)))
-        if config is not None and config.log.wandb:
-            self.wandb = _start_wandb(config, workdir)
-        try:
-            from tensorboardX import FileWriter
-            self.tb = FileWriter(os.path.join(workdir, "tb"))
-        except ImportError:  # pragma: no cover
-            log.warning("tensorboardX missing: TensorBoard logging off")
-
-    def write(self, step: int, metrics: dict, histograms: dict | None = None):
-        """`metrics` without its lists to metrics.jsonl, its finite numbers to TensorBoard and
-        W&B; `histograms` (name -> values) and the `…/samples` lists (run_evals) to
-        TensorBoard."""
-        if not self.active:
-            return
-        rec = {"step": step, **{k: v for k, v in metrics.items() if not isinstance(v, list)}}
-        line = json.dumps(strict_json(rec), sort_keys=True, allow_nan=False)
-        with open(self.path, "a") as f:
-            f.write(line + "\n")
-        scalars = {k: float(v) for k, v in rec.items()
-                   if k != "step" and isinstance(v, (int, float)) and np.isfinite(v)}
-        if self.wandb is not None:
-            self.wandb.log(scalars, step=step)
-        if self.tb is None:
-            return
-        from tensorboardX import summary
-        from tensorboardX.proto.summary_pb2 import Summary
-        self.tb.add_summary(Summary(value=[Summary.Value(tag=k, simple_value=v)
-                                           for k, v in scalars.items()]), step)
-        for k, v in (histograms or {}).items():
-            if len(v):
-                self.tb.add_summary(summary.histogram(f"hist/{k}", np.asarray(v, float),
-                                                      "auto"), step)
-        for k, v in metrics.items():
-            if k.endswith("/samples") and v:
-                self.tb.add_summary(summary.text(k, samples_markdown(v)), step)
-        self.tb.flush()
-
-    def close(self):
-        if self.tb is not None:
-            self.tb.close()
-        if self.wandb is not None:
-            self.wandb.finish()
-
-
-def _spans(numbers: list) -> str:
-    """[1, 2, 3, 7] -> '1-3, 7'."""
-    out = []
-    for n in numbers:
-        if out and n == out[-1][1] + 1:
-            out[-1][1] = n
-        else:
-            out.append([n, n])
-    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
-
-
-def strict_json(rec: dict) -> dict:
-    """`rec` with each non-finite number (a skipped step's NaN loss) as null, and their keys
-    under `nonfinite`: JSON has no NaN or Infinity (json.dumps writes bare NaN, which strict
-    readers such as jq or JavaScript refuse)."""
-    bad = sorted(k for k, v in rec.items() if isinstance(v, float) and not math.isfinite(v))
-    return rec if not bad else {**rec, **dict.fromkeys(bad), "nonfinite": bad}
-
-
-def _wandb():
-    """The wandb module, imported only when config.log.wandb asks for it (it is not a
-    requirement of the package)."""
-    try:
-        import wandb
-    except ImportError:
-        raise ImportError("config.log.wandb=True needs the wandb package: pip install wandb "
-                          "(or leave log.wandb False; TensorBoard logs to <workdir>/tb "
-                          "either way)") from None
-    return wandb
-
-
-def _start_wandb(config, workdir: str):
-    """A W&B run named after the workdir, with the config."""
-    return _wandb().init(project=config.log.wandb_project, dir=workdir,
-                      name=os.path.basename(os.path.normpath(workdir)),
-                      config=json.loads(config.to_json_best_effort()))
-
-
-def samples_markdown(samples: list[dict]) -> str:
-    """Eval completions (evaluate's `samples`) as Markdown for TensorBoard's text tab: level,
-    reward and reference answer, then the question and the completion verbatim."""
-    block = lambda text: "\n".join("    " + line for line in text.splitlines())  # noqa: E731
-    return "\n\n".join(f"**level {s['level']}**, reward {s['reward']:g}, answer "
-                       f"`{s['answer']}`\n\nquestion:\n\n{block(s['question'])}\n\n"
-                       f"completion:\n\n{block(s['completion'])}" for s in samples)
-
-
-def _write_atomic(path: str, text: str) -> None:
-    """Write via a temporary file and os.replace: a crash leaves the old file or the new one,
-    never a cut or empty one. Process 0 only: a run's logs (config.json, metrics.jsonl) are
-    one set, not one per host."""
-    if jax.process_index() != 0:
-        return
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------------------- main loop

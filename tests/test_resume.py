@@ -11,7 +11,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from ada_jax import train
+from ada_jax import metrics_log, train
 from ada_jax.checkpoint import (CheckpointMismatch, Checkpointer, UnreadableCheckpoints,
                                 abstract_like)
 from tests.test_train import _config, _restore
@@ -175,7 +175,7 @@ def test_fresh_start_keeps_no_step0_record(tmp_path):
     """A kill after step 0's eval line but before the first checkpoint: the re-run starts at
     step 0 and writes that line again, so the old one must go (before: step 0 twice)."""
     _records(tmp_path / "metrics.jsonl", [0])
-    train.MetricsWriter(str(tmp_path), 0)
+    metrics_log.MetricsWriter(str(tmp_path), 0)
     assert _read(tmp_path / "metrics.jsonl") == ""
 
 
@@ -205,9 +205,9 @@ def test_metrics_rewrite_is_atomic(tmp_path, monkeypatch):
         f = open(path, mode, *args, **kwargs)
         return DiesOnWrite(f) if "w" in mode else f
 
-    monkeypatch.setattr(train, "open", crashing_open, raising=False)
+    monkeypatch.setattr(metrics_log, "open", crashing_open, raising=False)
     with pytest.raises(Killed):
-        train.MetricsWriter(str(tmp_path), 2)
+        metrics_log.MetricsWriter(str(tmp_path), 2)
     assert _read(tmp_path / "metrics.jsonl") == "".join(lines)
 
 
@@ -219,10 +219,10 @@ def test_garbled_metrics_record_is_an_error(tmp_path):
     lines = _records(path, [0, 1, 2, 3])
     with open(path, "w") as f:
         f.writelines(lines[:3] + [lines[3][:9]])  # step 3 cut mid-line
-    writer = train.MetricsWriter(str(tmp_path), 2)
+    writer = metrics_log.MetricsWriter(str(tmp_path), 2)
     assert _read(path) == "".join(lines[:3])
     assert writer.last == {"step": 2, "cum_samples": 20, "reward_mean": 0.2}
     with open(path, "w") as f:
         f.writelines([lines[0], lines[1].replace('"step"', '"st\x00p'), lines[2]])
     with pytest.raises(ValueError, match=r"step\(s\) 1 before .*; unreadable lines 2\. "):
-        train.MetricsWriter(str(tmp_path), 2)
+        metrics_log.MetricsWriter(str(tmp_path), 2)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ada_jax import learn, train
+from ada_jax import learn, metrics_log, train
 from tests.test_train import _config
 
 
@@ -112,8 +112,8 @@ def test_wandb_missing_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
     c = _config("grpo", **{"log.wandb": True})
     with pytest.raises(ImportError, match="log.wandb=True needs the wandb package: pip install"):
-        train.MetricsWriter(str(tmp_path), 0, c)
+        metrics_log.MetricsWriter(str(tmp_path), 0, c)
     with pytest.raises(ImportError, match="needs the wandb package"):  # at once: no SFT first
         train.train_and_evaluate(c, str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
-    train.MetricsWriter(str(tmp_path), 0, _config("grpo")).close()  # off by default
+    metrics_log.MetricsWriter(str(tmp_path), 0, _config("grpo")).close()  # off by default
