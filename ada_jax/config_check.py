@@ -358,7 +358,7 @@ def check_task(config) -> None:
 # log / checkpoint cadence, the hardware layout and memory knobs. Everything else changes what a
 # step computes (or the shapes of the saved arrays), so a changed value is refused.
 RESUMABLE = ("rl.steps", "rl.cost_budget", "eval.every", "eval.every_cost", "checkpoint", "log", "mesh", "distributed",
-             "sharding_rules", "model.remat", "rl.microbatches", "sampling.prefill_chunk",
+             "sharding_rules", "model.remat", "model.scan_layers", "rl.microbatches", "sampling.prefill_chunk",
              "task.verifier_workers", "optim.max_update_ratio", "optim.max_skipped_steps")
 RESUMABLE += ("optim.collapse_steps", "optim.stop_on_collapse")
 

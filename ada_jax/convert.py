@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
 # ModelConfig fields a caller may set when loading; everything else comes from config.json.
-RUNTIME_FIELDS = ("dtype", "remat", "max_len")
+RUNTIME_FIELDS = ("dtype", "remat", "scan_layers", "max_len")
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 DTYPES = ("float32", "bfloat16", "float16")
@@ -303,7 +303,7 @@ def read_hf_config(path: str) -> dict:
 def load_hf_checkpoint(path: str, mesh, rules, *, param_dtype: str = "float32", **overrides):
     """(ModelConfig, graphdef, params) for a Hugging Face model folder, params (param_dtype)
     placed on the mesh as they are read. overrides may set RUNTIME_FIELDS (dtype: the compute
-    dtype, default param_dtype; remat; max_len), which end up in the graphdef's config."""
+    dtype, default param_dtype; remat; scan_layers; max_len), which end up in the graphdef's config."""
     cfg = model_config_from_hf(read_hf_config(path), param_dtype=param_dtype,
                                source=os.path.join(path, "config.json"), **overrides)
     graphdef, abstract = nnx.split(nnx.eval_shape(

@@ -367,7 +367,7 @@ def _exclusive(path):
 
 def _load_hf(config, mesh):
     """Import config.model.init_from (a Hugging Face folder) with config.model's param dtype,
-    compute dtype, remat and max_len, after checking its config.json describes config.model."""
+    compute dtype, remat, scan_layers and max_len, after checking its config.json describes config.model."""
     from ada_jax import convert
     m = config.model
     hf_cfg = convert.model_config_from_hf(convert.read_hf_config(m.init_from),
@@ -382,7 +382,7 @@ def _load_hf(config, mesh):
                          "the matching model= variant)")
     _, graphdef, params = convert.load_hf_checkpoint(
         m.init_from, mesh, config.sharding_rules, param_dtype=m.param_dtype, dtype=m.dtype,
-        remat=m.remat, max_len=m.max_len)
+        remat=m.remat, scan_layers=m.scan_layers, max_len=m.max_len)
     log.info("base policy from %s", m.init_from)
     return graphdef, params
 

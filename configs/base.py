@@ -94,7 +94,7 @@ def _model_config(name):
     m = ml_collections.ConfigDict(dict(
         name=name, rope_scaling="none", rope_scaling_factor=32.0, rope_low_freq_factor=1.0,
         rope_high_freq_factor=4.0, rope_original_max_len=8192,
-        param_dtype="float32", dtype="float32", remat=False, init_from="", tokenizer="",
+        param_dtype="float32", dtype="float32", remat=False, scan_layers=False, init_from="", tokenizer="",
         eos_token="", pad_token="", extra_eos_tokens=(),
     ))
     # model=hf: placeholders of the right types, filled from init_from (config_check.resolve_hf)
@@ -247,7 +247,8 @@ def get_config(arg: str = ""):
         p = PRETRAINED.get(c.model.name, dict(template="", eos_token="", extra_eos_tokens=(),
                                               slots=HF_SLOTS))
         # float32 master weights, bfloat16 compute: bf16 params round lr-1e-6 updates away.
-        c.model.update(param_dtype="float32", dtype="bfloat16", remat=True,
+        # Blocks as one scan in the learner: a compile that does not grow with depth.
+        c.model.update(param_dtype="float32", dtype="bfloat16", remat=True, scan_layers=True,
                        eos_token=p["eos_token"], extra_eos_tokens=p["extra_eos_tokens"])
         c.task.template = p["template"]
         c.adaptive.slots = p["slots"]
