@@ -312,7 +312,15 @@ def _scan_blocks(blocks, x, positions_BT, inv_freq, kv_mask, cache, remat: bool)
     cache's per-layer keys / values stacked likewise): (x, per-layer caches or Nones)."""
     graphdef, first = nnx.split(blocks[0])
     states = [first] + [nnx.split(b)[1] for b in blocks[1:]]
-    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *states)
+
+    def in_compute_dtype(path, leaf):
+        """A block casts every weight but its norms' scales to the compute dtype where it
+        uses it, so stacking the cast copy gives the same values in half the bytes (bfloat16
+        compute), for the stack and for its gradient."""
+        norm = any(getattr(k, "key", None) in ("attn_norm", "mlp_norm") for k in path)
+        return leaf if norm else leaf.astype(x.dtype)
+    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *[
+        jax.tree_util.tree_map_with_path(in_compute_dtype, s) for s in states])
 
     def body(x, layer):
         state, k, v = layer
