@@ -139,6 +139,12 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
         params=pbytes,
         adam=2 * pbytes + opt_small,
         grads=pbytes,
+        # micro-batches add each one's gradient into a running sum: a second gradient tree
+        grad_sum=pbytes if c.rl.microbatches > 1 else 0,
+        # model.scan_layers: the block weights stacked in the compute dtype, their gradient
+        # in it and again in the param dtype before it is split back into the layers' leaves
+        scan_stack=(pbytes - _embedding_bytes(mcfg, pdt, split(V))) * (2 * cb + pdt.itemsize)
+        // pdt.itemsize if mcfg.scan_layers else 0,
         decode_copy=pbytes * cb // pdt.itemsize if pdt.itemsize != cb else 0,
         prompt_kv=per_rows(Q) * (P * kv_token + V * 4),  # caches + last-position logits
         slot_kv=per_rows(S) * (L * kv_token + V * 4),  # caches + next-token logits
@@ -158,7 +164,8 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
     out["sampling_peak"] = fixed + out["slot_kv"] + out["decode_tmp"] + max(
         out["prefill_tmp"], out["resume_tmp"])
     out["resident_learning"] = state + out["batch"] + (out["engine"] if stream else 0)
-    out["learning_peak"] = (out["resident_learning"] + out["grads"] + out["remat_saved"]
+    out["learning_peak"] = (out["resident_learning"] + out["grads"] + out["grad_sum"]
+                            + out["scan_stack"] + out["remat_saved"]
                             + out["block_tmp"] + out["logits"])
     hbm = hbm_gib * GiB
     out["headroom"] = 1 - max(out["sampling_peak"], out["learning_peak"]) / hbm
@@ -170,6 +177,12 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
     out.update(mode=a.mode, slots=S, prompts=Q, micro=micro_dev, devices=devices,
                mesh=f"{mesh['data']}/{mesh['fsdp']}/{mesh['tensor']}")
     return out
+
+
+def _embedding_bytes(mcfg, pdt, vocab_split: int) -> int:
+    """Bytes of the embedding and output head on one device (what is not in the blocks)."""
+    tables = 1 if mcfg.tie_embeddings else 2
+    return tables * mcfg.vocab_size // vocab_split * mcfg.d_model * pdt.itemsize
 
 
 # A CPU process's memory besides the estimate's arrays: Python, jax / XLA and their compiled

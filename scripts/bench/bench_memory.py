@@ -61,10 +61,6 @@ def flags_for(run: dict, model_dir: str, task_dir: str, real: bool) -> list[str]
          f"--config.sampling.max_new_tokens={run['new_tokens']}",
          "--config.eval.prompts=16", "--config.eval.k=2", "--config.checkpoint.every=1000",
          "--config.log.progress=false"]
-    if real:  # SmolLM2's ChatML turns and stop tokens
-        f += ["--config.task.template=qwen_math",
-              "--config.model.eos_token=<|im_end|>",
-              "--config.model.extra_eos_tokens=(\"<|endoftext|>\",)"]
     return f + [f"--config.{k}={v}" for k, v in run.get("extra", {}).items()]
 
 
