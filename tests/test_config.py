@@ -146,6 +146,26 @@ def test_unknown_command_line_field_is_named(script):
     assert "Traceback" not in out.stderr
 
 
+def test_a_former_flat_policy_field_names_its_group():
+    """--config.adaptive.knapsack_n_min=3 (each policy's settings were flat fields of adaptive)
+    stops before anything compiles, naming the field now, adaptive.knapsack.n_min."""
+    from ada_jax.config_check import FORMER, unknown_override
+    for old, new in [("knapsack_n_min", "knapsack.n_min"), ("pc_pilot", "pilot_commit.pilot"),
+                     ("stream_max_lag", "stream.max_lag"), ("est_weight", "est.weight"),
+                     ("dapo_max_gen_batches", "dapo.max_gen_batches")]:
+        got = unknown_override(["prog", f"--config.adaptive.{old}=3"], "configs/base.py")
+        assert f"config.adaptive.{old} is now config.adaptive.{new}" in got, got
+        assert FORMER[f"adaptive.{old}"] == f"adaptive.{new}"
+    assert unknown_override(["prog", "--config.adaptive.knapsack.n_min=3"],
+                            "configs/base.py") is None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = helpers.run([sys.executable, os.path.join(root, "scripts", "train.py"),
+                       "--config.adaptive.knapsack_n_min=3", "--workdir=/nonexistent/never"],
+                      env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+    assert "--config.adaptive.knapsack.n_min=" in out.stderr, out.stderr
+
+
 def test_a_bool_is_not_a_count():
     """Python's True is the int 1: a count set to True (in code; the command line parses by
     the field's type) is refused, not run as one step."""
