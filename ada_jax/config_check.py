@@ -384,10 +384,12 @@ def nest_flat(saved: dict) -> dict:
     """A saved config (config.json's dict) with the flat policy settings of older runs
     (FORMER: adaptive.knapsack_n_min) moved into their groups (adaptive.knapsack.n_min); a
     dict without them comes back as it is."""
-    flat = {k: v for k, v in saved.get("adaptive", {}).items() if f"adaptive.{k}" in FORMER}
+    adaptive = saved.get("adaptive")
+    flat = {k: v for k, v in adaptive.items() if f"adaptive.{k}" in FORMER} \
+        if isinstance(adaptive, dict) else {}
     if not flat:
         return saved
-    adaptive = {k: v for k, v in saved["adaptive"].items() if k not in flat}
+    adaptive = {k: v for k, v in adaptive.items() if k not in flat}
     for k, v in flat.items():
         group, field = FORMER[f"adaptive.{k}"].split(".")[1:]
         adaptive[group] = {field: v, **adaptive.get(group, {})}  # a nested value wins

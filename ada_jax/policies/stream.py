@@ -21,7 +21,7 @@ from ada_jax.policies.settings import Setting
 from ada_jax.tasks.problem import Problem
 
 LABEL = "stream"  # the display name (plots, tables)
-SETTINGS = {  # checked by `check` (in stream mode only)
+SETTINGS = {  # ahead and max_lag: checked by `check` (in stream mode only)
     "ahead": Setting(-1, "stream: prompts admitted ahead of a step (-1 = max_lag x "
                      "prompts_per_step)", "—"),
     "max_lag": Setting(1, "stream: updates a trained sample may lag the policy",
