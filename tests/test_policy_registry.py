@@ -115,3 +115,19 @@ def test_reproduce_reads_the_presets(tmp_path):
                                          "conformal"} <= set(got)
     with open(f"{ROOT}/scripts/reproduce.sh") as f:
         assert "python -m ada_jax.collect presets" in f.read()
+
+
+def test_every_reproduce_arm_names_fields_the_config_has():
+    """Each arm of scripts/reproduce.sh (its own METHODS and the modules' PRESETS) sets only
+    fields the config has (a renamed field left in a preset would stop that arm at start)."""
+    with open(f"{ROOT}/scripts/reproduce.sh") as f:
+        arms = dict(re.findall(r'^\s+\[(\w+)\]="([^"]*)"$', f.read(), re.M))
+    arms.update(collect.presets())
+    assert {"grpo_n4", "ada_balance_stream_onpolicy", "dapo", "est_log", "greso"} <= set(arms)
+    for name, spec in arms.items():
+        variant, flags = spec.split("|")
+        argv = ["prog", f"--config={ROOT}/configs/base.py:{variant}", *flags.split()]
+        assert config_check.unknown_override(argv, "") is None, (name, spec)
+    stale = ["prog", f"--config={ROOT}/configs/base.py:algo=dapo",
+             "--config.adaptive.dapo_max_gen_batches=32"]
+    assert "adaptive.dapo.max_gen_batches" in config_check.unknown_override(stale, "")
