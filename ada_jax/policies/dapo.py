@@ -1,9 +1,10 @@
 """DAPO dynamic sampling (adaptive.policy='dapo'): draw prompt batches (n samples each), keep
 groups with mixed rewards until B are collected (settings: adaptive.dapo.*). Past
 max_gen_batches, at_cap="train" trains on the mixed groups found (the missing ones are
-masked-out groups, so shapes stay fixed), counts them (dapo_cap_hit, dapo_short_groups) and warns once per run;
-"error" stops the run as verl does. The kept-group count is global (read from replicated
-rewards), so on several processes every process draws alike and agrees when the batch is full.
+masked-out groups, so shapes stay fixed), counts them (dapo_cap_hit, dapo_short_groups) and
+warns once per run; "error" stops the run as verl does. The kept-group count is global (read
+from replicated rewards), so on several processes every process draws alike and agrees when
+the batch is full.
 
 State: `state["dapo_warned"]` (warned once per run; not checkpointed).
 """

@@ -5,8 +5,9 @@ B prompts to train on are committed, those with p̂ in [p_low, p_high] (theirs: 
 diversity band 0.25..0.75) first, nearest p̂ = 1/2 first, then the rest nearest 1/2, so
 every step trains a full batch of B; each committed prompt gets `commit` fresh samples, and
 those are its training group (the pilot's samples are exploration: counted in the cost, not
-trained). Settings: adaptive.pilot_commit.*. No state across steps. docs/theory.md, "The field's allocation methods as their
-authors run them", says what differs (the authors' replay buffer of passing prompts).
+trained). Settings: adaptive.pilot_commit.*. No state across steps. docs/theory.md, "The
+field's allocation methods as their authors run them", says what differs (the authors' replay
+buffer of passing prompts).
 
 On several processes the whole pilot draw is gathered in batch order (the one-process order)
 and every process ranks it alike from the replicated pilot counters; each samples its share
