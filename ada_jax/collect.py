@@ -1,8 +1,8 @@
 """The table of collection policies (ada_jax/policies/: one module each, see its docstring):
 `collect` hands a step to the configured policy's module; `init_state`, `checkpoint` and
-`restore` gather the cross-step state the policies declare; `settings`, `check`, `presets`
-and `label` read what each module declares for configs/base.py, config_check, config_doc,
-scripts/reproduce.sh and plots.
+`restore` gather the cross-step state the policies declare; `groups`, `settings`, `check`,
+`presets` and `label` read what each module declares for configs/base.py, config_check,
+config_doc, scripts/reproduce.sh and plots.
 
   python -m ada_jax.collect presets    # the reproduce presets, one "name=variant|flags" a line
 """
@@ -29,23 +29,27 @@ def policy_name(config) -> str:
     return config.adaptive.policy
 
 
+def group(module) -> str:
+    """The config group of a policy module's settings: its module name (adaptive.<name>)."""
+    return module.__name__.rsplit(".", 1)[-1]
+
+
+def groups() -> dict:
+    """{group: the module's SETTINGS} of every policy module that declares settings: the
+    fields adaptive.<group>.<field>."""
+    return {group(m): m.SETTINGS for m in _MODULES if getattr(m, "SETTINGS", None)}
+
+
 def settings() -> dict:
-    """{field under adaptive: Setting} of every policy module that declares SETTINGS (a field
-    belongs to one module only)."""
-    out = {}
-    for m in _MODULES:
-        for name, setting in getattr(m, "SETTINGS", {}).items():
-            if name in out:
-                raise ValueError(f"adaptive.{name} is declared by two policy modules")
-            out[name] = setting
-    return out
+    """{"<group>.<field>" under adaptive: Setting} of every policy module's settings."""
+    return {f"{g}.{k}": s for g, fields in groups().items() for k, s in fields.items()}
 
 
-def check(adaptive) -> None:
+def check(config) -> None:
     """Every policy module's own check of its settings (config_check.validate runs it)."""
     for m in _MODULES:
         if hasattr(m, "check"):
-            m.check(adaptive)
+            m.check(config)
 
 
 def presets() -> dict:

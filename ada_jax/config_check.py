@@ -25,9 +25,7 @@ _CHOICES = {
     "adaptive.exit_rule": ("none", "pos", "balance"),
     "adaptive.mode": ("rounds", "refill", "stream"),
     "adaptive.at_budget": ("keep", "drop"),
-    "adaptive.dapo_at_cap": ("train", "error"),
     "adaptive.select_order": ("generation", "random"),
-    "adaptive.est_weight": ("inv_sqrt", "inv", "optimal"),
     "rl.advantage": ("grpo", "drgrpo", "rloo", "raft", "liteppo", "reinforce_pp", "pool"),
     "rl.objective": ("linear", "log", "arcsin", "power"),
     "rl.hints": ("none", "sage", "sage_light"),
@@ -42,9 +40,7 @@ _POSITIVE_INTS = (
     "rl.minibatches", "rl.microbatches", "adaptive.samples_per_round", "adaptive.max_rounds",
     "adaptive.slots", "adaptive.chunk_len", "eval.k", "eval.prompts", "checkpoint.keep",
     "checkpoint.every", "model.rope_original_max_len", "sft.batch_size", "task.train_size",
-    "task.eval_size", "task.verifier_workers", "adaptive.est_budget_per_prompt",
-    "adaptive.gvm_pilot", "adaptive.gvm_budget_per_prompt", "adaptive.dapo_max_gen_batches",
-    "loss.replay_rows",
+    "task.eval_size", "task.verifier_workers", "loss.replay_rows",
 )
 _NON_NEGATIVE_INTS = (  # step counts and cadences (0 = none / off), counts
     "optim.warmup_steps", "sft.steps", "sft.warmup_steps", "sft.checkpoint_every", "eval.every",
@@ -55,22 +51,21 @@ _NON_NEGATIVE_INTS = (  # step counts and cadences (0 = none / off), counts
 _NON_NEGATIVE = (
     "sampling.temperature", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",
     "adaptive.overcommit", "sampling.prefill_chunk", "optim.daro_lr",
-    "sampling.eval_temperature", "optim.weight_decay", "loss.dual_clip", "adaptive.gvm_alpha",
-    "adaptive.gvm_beta", "optim.max_update_ratio", "loss.behav_cap", "loss.replay_coef",
+    "sampling.eval_temperature", "optim.weight_decay", "loss.dual_clip",
+    "optim.max_update_ratio", "loss.behav_cap", "loss.replay_coef",
 )
 # Finite and > 0. optim.grad_clip = 0 is not "off": every update is clipped to 0 (NaN at a zero
 # gradient); optim.eps = 0 divides 0 by 0 where a gradient is 0.
 _POSITIVE = (
     "optim.eps", "optim.grad_clip", "sft.lr", "model.rope_base", "model.norm_eps",
     "model.rope_scaling_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
-    "task.verifier_timeout", "adaptive.est_alpha", "adaptive.est_beta", "rl.objective_alpha",
+    "task.verifier_timeout", "rl.objective_alpha",
 )
 # name: (low, high, whether high itself is allowed); low is allowed.
 _IN_RANGE = {
     "optim.b1": (0, 1, False),  # Adam's moment decay rates
     "optim.b2": (0, 1, False),
     "loss.clip_low": (0, 1, False),  # the ratio's lower clip 1 - clip_low stays > 0
-    "adaptive.est_decay": (0, 1, True),  # Ada-Est history factor λ
 }
 _STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_token",
             "task.system_prompt",
@@ -90,6 +85,14 @@ _BOOLS += ("optim.stop_on_collapse", "checkpoint.resume_without_metrics")
 _SEEDS = ("seed", "task.seed")
 
 
+# The flat names of the policy settings that older runs' config.json files hold, each the
+# group's field now: adaptive.<group>_<field> is adaptive.<group>.<field> (Pilot-Commit's were
+# pc_<field>). Refused on the command line naming the new field (`unknown_field`), moved into
+# their groups when such a file is read (`nest_flat`, run_config.read_saved).
+_FLAT_PREFIX = {"pilot_commit": "pc"}
+FORMER = {}
+
+
 def _policy_settings() -> None:
     """The policy names and the settings each policy module declares (ada_jax/collect.py:
     POLICIES, `settings`) into the tables above, by each setting's kind; what involves several
@@ -98,6 +101,9 @@ def _policy_settings() -> None:
     from ada_jax import collect
     _CHOICES["adaptive.policy"] = tuple(n for n in collect.POLICIES
                                         if n not in ("stream", "hints"))  # those are modes
+    for group, fields in collect.groups().items():
+        FORMER.update({f"adaptive.{_FLAT_PREFIX.get(group, group)}_{k}": f"adaptive.{group}.{k}"
+                       for k in fields})
     for name, s in collect.settings().items():
         f = f"adaptive.{name}"
         if s.kind == "positive_int":
@@ -286,7 +292,7 @@ def validate(config, overrides_pending: bool = False) -> None:
         log.warning("config.adaptive.min_pool=%d < config.rl.n=%d: pools that stop early "
                         "give kept groups of fewer than n samples", a.min_pool, config.rl.n)
     from ada_jax import collect
-    collect.check(a)  # each policy module's own check of its settings
+    collect.check(config)  # each policy module's own check of its settings
     if a.overcommit > 1:
         raise ValueError(f"config.adaptive.overcommit={a.overcommit!r}: must be in [0, 1] "
                          f"(a tolerated probability that a launched sample is wasted)")
@@ -303,21 +309,10 @@ def validate(config, overrides_pending: bool = False) -> None:
     if config.rl.hints != "none" and a.policy not in ("uniform", "seq"):
         raise ValueError(f"config.rl.hints={config.rl.hints!r} works with adaptive.policy "
                          f"'uniform' or 'seq', not {a.policy!r}")
-    if a.mode == "stream":
-        if a.policy not in ("uniform", "seq") or config.rl.hints != "none":
-            raise ValueError(f"config.adaptive.mode='stream' works with adaptive.policy 'uniform' "
-                             f"or 'seq' and no hints, not policy={a.policy!r}, "
-                             f"hints={config.rl.hints!r}")
-        lag = a.stream_max_lag
-        if isinstance(lag, bool) or not isinstance(lag, int) or lag < 1:
-            raise ValueError(f"config.adaptive.stream_max_lag={lag!r}: must be an integer >= 1 "
-                             f"(updates a trained sample may be behind the policy)")
-        most = lag * config.rl.prompts_per_step
-        if isinstance(a.stream_ahead, bool) or not isinstance(a.stream_ahead, int) or not \
-                -1 <= a.stream_ahead <= most:
-            raise ValueError(f"config.adaptive.stream_ahead={a.stream_ahead!r}: must be -1 (= "
-                             f"stream_max_lag x rl.prompts_per_step) or in [0, {most}] (further "
-                             f"ahead, samples would be more than stream_max_lag updates old)")
+    if a.mode == "stream" and (a.policy not in ("uniform", "seq") or config.rl.hints != "none"):
+        raise ValueError(f"config.adaptive.mode='stream' works with adaptive.policy 'uniform' "
+                         f"or 'seq' and no hints, not policy={a.policy!r}, "
+                         f"hints={config.rl.hints!r}")
     for axis in ("data", "fsdp", "tensor"):
         v = config.mesh[axis]
         if not isinstance(v, int) or (v < 1 and v != -1):
@@ -385,9 +380,29 @@ def config_changes(saved: dict, config) -> tuple[list, list]:
     return changed, sorted(f"config.{k}" for k in old.keys() ^ new.keys() if not free(k))
 
 
+def nest_flat(saved: dict) -> dict:
+    """A saved config (config.json's dict) with the flat policy settings of older runs
+    (FORMER: adaptive.knapsack_n_min) moved into their groups (adaptive.knapsack.n_min); a
+    dict without them comes back as it is."""
+    adaptive = saved.get("adaptive")
+    flat = {k: v for k, v in adaptive.items() if f"adaptive.{k}" in FORMER} \
+        if isinstance(adaptive, dict) else {}
+    if not flat:
+        return saved
+    adaptive = {k: v for k, v in adaptive.items() if k not in flat}
+    for k, v in flat.items():
+        group, field = FORMER[f"adaptive.{k}"].split(".")[1:]
+        adaptive[group] = {field: v, **adaptive.get(group, {})}  # a nested value wins
+    return {**saved, "adaptive": adaptive}
+
+
 def unknown_field(config, dotted: str):
     """For a dotted field that `config` lacks: an error naming it and the known fields of the
-    deepest section that exists; None if the field exists."""
+    deepest section that exists (for a former flat policy setting: its field now); None if the
+    field exists."""
+    if dotted in FORMER:
+        return (f"config.{dotted} is now config.{FORMER[dotted]} (each policy's settings are "
+                f"its group adaptive.<policy>): pass --config.{FORMER[dotted]}=…")
     node, seen = config, []
     for part in dotted.split("."):
         where = "config." + ".".join(seen) if seen else "config"

@@ -142,27 +142,8 @@ FIELDS = {
     "adaptive.chunk_len": ("refill: decode steps between refills at most", "—"),
     "adaptive.select_order": ("which samples a pool keeps: generation order or random", "—"),
     "adaptive.min_pool": ("seq: a pool holds at least this many samples (0 = rl.n)", "—"),
-    "adaptive.est_decay": ("Ada-Est: history decay of a prompt's pass rate", "—"),
-    "adaptive.est_alpha": ("Ada-Est: Beta prior alpha of the pass rate", "—"),
-    "adaptive.est_beta": ("Ada-Est: Beta prior beta of the pass rate", "—"),
-    "adaptive.est_weight": ("Ada-Est allocation weight: inv_sqrt, inv, optimal", "—"),
-    "adaptive.est_budget_per_prompt": ("Ada-Est: mean samples per prompt", "—"),
-    "adaptive.gvm_pilot": ("GVM: pilot samples per prompt", "—"),
-    "adaptive.gvm_budget_per_prompt": ("GVM: mean samples per prompt", "—"),
-    "adaptive.gvm_alpha": ("GVM allocation alpha", "—"),
-    "adaptive.gvm_beta": ("GVM allocation beta", "—"),
     "adaptive.overcommit": ("refill: launch a sample if P(it is needed) >= 1 - overcommit",
                             "—"),
-    "adaptive.dapo_max_gen_batches": ("DAPO: prompt batches drawn per step at most",
-                                      "algorithm.filter_groups.max_num_gen_batches / —"),
-    "adaptive.dapo_at_cap": ("DAPO, fewer than B mixed groups at the cap: train on those "
-                             "(counted, warned once) or error (verl)", "—"),
-    "adaptive.stream_ahead": ("stream: prompts admitted ahead of a step (-1 = "
-                              "stream_max_lag x prompts_per_step)", "—"),
-    "adaptive.stream_max_lag": ("stream: updates a trained sample may lag the policy",
-                                "— / (async off-policy lag)"),
-    "adaptive.stream_on_policy": ("stream: restart carried-over prompts (no stale samples)",
-                                  "—"),
     # RL
     "rl.steps": ("RL steps (one prompt batch each)",
                  "trainer.total_training_steps / max_steps"),
@@ -296,7 +277,8 @@ FIELDS = {
 
 
 def _policy_settings():
-    """The meanings the policy modules declare with their settings (collect.settings)."""
+    """The meanings the policy modules declare with their settings (collect.settings: the
+    fields adaptive.<group>.<field>)."""
     from ada_jax import collect
     return {f"adaptive.{k}": (v.meaning, v.elsewhere) for k, v in collect.settings().items()}
 

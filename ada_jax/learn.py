@@ -121,10 +121,10 @@ def completion_logprobs(graphdef, params, tokens, mask, group, *, prompt_len, te
 
 def decoupled(config) -> bool:
     """Whether the loss is decoupled PPO: loss.decoupled "on", or "auto" (the default) where
-    trained samples can be stale, a stream that carries prompts over (not stream_on_policy)."""
+    trained samples can be stale, a stream that carries prompts over (not stream.on_policy)."""
     mode = config.loss.get("decoupled", "off")
     return mode == "on" or (mode == "auto" and config.adaptive.mode == "stream"
-                            and not config.adaptive.stream_on_policy)
+                            and not config.adaptive.stream.on_policy)
 
 
 def prepare_rows(ctx, batch, toks, mask, rows_per_step, ref_params, params=None):

@@ -95,7 +95,7 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
 
     stream = a.mode == "stream"
     B, P, N = c.rl.prompts_per_step, c.sampling.max_prompt_len, c.sampling.max_new_tokens
-    ahead = (a.stream_max_lag * B if a.stream_ahead < 0 else a.stream_ahead) if stream else 0
+    ahead = (a.stream.max_lag * B if a.stream.ahead < 0 else a.stream.ahead) if stream else 0
     Q, S, L, V = B + ahead, engine.slots, P + N, mcfg.vocab_size
     R = B * rows_per_prompt
     micro = R // c.rl.minibatches // c.rl.microbatches

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 
+from ada_jax.config_check import nest_flat
 from ada_jax.config_doc import leaves
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,9 @@ def _like(default, value):
 
 
 def read_saved(path: str) -> dict:
-    """A workdir's config.json as a dict; ValueError naming the file when it is unreadable or
-    not a JSON object (a list, a number: not a config)."""
+    """A workdir's config.json as a dict, an older run's flat policy settings moved into their
+    groups (config_check.nest_flat); ValueError naming the file when it is unreadable or not a
+    JSON object (a list, a number: not a config)."""
     try:
         with open(path) as f:
             saved = json.load(f)
@@ -70,7 +72,7 @@ def read_saved(path: str) -> dict:
     if not isinstance(saved, dict):
         raise ValueError(f"{path} holds a JSON {type(saved).__name__}, not a run's config (an "
                          f"object of fields): repair or remove it, or pass another --workdir")
-    return saved
+    return nest_flat(saved)
 
 
 def for_workdir(config, argv, workdir: str):

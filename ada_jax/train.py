@@ -70,7 +70,7 @@ def max_samples_per_prompt(config) -> int:
     if hasattr(module := collect.POLICIES.get(a.policy), "group_size"):  # the module's G
         return module.group_size(config)[0]
     if a.policy in ("est", "gvm"):
-        return 4 * (a.est_budget_per_prompt if a.policy == "est" else a.gvm_budget_per_prompt)
+        return 4 * (a.est if a.policy == "est" else a.gvm).budget_per_prompt
     return rl.n
 
 
@@ -85,7 +85,7 @@ def useful_slots(config) -> int:
     a, B = config.adaptive, config.rl.prompts_per_step
     ahead = 0
     if a.mode == "stream":
-        ahead = a.stream_max_lag * B if a.stream_ahead < 0 else a.stream_ahead
+        ahead = a.stream.max_lag * B if a.stream.ahead < 0 else a.stream.ahead
     return min(a.slots, (B + ahead) * max_samples_per_prompt(config))
 
 
@@ -114,7 +114,7 @@ def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
         return adaptive.EngineConfig(keep=cap, exit_rule="none", mode=mode,
                                      samples_per_round=cap, max_rounds=1, **common), cap, mean
     if a.policy in ("est", "gvm"):
-        mean = a.est_budget_per_prompt if a.policy == "est" else a.gvm_budget_per_prompt
+        mean = (a.est if a.policy == "est" else a.gvm).budget_per_prompt
         cap = 4 * mean
         return adaptive.EngineConfig(keep=cap, exit_rule="none", mode=mode,
                                      samples_per_round=cap, max_rounds=1, **common), cap, mean

@@ -64,7 +64,7 @@ HF_SLOTS = 1024
 
 
 def default_stream_lag(slots_per_prompt: float) -> int:
-    """adaptive.stream_max_lag for a stream at S/B slots per prompt, as the configs that stream
+    """adaptive.stream.max_lag for a stream at S/B slots per prompt, as the configs that stream
     by default set it and scripts/bench/bench_adaptive.py measures it: 2 from S/B = 4 up, else 1.
     At most (lag + 1) x B prompts are in progress, and at lag 1 and S/B >= 4 each must hold
     2+ samples past those its rule surely needs (docs/benchmarks.md, "Streaming")."""
@@ -177,24 +177,16 @@ def get_config(arg: str = ""):
     # holds >= min_pool samples; 0 = rl.n, the group size (balance 2/2 needs 4 anyway; the
     # reference's rounds hold >= samples_per_round = 8, set 8 for that).
     # mode="stream" (policy seq / uniform): the refill engine's prompts outlive a step
-    # (ada_jax/stream.py): stream_ahead prompts (-1 = stream_max_lag x prompts_per_step, the
-    # most allowed) are admitted ahead of each step so slots need not wait for a straggler;
-    # trained samples may be up to stream_max_lag updates old (PPO-corrected), unless
-    # stream_on_policy, which restarts carried-over prompts.
-    # dapo_at_cap: when dapo_max_gen_batches prompt batches give fewer than B mixed groups,
-    # "train" on those (counted in the metrics, warned once) or stop with an "error" (verl).
+    # (ada_jax/stream.py, settings adaptive.stream.*).
     c.adaptive = ml_collections.ConfigDict(dict(
         policy=algo["policy"], exit_rule=algo.get("exit_rule", "none"), mode="refill",
         k_pos=2, k_neg=2, samples_per_round=8, max_rounds=4, at_budget="keep",
-        slots=32, chunk_len=16, select_order="generation", min_pool=0,
-        est_decay=0.9, est_alpha=1.0, est_beta=16.0, est_weight="inv_sqrt",
-        est_budget_per_prompt=8, gvm_pilot=8, gvm_budget_per_prompt=8, gvm_alpha=1e-3,
-        gvm_beta=2.0, overcommit=0.75,
-        dapo_max_gen_batches=4, dapo_at_cap="train", stream_ahead=-1, stream_max_lag=1, stream_on_policy=False))
-    # The settings the policy modules declare (ada_jax/policies/<policy>.py SETTINGS:
-    # Knapsack-RL, VIP, GRESO, Pilot-Commit, conformal stopping), defaults from their one home.
+        slots=32, chunk_len=16, select_order="generation", min_pool=0, overcommit=0.75))
+    # Each policy module's settings (ada_jax/policies/<module>.py SETTINGS), the group
+    # adaptive.<module>, defaults from their one home (the contract: ada_jax/policies/__init__.py).
     from ada_jax import collect
-    c.adaptive.update({k: v.default for k, v in collect.settings().items()})
+    for group, fields in collect.groups().items():
+        c.adaptive[group] = ml_collections.ConfigDict({k: s.default for k, s in fields.items()})
 
     c.rl = ml_collections.ConfigDict(dict(
         steps=40, cost_budget=0, prompts_per_step=16, n=algo["n"], advantage=algo["advantage"],
@@ -264,7 +256,8 @@ def get_config(arg: str = ""):
         # Sequential policies only.
         spp = p["slots"] / c.rl.prompts_per_step
         if spp >= 4 and c.adaptive.policy in ("seq", "uniform"):
-            c.adaptive.update(mode="stream", stream_max_lag=default_stream_lag(spp))
+            c.adaptive.mode = "stream"
+            c.adaptive.stream.max_lag = default_stream_lag(spp)
         c.optim.lr = 1e-6
         c.checkpoint.every = 50
         c.eval.every = 50

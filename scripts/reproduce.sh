@@ -57,20 +57,15 @@ declare -A METHODS=(
   [ada_balance_rounds]="algo=ada_balance|--config.adaptive.mode=rounds"
   [ada_balance_refill]="algo=ada_balance|--config.adaptive.mode=refill"
   [ada_balance_stream]="algo=ada_balance|--config.adaptive.mode=stream"
-  [ada_balance_stream_onpolicy]="algo=ada_balance|--config.adaptive.mode=stream --config.adaptive.stream_on_policy=True"
-  [ada_est]="algo=ada_est|"
-  [dapo]="algo=dapo|--config.adaptive.dapo_max_gen_batches=32"
+  [ada_balance_stream_onpolicy]="algo=ada_balance|--config.adaptive.mode=stream --config.adaptive.stream.on_policy=True"
   [grpo_sage]="algo=grpo|--config.rl.hints=sage --config.sampling.max_prompt_len=112"
   [daro]="algo=daro|"
   [daro_wlr]="algo=daro|--config.optim.daro_lr=0.05"
-  [gvm]="algo=gvm|"
-  [est_log]="algo=ada_est|--config.adaptive.est_weight=optimal --config.rl.objective=log"
-  [est_power]="algo=ada_est|--config.adaptive.est_weight=optimal --config.rl.objective=power"
   [ada_balance_std]="algo=ada_balance|--config.adaptive.mode=refill --config.rl.std_normalise=True"
   [ada_balance_log]="algo=ada_balance|--config.adaptive.mode=refill --config.rl.objective=log --config.rl.objective_weight=True"
 )
-# The arms each policy module declares (ada_jax/policies/<policy>.py PRESETS: knapsack, vip,
-# greso, pilot_commit, conformal), read from the registry.
+# The arms each policy module declares (ada_jax/policies/<policy>.py PRESETS: est, gvm, dapo,
+# knapsack, vip, greso, pilot_commit, conformal), read from the registry.
 while IFS='=' read -r name spec; do
   METHODS[$name]="$spec"
 done < <(PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}" python -m ada_jax.collect presets)

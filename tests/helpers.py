@@ -18,6 +18,14 @@ TINY = model_lib.ModelConfig(vocab_size=64, d_model=32, n_layers=2, n_heads=4, n
                              d_ff=64, head_dim=8, max_len=64)
 
 
+def set_field(config, dotted: str, value) -> None:
+    """config.<dotted> = value, through its sections (adaptive.knapsack.n_min)."""
+    *path, name = dotted.split(".")
+    for part in path:
+        config = config[part]
+    config[name] = value
+
+
 def tiny_model(seed: int = 0, **overrides):
     cfg = dataclasses.replace(TINY, **overrides)
     return model_lib.Transformer(cfg, nnx.Rngs(seed))

@@ -38,7 +38,7 @@ from ada_jax.policies import rollout
 from ada_jax.sampling import SamplingConfig, sample
 from ada_jax.tasks import PromptIterator
 from configs import base
-from tests.helpers import TINY
+from tests.helpers import TINY, set_field
 
 RULES = base.get_config("task=embedded").sharding_rules
 MESH = dict(data=1, fsdp=4, tensor=2)
@@ -141,8 +141,8 @@ def train_config(source: str, steps: int, base_dir: str, data_dir: str,
         c.task.verifier_workers = 1
         c.sampling.update(max_prompt_len=24, max_new_tokens=8)
         c.rl.update(steps=steps, prompts_per_step=8, n=2, minibatches=2)
-        c.adaptive.update(k_pos=1, k_neg=1, samples_per_round=4, max_rounds=1, slots=16,
-                          est_budget_per_prompt=4)
+        c.adaptive.update(k_pos=1, k_neg=1, samples_per_round=4, max_rounds=1, slots=16)
+        c.adaptive.est.budget_per_prompt = 4
         c.sft.update(steps=15, batch_size=16, base_dir=base_dir)
         c.eval.update(every=2, prompts=4, k=2)
         c.checkpoint.update(every=1, keep=5)
@@ -150,8 +150,7 @@ def train_config(source: str, steps: int, base_dir: str, data_dir: str,
         c.mesh.update(MESH)
         c.distributed.enabled = True
         for dotted, value in (overrides or {}).items():
-            section, field = dotted.split(".")
-            c[section][field] = value
+            set_field(c, dotted, value)
     return c
 
 

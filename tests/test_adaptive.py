@@ -488,6 +488,6 @@ def test_stream_lag_default_is_one_rule():
         c = base.get_config(f"algo=ada_balance,model={name}")
         if c.adaptive.mode == "stream":
             streams += 1
-            assert c.adaptive.stream_max_lag == base.default_stream_lag(
+            assert c.adaptive.stream.max_lag == base.default_stream_lag(
                 c.adaptive.slots / c.rl.prompts_per_step)
     assert streams

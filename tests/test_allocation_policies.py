@@ -238,27 +238,28 @@ def test_vip_predicts_unseen_prompts_from_their_family():
 
 
 @pytest.mark.parametrize("field,value,match", [
-    ("knapsack_n_min", 9, "need n_min <= budget_per_prompt <= n_max"),
-    ("knapsack_n_max", 4, "need n_min <= budget_per_prompt <= n_max"),
-    ("vip_budget_per_prompt", 40, "need n_min <= budget_per_prompt <= n_max"),
-    ("vip_n_min", 1, "must be >= 2 for vip_estimator='rloo'"),
-    ("vip_n_min", 0, "must be a positive integer"),
-    ("vip_estimator", "grpo", "choose from"),
+    ("knapsack.n_min", 9, "need n_min <= budget_per_prompt <= n_max"),
+    ("knapsack.n_max", 4, "need n_min <= budget_per_prompt <= n_max"),
+    ("vip.budget_per_prompt", 40, "need n_min <= budget_per_prompt <= n_max"),
+    ("vip.n_min", 1, "must be >= 2 for vip.estimator='rloo'"),
+    ("vip.n_min", 0, "must be a positive integer"),
+    ("vip.estimator", "grpo", "choose from"),
 ])
 def test_bad_allocation_fields_are_refused(field, value, match):
     c = base.get_config("algo=vip")
-    c.adaptive[field] = value
+    group, name = field.split(".")
+    c.adaptive[group][name] = value
     with pytest.raises(ValueError, match=f"{field}.*{match}"):
         config_check.validate(c)
 
 
 def test_drgrpo_needs_three_samples_per_prompt():
     c = base.get_config("algo=vip")
-    c.adaptive.vip_n_min = 2
-    c.adaptive.vip_estimator = "drgrpo"
-    with pytest.raises(ValueError, match="vip_n_min=2: must be >= 3"):
+    c.adaptive.vip.n_min = 2
+    c.adaptive.vip.estimator = "drgrpo"
+    with pytest.raises(ValueError, match="vip.n_min=2: must be >= 3"):
         config_check.validate(c)
-    c.adaptive.vip_n_min = 3
+    c.adaptive.vip.n_min = 3
     config_check.validate(c)
 
 

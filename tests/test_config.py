@@ -56,8 +56,7 @@ def test_command_line_overrides():
 def test_invalid_values_name_the_field(field, value, match):
     c = base.get_config("task=embedded")
     c.unlock()
-    section, name = field.split(".")
-    c[section][name] = value
+    helpers.set_field(c, field, value)
     with pytest.raises(ValueError, match=match.replace(".", r"\.")):
         validate(c)
 
@@ -86,15 +85,15 @@ INF = float("inf")
     ("loss.dual_clip", 1.0, 3.0, "must be 0 (off) or > 1"),
     ("loss.dual_clip", 0.5, 0.0, "must be 0 (off) or > 1"),
     ("loss.behav_cap", 0.5, 1.5, "must be 0 (no cap) or >= 1"),
-    ("adaptive.est_decay", 1.5, 1.0, "must be in [0, 1]"),
-    ("adaptive.est_alpha", 0.0, 0.5, "must be a finite number > 0"),
-    ("adaptive.est_beta", -1.0, 1.0, "must be a finite number > 0"),
-    ("adaptive.est_budget_per_prompt", 0, 1, "must be a positive integer"),
-    ("adaptive.gvm_pilot", 0, 1, "must be a positive integer"),
-    ("adaptive.gvm_budget_per_prompt", 0, 1, "must be a positive integer"),
-    ("adaptive.gvm_alpha", -1e-3, 0.0, "must be a finite number >= 0"),
-    ("adaptive.gvm_beta", float("nan"), 1.0, "must be a finite number >= 0"),
-    ("adaptive.dapo_max_gen_batches", 0, 1, "must be a positive integer"),
+    ("adaptive.est.decay", 1.5, 1.0, "must be in [0, 1]"),
+    ("adaptive.est.alpha", 0.0, 0.5, "must be a finite number > 0"),
+    ("adaptive.est.beta", -1.0, 1.0, "must be a finite number > 0"),
+    ("adaptive.est.budget_per_prompt", 0, 1, "must be a positive integer"),
+    ("adaptive.gvm.pilot", 0, 1, "must be a positive integer"),
+    ("adaptive.gvm.budget_per_prompt", 0, 1, "must be a positive integer"),
+    ("adaptive.gvm.alpha", -1e-3, 0.0, "must be a finite number >= 0"),
+    ("adaptive.gvm.beta", float("nan"), 1.0, "must be a finite number >= 0"),
+    ("adaptive.dapo.max_gen_batches", 0, 1, "must be a positive integer"),
     ("rl.objective_alpha", 0.0, 0.25, "must be a finite number > 0"),
     ("rl.daro_buckets", -1, 0, "must be an integer >= 0"),
     ("model.norm_eps", 0.0, 1e-5, "must be a finite number > 0"),
@@ -110,12 +109,11 @@ def test_numeric_bounds(field, bad, good, allowed):
     range in the message; the good one (at or next to the bound) passes."""
     c = base.get_config("task=embedded")
     c.unlock()
-    section, name = field.split(".")
-    c[section][name] = bad
+    helpers.set_field(c, field, bad)
     with pytest.raises(ValueError, match=re.escape(f"config.{field}={bad!r}") + ".*"
                        + re.escape(allowed)):
         validate(c)
-    c[section][name] = good
+    helpers.set_field(c, field, good)
     validate(c)
 
 
@@ -146,6 +144,26 @@ def test_unknown_command_line_field_is_named(script):
     assert out.returncode != 0
     assert "config.rl.nn" in out.stderr and "minibatches" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_former_flat_policy_field_names_its_group():
+    """--config.adaptive.knapsack_n_min=3 (each policy's settings were flat fields of adaptive)
+    stops before anything compiles, naming the field now, adaptive.knapsack.n_min."""
+    from ada_jax.config_check import FORMER, unknown_override
+    for old, new in [("knapsack_n_min", "knapsack.n_min"), ("pc_pilot", "pilot_commit.pilot"),
+                     ("stream_max_lag", "stream.max_lag"), ("est_weight", "est.weight"),
+                     ("dapo_max_gen_batches", "dapo.max_gen_batches")]:
+        got = unknown_override(["prog", f"--config.adaptive.{old}=3"], "configs/base.py")
+        assert f"config.adaptive.{old} is now config.adaptive.{new}" in got, got
+        assert FORMER[f"adaptive.{old}"] == f"adaptive.{new}"
+    assert unknown_override(["prog", "--config.adaptive.knapsack.n_min=3"],
+                            "configs/base.py") is None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = helpers.run([sys.executable, os.path.join(root, "scripts", "train.py"),
+                       "--config.adaptive.knapsack_n_min=3", "--workdir=/nonexistent/never"],
+                      env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr
+    assert "--config.adaptive.knapsack.n_min=" in out.stderr, out.stderr
 
 
 def test_a_bool_is_not_a_count():

@@ -143,11 +143,11 @@ def test_conformal_coverage_fails_with_a_wrong_rank():
 # The tiny test config of tests/test_train.py (random init, synthetic reward, smoke sizes).
 E2E = {
     "greso": {"adaptive.policy": "greso", "task.train_size": 8, "rl.prompts_per_step": 4,
-              "adaptive.dapo_max_gen_batches": 2},
-    "pilot_commit": {"adaptive.policy": "pilot_commit", "adaptive.pc_pilot": 2,
-                     "adaptive.pc_commit": 4, "adaptive.pc_pilot_batches": 3},
-    "conformal": {"adaptive.policy": "conformal", "adaptive.conformal_grid": (2, 4),
-                  "adaptive.conformal_calib_prompts": 4, "adaptive.conformal_refit_every": 1},
+              "adaptive.dapo.max_gen_batches": 2},
+    "pilot_commit": {"adaptive.policy": "pilot_commit", "adaptive.pilot_commit.pilot": 2,
+                     "adaptive.pilot_commit.commit": 4, "adaptive.pilot_commit.pilot_batches": 3},
+    "conformal": {"adaptive.policy": "conformal", "adaptive.conformal.grid": (2, 4),
+                  "adaptive.conformal.calib_prompts": 4, "adaptive.conformal.refit_every": 1},
 }
 
 

@@ -94,8 +94,8 @@ def test_slots_are_capped_at_what_a_step_can_hold():
         return train.engine_config(c)[0].slots
     assert slots("grpo") == 8 * 4
     assert slots("ada_balance", samples_per_round=4, max_rounds=4) == 8 * 16
-    assert slots("ada_est", est_budget_per_prompt=8) == 8 * 32
-    assert slots("grpo", mode="stream", stream_max_lag=2) == 3 * 8 * 4
+    assert slots("ada_est", est=dict(budget_per_prompt=8)) == 8 * 32
+    assert slots("grpo", mode="stream", stream=dict(max_lag=2)) == 3 * 8 * 4
     c = base.get_config("algo=grpo,task=embedded")  # fewer slots than that: unchanged
     assert train.engine_config(c)[0].slots == min(c.adaptive.slots, c.rl.prompts_per_step * 4)
 

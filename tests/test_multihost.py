@@ -208,7 +208,7 @@ POLICIES = {  # policy: (algo, overrides, steps)
     # 4 steps: a resume after step 2 samples in steps 3 and 4 (3 calls admit nothing at the 3rd)
     "stream": ("ada_balance", {"adaptive.mode": "stream"}, 4),
     "dapo": ("dapo", {}, 3),
-    "gvm": ("gvm", {"adaptive.gvm_pilot": 2, "adaptive.gvm_budget_per_prompt": 2}, 3),
+    "gvm": ("gvm", {"adaptive.gvm.pilot": 2, "adaptive.gvm.budget_per_prompt": 2}, 3),
     # T = 2: the SFT base solves most sums at T = 1, and only all-wrong groups are re-rolled.
     "sage": ("grpo", {"rl.hints": "sage", "sampling.temperature": 2.0}, 3),
 }

@@ -1,9 +1,12 @@
 """The collection-policy registry (ada_jax/collect.py POLICIES): every registered policy
 declares what the contract in ada_jax/policies/__init__.py asks of it, so a new method that
 forgets a piece fails here, not in a run."""
+import re
+
 import pytest
 
 from ada_jax import collect, config_check
+from ada_jax.policies.settings import Setting
 from tests.test_plots import ROOT
 
 MODES = ("stream", "hints")  # chosen by adaptive.mode / rl.hints, not adaptive.policy
@@ -36,9 +39,69 @@ def test_every_policy_choice_is_registered_and_has_a_preset():
                 name
     c = base.get_config("")
     for field, s in collect.settings().items():
-        assert c.adaptive[field] == (list(s.default) if isinstance(s.default, tuple)
-                                     else s.default) or c.adaptive[field] == s.default
+        group, name = field.split(".")
+        assert c.adaptive[group][name] == s.default, field
         assert config_doc.FIELDS[f"adaptive.{field}"] == (s.meaning, s.elsewhere)
+
+
+# The engine's fields every policy shares: the only flat ones in adaptive.
+SHARED = {"policy", "exit_rule", "mode", "k_pos", "k_neg", "samples_per_round", "max_rounds",
+          "at_budget", "slots", "chunk_len", "select_order", "min_pool", "overcommit"}
+
+
+def test_policy_settings_are_groups_named_after_their_modules():
+    """adaptive holds the shared engine fields and one group per module that declares
+    SETTINGS, adaptive.<module name>, with exactly its fields: a policy's field hard-coded in
+    configs/base.py, or a module whose settings are not a group, fails here."""
+    from configs import base
+    c = base.get_config("")
+    groups = collect.groups()
+    assert set(c.adaptive.keys()) == SHARED | set(groups)
+    for m in set(collect.POLICIES.values()):
+        name = m.__name__.rsplit(".", 1)[-1]
+        if getattr(m, "SETTINGS", None):
+            assert groups[name] is m.SETTINGS and collect.group(m) == name
+            assert all(isinstance(s, Setting) for s in m.SETTINGS.values()), name
+            assert set(c.adaptive[name].keys()) == set(m.SETTINGS), name
+        else:
+            assert name not in groups and name not in c.adaptive, name
+        assert callable(getattr(m, "check", len)), f"{name}: check is not a function"
+    for group, fields in groups.items():  # est, gvm, dapo, stream declare theirs like the rest
+        assert fields, group
+    assert {"est", "gvm", "dapo", "stream", "knapsack", "vip", "greso", "pilot_commit",
+            "conformal"} <= set(groups)
+
+
+# A value each kind refuses (Setting.kind); "any" is the module's own check.
+BAD = {"positive_int": 0, "positive": 0.0, "non_negative": -1.0, "unit": 1.5, "open_unit": 1.0,
+       "bool": "yes"}
+
+
+@pytest.fixture(scope="module")
+def page():
+    """docs/config.md as config_doc renders it from the live defaults."""
+    from ada_jax import config_doc
+    from configs import base
+    return config_doc.reference(base.get_config)
+
+
+@pytest.mark.parametrize("field", sorted(collect.settings()))
+def test_every_setting_is_validated_by_its_kind_with_its_dotted_name(field, page):
+    """config_check refuses a value of the wrong kind for adaptive.<group>.<field>, naming it
+    (the defaults pass); config_doc renders its meaning in docs/config.md."""
+    from configs import base
+    s = collect.settings()[field]
+    group, name = field.split(".")
+    assert f"| `adaptive.{field}` |" in page and s.meaning.split("(")[0].strip() in page
+    c = base.get_config("")
+    config_check.validate(c)
+    if s.kind == "any":
+        return
+    bad = "__none_of_them__" if s.kind.startswith("choice:") else BAD[s.kind]
+    with c.ignore_type():
+        c.adaptive[group][name] = bad
+    with pytest.raises(ValueError, match=re.escape(f"config.adaptive.{field}={bad!r}")):
+        config_check.validate(c)
 
 
 def test_reproduce_reads_the_presets(tmp_path):
@@ -52,3 +115,19 @@ def test_reproduce_reads_the_presets(tmp_path):
                                          "conformal"} <= set(got)
     with open(f"{ROOT}/scripts/reproduce.sh") as f:
         assert "python -m ada_jax.collect presets" in f.read()
+
+
+def test_every_reproduce_arm_names_fields_the_config_has():
+    """Each arm of scripts/reproduce.sh (its own METHODS and the modules' PRESETS) sets only
+    fields the config has (a renamed field left in a preset would stop that arm at start)."""
+    with open(f"{ROOT}/scripts/reproduce.sh") as f:
+        arms = dict(re.findall(r'^\s+\[(\w+)\]="([^"]*)"$', f.read(), re.M))
+    arms.update(collect.presets())
+    assert {"grpo_n4", "ada_balance_stream_onpolicy", "dapo", "est_log", "greso"} <= set(arms)
+    for name, spec in arms.items():
+        variant, flags = spec.split("|")
+        argv = ["prog", f"--config={ROOT}/configs/base.py:{variant}", *flags.split()]
+        assert config_check.unknown_override(argv, "") is None, (name, spec)
+    stale = ["prog", f"--config={ROOT}/configs/base.py:algo=dapo",
+             "--config.adaptive.dapo_max_gen_batches=32"]
+    assert "adaptive.dapo.max_gen_batches" in config_check.unknown_override(stale, "")

@@ -60,8 +60,7 @@ def math_file(tmp_path_factory):
 def _config(path, data, algo="ada_balance", **overrides):
     c = base.get_config(f"algo={algo},model=hf,task=files,smoke=True")
     for k, v in {"model.init_from": path, "task.files": data, **RECIPE, **overrides}.items():
-        section, name = k.split(".")
-        c[section][name] = v
+        helpers.set_field(c, k, v)
     validate(c)
     return c
 
@@ -197,7 +196,7 @@ def test_qwen_export_generates_with_transformers(qwen_run, tmp_path):
     ("qwen2", "ada_balance", {"adaptive.mode": "refill"}),
     ("qwen2", "grpo", {}),
     ("qwen2", "ada_est", {}),
-    ("qwen2", "dapo", {"adaptive.dapo_max_gen_batches": 32}),
+    ("qwen2", "dapo", {"adaptive.dapo.max_gen_batches": 32}),
     ("qwen2", "gvm", {}),
     ("qwen2", "grpo", {"rl.hints": "sage"}),
 ], ids=lambda v: v if isinstance(v, str) else ",".join(f"{k}={x}" for k, x in v.items()))

@@ -61,6 +61,55 @@ def test_the_resume_guard_applies_to_overrides(tmp_path):
         train.check_resume(bad, workdir)
 
 
+# config.json's adaptive section as runs wrote it while each policy's settings were flat fields
+# (a Knapsack-RL run's, four values changed from their defaults).
+FLAT_ADAPTIVE = {
+    "at_budget": "keep", "chunk_len": 16, "conformal_alpha": 0.1, "conformal_auto_delta": True,
+    "conformal_calib_prompts": 64, "conformal_grid": [2, 4], "conformal_refit_every": 50,
+    "dapo_at_cap": "train", "dapo_max_gen_batches": 4, "est_alpha": 1.0, "est_beta": 16.0,
+    "est_budget_per_prompt": 8, "est_decay": 0.9, "est_weight": "inv_sqrt", "exit_rule": "none",
+    "greso_delta_p": 0.01, "greso_max_draws": 8, "greso_p_easy": 0.5, "greso_p_hard": 0.5,
+    "greso_p_min": 0.05, "greso_target_zero_var": 0.25, "gvm_alpha": 0.001, "gvm_beta": 2.0,
+    "gvm_budget_per_prompt": 8, "gvm_pilot": 8, "k_neg": 2, "k_pos": 2, "knapsack_alpha": 0.9,
+    "knapsack_budget_per_prompt": 8, "knapsack_n_max": 32, "knapsack_n_min": 3,
+    "max_rounds": 4, "min_pool": 0, "mode": "refill", "overcommit": 0.75, "pc_commit": 8,
+    "pc_p_high": 0.75, "pc_p_low": 0.25, "pc_pilot": 2, "pc_pilot_batches": 3,
+    "policy": "knapsack", "samples_per_round": 8, "select_order": "generation", "slots": 32,
+    "stream_ahead": -1, "stream_max_lag": 2, "stream_on_policy": False,
+    "vip_budget_per_prompt": 8, "vip_estimator": "rloo", "vip_gamma": 0.0007,
+    "vip_length_scale": 0.4, "vip_max_observed": 512, "vip_n_max": 32, "vip_n_min": 4,
+    "vip_prior_logit": -1.0, "vip_smoothing": 0.5}
+
+
+def test_a_config_json_with_flat_policy_fields_is_read_in_groups(tmp_path, caplog):
+    """An older run's config.json (flat adaptive.knapsack_n_min, …) is read with every field
+    in its group (resume, evaluate, the resume guard), none ignored, none reported changed;
+    a real change is still refused under the field's name now; labels read it too."""
+    from ada_jax import plots
+    from ada_jax.config_check import nest_flat
+    c = base.get_config("algo=knapsack,task=embedded,smoke=True")
+    saved = json.loads(c.to_json_best_effort())
+    assert nest_flat(saved) is saved  # the grouped layout comes back as it is
+    saved["adaptive"] = dict(FLAT_ADAPTIVE)
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    workdir = str(tmp_path)
+    with caplog.at_level("WARNING"):
+        got = run_config.for_workdir(*_flags("--config.rl.steps=9"), workdir)
+        validate(got)
+        train.check_resume(got, workdir)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    a = got.adaptive
+    assert (a.knapsack.n_min, a.pilot_commit.pilot, a.stream.max_lag, a.conformal.grid,
+            a.policy) == (3, 2, 2, (2, 4), "knapsack")
+    assert set(a.keys()) == set(c.adaptive.keys())
+    assert nest_flat(saved)["adaptive"]["knapsack"]["n_min"] == 3 and \
+        saved["adaptive"] == FLAT_ADAPTIVE  # the read leaves the file's dict alone
+    bad = run_config.for_workdir(*_flags("--config.adaptive.knapsack.n_min=4"), workdir)
+    with pytest.raises(ValueError, match=r"config.adaptive.knapsack.n_min: 3 -> 4"):
+        train.check_resume(bad, workdir)
+    assert plots.run_labels([workdir]) == ["Knapsack-RL"]
+
+
 def test_evaluate_returns_sample_completions_per_level(monkeypatch):
     """--samples=N: N completions per level, the first sample of the level's first prompts,
     with their reward (the sampler stubbed: the slow test below runs the real one)."""

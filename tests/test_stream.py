@@ -366,7 +366,7 @@ def test_decoupled_ppo_in_the_trainer(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
     wd = str(tmp_path / "stream")
     train.train_and_evaluate(_config("ada_balance", **{
-        "adaptive.mode": "stream", "adaptive.stream_max_lag": 2, "rl.prompts_per_step": 4,
+        "adaptive.mode": "stream", "adaptive.stream.max_lag": 2, "rl.prompts_per_step": 4,
         "rl.steps": 4, "loss.behav_cap": 5.0}), wd)  # auto: on for a stream
     with open(os.path.join(wd, "metrics.jsonl")) as f:
         recs = [json.loads(line) for line in f]

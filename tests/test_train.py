@@ -30,8 +30,7 @@ def _config(algo, **overrides):
     c = base.get_config(f"algo={algo},smoke=True,task=embedded")
     c.unlock()
     for k, v in {**OVERRIDES, **overrides}.items():
-        section, name = k.split(".")
-        c[section][name] = v
+        helpers.set_field(c, k, v)
     return c
 
 
@@ -607,10 +606,10 @@ def test_daro_weights_have_their_own_learning_rate(tmp_path):
 def test_dapo_at_its_cap_trains_on_the_groups_it_has(tmp_path, caplog):
     """One generation batch (the cap) rarely gives B mixed groups: the step trains on those it
     has (the rest masked out, finite advantages), counts it in the metrics and warns once;
-    dapo_at_cap="error" stops (as verl). The whole loop at the cap: the slow test below."""
+    dapo.at_cap="error" stops (as verl). The whole loop at the cap: the slow test below."""
     from ada_jax import collect
     from ada_jax.tasks import PromptIterator
-    c = _config("dapo", **{"adaptive.dapo_max_gen_batches": 1})
+    c = _config("dapo", **{"adaptive.dapo.max_gen_batches": 1})
     ctx, params = train.setup(c, str(tmp_path))
     iterator, state = PromptIterator(ctx.train_source, c.rl.prompts_per_step, seed=0), {}
     mets = []
@@ -624,8 +623,8 @@ def test_dapo_at_its_cap_trains_on_the_groups_it_has(tmp_path, caplog):
         mets.append(met)
     assert [m["dapo_cap_hit"] for m in mets] == [1, 1] and mets[0]["dapo_gen_batches"] == 1
     assert caplog.text.count("DAPO dynamic sampling: 1 generation batches gave only 2 of 4") == 1
-    c.adaptive.dapo_at_cap = "error"
-    with pytest.raises(RuntimeError, match="raise config.adaptive.dapo_max_gen_batches"):
+    c.adaptive.dapo.at_cap = "error"
+    with pytest.raises(RuntimeError, match="raise config.adaptive.dapo.max_gen_batches"):
         collect.collect(ctx, params, iterator, jax.random.key(0), state)
 
 

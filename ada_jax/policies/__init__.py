@@ -32,13 +32,18 @@ A policy module defines (`tests/test_policy_registry.py` fails where one is miss
   policy needs), `key` the step's RNG key, `state` the dict of cross-step state below (mutate
   it in place).
 - Its settings, if it has its own: `SETTINGS = {field: settings.Setting(default, meaning,
-  the authors' name, kind)}`, the fields `adaptive.<field>` it owns, in one place:
-  configs/base.py takes the defaults, config_doc the meanings, config_check the kind's check
-  (a positive integer, a number in [0, 1], one of some strings, …) from `collect.settings`;
-  `check(adaptive)` raises ValueError for what involves several fields (run by
-  config_check.validate before anything compiles). Field names are unique across modules.
-  (The older policies' fields, est_*, gvm_*, dapo_*, stream_*, still live in
-  configs/base.py, config_doc.py and config_check.py.)
+  the authors' name, kind)}`, in one place. They form the config group named after the
+  module: `adaptive.<module name>.<field>` (knapsack.py: `adaptive.knapsack.n_min`,
+  pilot_commit.py: `adaptive.pilot_commit.pilot`), a nested ConfigDict; configs/base.py takes
+  the defaults, config_doc the meanings and config_check the kind's check (a positive integer,
+  a number in [0, 1], one of some strings, …) from `collect.groups`. `check(config)` raises
+  ValueError for what involves several fields (run by config_check.validate before anything
+  compiles; it reads its group `config.adaptive.<module name>` and whatever else it depends
+  on). A policy may read another's group (greso: `adaptive.dapo.max_gen_batches`). The
+  engine's shared settings (policy, exit_rule, mode, slots, …) stay flat in `adaptive`. The
+  flat names of older runs' config.json (`adaptive.knapsack_n_min`; Pilot-Commit's `pc_*`)
+  are moved into the groups when such a file is read and refused, naming the new field, on
+  the command line (config_check.FORMER).
 - Its engine configuration, if every sample it draws is trained: `group_size(config) ->
   (G, training rows per prompt)` (train.engine_config reads it); otherwise the engine is
   the uniform / seq / est / gvm one train.engine_config builds.
@@ -54,8 +59,8 @@ A policy module defines (`tests/test_policy_registry.py` fails where one is miss
   the one array state, the stream's engine, train.py saves with the params.
 
 So a new policy is one new module and one row in `collect.POLICIES`: its name becomes an
-`adaptive.policy` choice (config_check reads the registry), its settings, label and presets
-come with it.
+`adaptive.policy` choice (config_check reads the registry), its settings (the group
+`adaptive.<module name>`), label and presets come with it.
 
 On several processes every policy must keep every process alike wherever it decides on the
 host (the number of batches drawn, budgets, the state): decide from the whole batch

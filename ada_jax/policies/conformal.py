@@ -1,18 +1,18 @@
 """Conformal stopping, C-GRPO (adaptive.policy='conformal') as its authors run it
 (AryaFayyazi/CGRPO train.py, conformal.py, config.py; PyPI trl-cgrpo): each prompt is sampled
-along a budget grid k_1 < k_2 < … (adaptive.conformal_grid, theirs 2, 4, 8, 16) and stops at
+along a budget grid k_1 < k_2 < … (adaptive.conformal.grid, theirs 2, 4, 8, 16) and stops at
 the first level k whose conformal test passes; every sample drawn is trained on.
 
 The verifier's outcome is binary, so the score is the authors' one for verified (code) tasks:
 s_k = 1 − (positives among the first k samples)/k. A prompt stops at k when q̂_k < 1 and
 s_k ≤ q̂_k (a level with q̂_k = 1 is skipped, as theirs), else at the top of the grid.
-Calibration, before step 1 and again every adaptive.conformal_refit_every steps (theirs 50):
-adaptive.conformal_calib_prompts held-out prompts (theirs n_cal = 400; drawn from the
+Calibration, before step 1 and again every adaptive.conformal.refit_every steps (theirs 50):
+adaptive.conformal.calib_prompts held-out prompts (theirs n_cal = 400; drawn from the
 training stream before the first step and never trained on) are sampled to the top of the grid
 with the current policy; q̂_k is the ⌈(m+1)(1−δ)⌉-th smallest of the m scores at level k (rank
 clamped to [1, m], theirs), and δ = clip(1 − pass@k_top + 0.05, 0.05, 0.95) from the
-calibration prompts' solve rate at the top level (theirs auto_delta), or adaptive.conformal_alpha
-when adaptive.conformal_auto_delta is False. The calibration samples count in the step's cost.
+calibration prompts' solve rate at the top level (theirs auto_delta), or adaptive.conformal.alpha
+when adaptive.conformal.auto_delta is False. The calibration samples count in the step's cost.
 docs/theory.md, "The field's allocation methods as their authors run them", says what differs.
 
 State: `state["conformal"]` = {"q": [q̂_k], "delta": δ, "since": steps since calibrating,
@@ -32,27 +32,25 @@ from ada_jax.tasks.problem import Problem
 LABEL = "Conformal stopping"  # the display name (plots, tables)
 PRESETS = {"conformal": "algo=grpo|--config.adaptive.policy=conformal"}
 SETTINGS = {
-    "conformal_grid": Setting((2, 4, 8, 16), "conformal: sample counts at which a prompt may "
-                              "stop", "k_values", "any"),
-    "conformal_alpha": Setting(0.1, "conformal: miscoverage δ when conformal_auto_delta is off",
-                               "deltas", "open_unit"),
-    "conformal_auto_delta": Setting(True, "conformal: δ = 1 - calibration solve rate + 0.05, in "
-                                    "[0.05, 0.95]", "auto_delta", "bool"),
-    "conformal_calib_prompts": Setting(64, "conformal: held-out calibration prompts, sampled to "
-                                       "the grid's top before step 1 (cost counted)", "n_cal",
-                                       "positive_int"),
-    "conformal_refit_every": Setting(50, "conformal: steps between recalibrations (the same "
-                                     "prompts, the current policy)", "recalibrate_every",
-                                     "positive_int"),
+    "grid": Setting((2, 4, 8, 16), "conformal: sample counts at which a prompt may stop",
+                    "k_values", "any"),
+    "alpha": Setting(0.1, "conformal: miscoverage δ when auto_delta is off", "deltas",
+                     "open_unit"),
+    "auto_delta": Setting(True, "conformal: δ = 1 - calibration solve rate + 0.05, in "
+                          "[0.05, 0.95]", "auto_delta", "bool"),
+    "calib_prompts": Setting(64, "conformal: held-out calibration prompts, sampled to the "
+                             "grid's top before step 1 (cost counted)", "n_cal", "positive_int"),
+    "refit_every": Setting(50, "conformal: steps between recalibrations (the same prompts, the "
+                           "current policy)", "recalibrate_every", "positive_int"),
 }
 
 
-def check(a) -> None:
-    grid = a.conformal_grid
+def check(config) -> None:
+    grid = config.adaptive.conformal.grid
     if (not isinstance(grid, (tuple, list)) or not grid
             or not all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in grid)
             or any(x >= y for x, y in zip(grid, grid[1:]))):
-        raise ValueError(f"config.adaptive.conformal_grid={grid!r}: must be strictly increasing "
+        raise ValueError(f"config.adaptive.conformal.grid={grid!r}: must be strictly increasing "
                          f"positive integers, e.g. (2, 4, 8, 16) (sample counts at which a "
                          f"prompt may stop)")
 
@@ -61,13 +59,13 @@ DELTA_MARGIN, DELTA_MIN, DELTA_MAX = 0.05, 0.05, 0.95  # the authors' select_del
 
 def group_size(config) -> tuple[int, int]:
     """(G, training rows per prompt): the top of the grid, every sample trained."""
-    top = max(config.adaptive.conformal_grid)
+    top = max(config.adaptive.conformal.grid)
     return top, top
 
 
 def init_state(ctx, params) -> dict:
-    levels = len(ctx.config.adaptive.conformal_grid)
-    return {"conformal": {"q": [1.0] * levels, "delta": float(ctx.config.adaptive.conformal_alpha),
+    levels = len(ctx.config.adaptive.conformal.grid)
+    return {"conformal": {"q": [1.0] * levels, "delta": float(ctx.config.adaptive.conformal.alpha),
                           "since": 0, "calib": None}}
 
 
@@ -146,20 +144,20 @@ def _grid_calls(ctx, params, problems, key, grid, stop_at=None):
 
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
-    a = ctx.config.adaptive
-    grid, cs = tuple(a.conformal_grid), state["conformal"]
+    a = ctx.config.adaptive.conformal
+    grid, cs = tuple(a.grid), state["conformal"]
     calls = []
     if cs["calib"] is None:  # before the first step: hold out the calibration prompts
         held = []  # whole batches in batch order (the one-process order)
-        while len(held) < a.conformal_calib_prompts:
+        while len(held) < a.calib_prompts:
             held += rollout.everyone(next(iterator))
         cs["calib"] = [dataclasses.asdict(p) for p in held]
-        cs["since"] = a.conformal_refit_every
-    if cs["since"] >= a.conformal_refit_every:
+        cs["since"] = a.refit_every
+    if cs["since"] >= a.refit_every:
         held = rollout.own_share([Problem(**d) for d in cs["calib"]])
         n_LB, s_LB, cal_calls, _, _ = _grid_calls(ctx, params, held,
                                                   jax.random.fold_in(key, 1 << 20), grid)
-        cs["q"], cs["delta"] = calibrate(n_LB, s_LB, a.conformal_alpha, a.conformal_auto_delta)
+        cs["q"], cs["delta"] = calibrate(n_LB, s_LB, a.alpha, a.auto_delta)
         cs["since"] = 0
         calls += cal_calls
     problems = next(iterator)

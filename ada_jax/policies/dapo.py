@@ -1,9 +1,10 @@
 """DAPO dynamic sampling (adaptive.policy='dapo'): draw prompt batches (n samples each), keep
-groups with mixed rewards until B are collected. Past adaptive.dapo_max_gen_batches,
-dapo_at_cap="train" trains on the mixed groups found (the missing ones are masked-out groups,
-so shapes stay fixed), counts them (dapo_cap_hit, dapo_short_groups) and warns once per run;
-"error" stops the run as verl does. The kept-group count is global (read from replicated
-rewards), so on several processes every process draws alike and agrees when the batch is full.
+groups with mixed rewards until B are collected (settings: adaptive.dapo.*). Past
+max_gen_batches, at_cap="train" trains on the mixed groups found (the missing ones are
+masked-out groups, so shapes stay fixed), counts them (dapo_cap_hit, dapo_short_groups) and
+warns once per run; "error" stops the run as verl does. The kept-group count is global (read
+from replicated rewards), so on several processes every process draws alike and agrees when
+the batch is full.
 
 State: `state["dapo_warned"]` (warned once per run; not checkpointed).
 """
@@ -15,8 +16,17 @@ import numpy as np
 
 from ada_jax import selection
 from ada_jax.policies import rollout
+from ada_jax.policies.settings import Setting
 
 LABEL = "DAPO"  # the display name (plots, tables)
+PRESETS = {"dapo": "algo=dapo|--config.adaptive.dapo.max_gen_batches=32"}
+SETTINGS = {
+    "max_gen_batches": Setting(4, "DAPO: prompt batches drawn per step at most",
+                               "algorithm.filter_groups.max_num_gen_batches / —",
+                               "positive_int"),
+    "at_cap": Setting("train", "DAPO, fewer than B mixed groups at the cap: train on those "
+                      "(counted, warned once) or error (verl)", "—", "choice:train/error"),
+}
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +37,7 @@ def init_state(ctx, params) -> dict:
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     c = ctx.config
-    cap = c.adaptive.dapo_max_gen_batches
+    cap = c.adaptive.dapo.max_gen_batches
     drawn, kept, spare, met = [], [], [], {}  # per generation batch; (batch, row) pairs
     for gen_batch in range(cap):
         got = rollout.run_engine(ctx, params, next(iterator), jax.random.fold_in(key, gen_batch))
@@ -50,14 +60,14 @@ def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     if short:
         msg = (f"DAPO dynamic sampling: {cap} generation batches gave only {len(kept)} of {B} "
                f"groups with mixed rewards")
-        if c.adaptive.dapo_at_cap == "error":
-            raise RuntimeError(f"{msg}; raise config.adaptive.dapo_max_gen_batches, lower "
+        if c.adaptive.dapo.at_cap == "error":
+            raise RuntimeError(f"{msg}; raise config.adaptive.dapo.max_gen_batches, lower "
                                f"config.rl.prompts_per_step, or set "
-                               f"config.adaptive.dapo_at_cap='train'")
+                               f"config.adaptive.dapo.at_cap='train'")
         if not state.get("dapo_warned"):
             log.warning("%s: training on those (the step's other %d groups are masked out; "
                         "metrics dapo_cap_hit, dapo_short_groups count it). Warned once per "
-                        "run; raise config.adaptive.dapo_max_gen_batches to sample further.",
+                        "run; raise config.adaptive.dapo.max_gen_batches to sample further.",
                         msg, short)
             state["dapo_warned"] = True
     chosen = (kept + spare[:short])[:B]

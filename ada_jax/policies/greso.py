@@ -3,13 +3,13 @@ top of DAPO's dynamic sampling. Before any rollout, a prompt whose groups were z
 on its last z consecutive visits is skipped with probability 1 − p_e^z (`skip_probability`),
 p_e the exploration probability of its kind (p_easy if that last group was all correct,
 p_hard if all wrong); the engine runs on B prompts that were not skipped (drawn from as many
-prompt batches as needed, at most adaptive.greso_max_draws per engine call); as in DAPO, only
+prompt batches as needed, at most adaptive.greso.max_draws per engine call); as in DAPO, only
 groups with mixed rewards are kept, engine calls repeat until B are kept or
-adaptive.dapo_max_gen_batches calls were made (dapo_at_cap applies). After the step each
-kind's p_e moves by ±greso_delta_p towards its target share of the step's rolled-out groups
-(`adapt`): easy target greso_target_zero_var/3, hard 2·greso_target_zero_var/3 (the paper's
-1:2 split), clipped to [greso_p_min, 1]. docs/theory.md, "GRESO", states where this differs
-from the paper.
+adaptive.dapo.max_gen_batches calls were made (adaptive.dapo.at_cap applies). After the step
+each kind's p_e moves by ±delta_p towards its target share of the step's rolled-out groups
+(`adapt`): easy target target_zero_var/3, hard 2·target_zero_var/3 (the paper's 1:2 split),
+clipped to [p_min, 1] (settings: adaptive.greso.*). docs/theory.md, "GRESO", states where
+this differs from the paper.
 
 History needs prompts that recur: the training pool is iterated in epochs (PromptIterator),
 so a prompt is seen again once per epoch; with a fresh-prompt stream (a pool larger than the
@@ -35,35 +35,35 @@ from ada_jax.tasks.problem import Problem
 
 LABEL = "GRESO"  # the display name (plots, tables)
 PRESETS = {"greso": "algo=dapo|--config.adaptive.policy=greso "
-                    "--config.adaptive.dapo_max_gen_batches=32"}
+                    "--config.adaptive.dapo.max_gen_batches=32"}
 SETTINGS = {
-    "greso_p_easy": Setting(0.5, "GRESO: initial exploration probability of prompts last seen "
-                            "all correct (skipped with 1 - p^z after z zero-variance visits)",
-                            "—", "unit"),
-    "greso_p_hard": Setting(0.5, "GRESO: initial exploration probability of prompts last seen "
-                            "all wrong", "—", "unit"),
-    "greso_target_zero_var": Setting(0.25, "GRESO: target share of zero-variance groups among "
-                                     "those rolled out (1/3 easy, 2/3 hard)", "—", "unit"),
-    "greso_delta_p": Setting(0.01, "GRESO: step of the exploration probabilities per training "
-                             "step", "—", "unit"),
-    "greso_p_min": Setting(0.05, "GRESO: floor of the exploration probabilities", "—", "unit"),
-    "greso_max_draws": Setting(8, "GRESO: prompt batches drawn per engine call at most to find "
-                               "B prompts not skipped", "—", "positive_int"),
+    "p_easy": Setting(0.5, "GRESO: initial exploration probability of prompts last seen all "
+                      "correct (skipped with 1 - p^z after z zero-variance visits)", "—", "unit"),
+    "p_hard": Setting(0.5, "GRESO: initial exploration probability of prompts last seen all "
+                      "wrong", "—", "unit"),
+    "target_zero_var": Setting(0.25, "GRESO: target share of zero-variance groups among those "
+                               "rolled out (1/3 easy, 2/3 hard)", "—", "unit"),
+    "delta_p": Setting(0.01, "GRESO: step of the exploration probabilities per training step",
+                       "—", "unit"),
+    "p_min": Setting(0.05, "GRESO: floor of the exploration probabilities", "—", "unit"),
+    "max_draws": Setting(8, "GRESO: prompt batches drawn per engine call at most to find B "
+                         "prompts not skipped", "—", "positive_int"),
 }
 
 
-def check(a) -> None:
-    if a.greso_p_min > min(a.greso_p_easy, a.greso_p_hard):
-        raise ValueError(f"config.adaptive.greso_p_min={a.greso_p_min!r} exceeds the initial "
-                         f"exploration probabilities greso_p_easy={a.greso_p_easy!r} / "
-                         f"greso_p_hard={a.greso_p_hard!r}")
+def check(config) -> None:
+    g = config.adaptive.greso
+    if g.p_min > min(g.p_easy, g.p_hard):
+        raise ValueError(f"config.adaptive.greso.p_min={g.p_min!r} exceeds the initial "
+                         f"exploration probabilities p_easy={g.p_easy!r} / "
+                         f"p_hard={g.p_hard!r}")
 
 log = logging.getLogger(__name__)
 
 
 def init_state(ctx, params) -> dict:
-    a = ctx.config.adaptive
-    return {"greso": {"hist": {}, "p": [a.greso_p_easy, a.greso_p_hard], "queue": []}}
+    a = ctx.config.adaptive.greso
+    return {"greso": {"hist": {}, "p": [a.p_easy, a.p_hard], "queue": []}}
 
 
 def checkpoint(state) -> dict:
@@ -114,11 +114,11 @@ def _rng(key, salt: int):
 
 def _candidates(ctx, iterator, g, B, rng) -> tuple[list, int, int]:
     """B whole-batch problems not skipped (queue first), the prompt batches drawn and the
-    prompts skipped; past greso_max_draws batches the rest is filled with skipped ones."""
-    a = ctx.config.adaptive
+    prompts skipped; past max_draws batches the rest is filled with skipped ones."""
+    a = ctx.config.adaptive.greso
     out = [Problem(**q) for q in g["queue"]]
     g["queue"], skipped, draws = [], [], 0
-    while len(out) < B and draws < a.greso_max_draws:
+    while len(out) < B and draws < a.max_draws:
         batch = rollout.everyone(next(iterator))
         draws += 1
         skip = skip_draw(g, [p.id for p in batch], rng)
@@ -132,13 +132,13 @@ def _candidates(ctx, iterator, g, B, rng) -> tuple[list, int, int]:
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     c, g = ctx.config, state["greso"]
-    a = c.adaptive
+    a, dapo = c.adaptive.greso, c.adaptive.dapo
     rng = _rng(key, 0)
     B = c.rl.prompts_per_step
     drawn, kept, spare, met = [], [], [], {}
     zero = np.zeros(2)  # rolled-out groups all correct, all wrong
     draws = skips = rolled = 0
-    for gen_batch in range(a.dapo_max_gen_batches):
+    for gen_batch in range(dapo.max_gen_batches):
         chosen, d, sk = _candidates(ctx, iterator, g, B, rng)
         draws, skips = draws + d, skips + sk
         got = rollout.run_engine(ctx, params, rollout.own_share(chosen),
@@ -159,15 +159,15 @@ def collect(ctx, params, iterator, key, state) -> rollout.Collected:
             break
         spare = [(gen_batch, i) for i in np.flatnonzero(~is_mixed)][:B]
     share = zero / max(rolled, 1)
-    t = a.greso_target_zero_var
-    g["p"] = [adapt(g["p"][0], share[0], t / 3, a.greso_delta_p, a.greso_p_min),
-              adapt(g["p"][1], share[1], 2 * t / 3, a.greso_delta_p, a.greso_p_min)]
+    t = a.target_zero_var
+    g["p"] = [adapt(g["p"][0], share[0], t / 3, a.delta_p, a.p_min),
+              adapt(g["p"][1], share[1], 2 * t / 3, a.delta_p, a.p_min)]
     short = max(B - len(kept), 0)
-    if short and a.dapo_at_cap == "error":
-        raise RuntimeError(f"GRESO: {a.dapo_max_gen_batches} generation batches gave only "
+    if short and dapo.at_cap == "error":
+        raise RuntimeError(f"GRESO: {dapo.max_gen_batches} generation batches gave only "
                            f"{len(kept)} of {B} groups with mixed rewards; raise "
-                           f"config.adaptive.dapo_max_gen_batches or set "
-                           f"config.adaptive.dapo_at_cap='train'")
+                           f"config.adaptive.dapo.max_gen_batches or set "
+                           f"config.adaptive.dapo.at_cap='train'")
     met.update(dapo_gen_batches=gen_batch + 1, dapo_cap_hit=int(short > 0),
                dapo_short_groups=short, greso_skipped=skips, greso_batches_drawn=draws,
                greso_p_easy=g["p"][0], greso_p_hard=g["p"][1], greso_queue=len(g["queue"]))

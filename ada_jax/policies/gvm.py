@@ -1,7 +1,7 @@
 """GVM two-stage sampling (adaptive.policy='gvm'): a pilot of N' samples per prompt gives p_i
 and G_i (mean gradient norm of its correct samples); budgets N_i ∝ G_i/√(p_i + α/p_i^(β-1))
-(0 where p_i = 0 or G_i = 0) sum to gvm_budget_per_prompt·B; then the prompts are sampled again
-with those budgets. No state across steps.
+(0 where p_i = 0 or G_i = 0) sum to budget_per_prompt·B; then the prompts are sampled again
+with those budgets (settings: adaptive.gvm.*). No state across steps.
 
 Budgets are solved over the whole batch on every process alike; each process samples its own
 rows with its share of them.
@@ -17,19 +17,27 @@ from ada_jax import model as model_lib
 from ada_jax import objectives, sharding
 from ada_jax.learn import global_norm, training_rows
 from ada_jax.policies import rollout
+from ada_jax.policies.settings import Setting
 
 LABEL = "GVM"  # the display name (plots, tables)
+PRESETS = {"gvm": "algo=gvm|"}
+SETTINGS = {
+    "pilot": Setting(8, "GVM: pilot samples per prompt", "—", "positive_int"),
+    "budget_per_prompt": Setting(8, "GVM: mean samples per prompt", "—", "positive_int"),
+    "alpha": Setting(1e-3, "GVM allocation alpha", "—", "non_negative"),
+    "beta": Setting(2.0, "GVM allocation beta", "—", "non_negative"),
+}
 
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
-    c, a = ctx.config, ctx.config.adaptive
+    c, a = ctx.config, ctx.config.adaptive.gvm
     problems = next(iterator)
     first = rollout.run_engine(ctx, params, problems, jax.random.fold_in(key, 0),
-                               np.full(len(problems), a.gvm_pilot))
+                               np.full(len(problems), a.pilot))
     pilot, pmet = first.batch, first.metrics
     B = len(pilot.pool_n_B)  # the whole batch (every process's rows)
     rows = training_rows(pilot, first.prompt_BP, first.mask_BP,
-                         B * a.gvm_pilot)  # every pilot sample, no padding
+                         B * a.pilot)  # every pilot sample, no padding
     norms = sharding.to_host(sample_grad_norms(
         ctx.graphdef, params, rows["tokens"], rows["mask"], rows["loss_mask"],
         prompt_len=c.sampling.max_prompt_len, temperature=max(c.sampling.temperature, 1e-6)))
@@ -41,8 +49,8 @@ def collect(ctx, params, iterator, key, state) -> rollout.Collected:
         sel = correct & (owner == i)
         g[i] = norms[:len(valid)][sel].mean() if sel.any() else 0.0
     p = np.asarray(pilot.pool_pos_B) / np.maximum(np.asarray(pilot.pool_n_B), 1)
-    budgets = objectives.gvm_allocation(p, g, a.gvm_budget_per_prompt * B, a.gvm_alpha,
-                                        a.gvm_beta, n_min=0, n_max=ctx.group)
+    budgets = objectives.gvm_allocation(p, g, a.budget_per_prompt * B, a.alpha, a.beta,
+                                        n_min=0, n_max=ctx.group)
     got = rollout.run_engine(ctx, params, problems, jax.random.fold_in(key, 1),
                              rollout.own_share(budgets))
     met = got.metrics

@@ -1,12 +1,12 @@
 """Knapsack-RL (adaptive.policy='knapsack', arXiv 2509.25849) as its authors run it
 (liziniu/KnapsackRL, verl/trainer/ppo/exploration_utils.py): each prompt's budget from its
 raw success rate p on its last visit (allocation.knapsack_budgets): unseen prompts get the
-uniform knapsack_budget_per_prompt, p = 0 and p = 1 prompts get knapsack_n_min, the prompts
-with 0 < p < 1 share a knapsack over N_i in [knapsack_n_min, knapsack_n_max] maximising
-Σ_i (1 - p_i^N_i - (1-p_i)^N_i)·p_i(1-p_i)², and the budget they are not expected to need
-(knapsack_alpha) goes to the unsolved (p = 0) prompts. Σ N_i = knapsack_budget_per_prompt·B;
-one engine call, every sample trained on (GRPO on the groups). docs/theory.md, "The field's
-allocation methods as their authors run them", states the rule, its source and what differs.
+uniform budget_per_prompt, p = 0 and p = 1 prompts get n_min, the prompts with 0 < p < 1
+share a knapsack over N_i in [n_min, n_max] maximising Σ_i (1 - p_i^N_i - (1-p_i)^N_i)·
+p_i(1-p_i)², and the budget they are not expected to need (alpha) goes to the unsolved (p = 0)
+prompts. Σ N_i = budget_per_prompt·B (settings: adaptive.knapsack.*); one engine call, every
+sample trained on (GRPO on the groups). docs/theory.md, "The field's allocation methods as
+their authors run them", states the rule, its source and what differs.
 
 State: `state["last_visit"]`, problem id → [samples, positives, level] of the prompt's latest
 visit (VIP reads it too); checkpointed as `last_visit`, so a resume is exact.
@@ -20,35 +20,36 @@ from ada_jax.policies.settings import Setting
 LABEL = "Knapsack-RL"  # the display name (plots, tables)
 PRESETS = {"knapsack": "algo=knapsack|"}  # scripts/reproduce.sh arms: name -> variant|flags
 SETTINGS = {
-    "knapsack_budget_per_prompt": Setting(
+    "budget_per_prompt": Setting(
         8, "Knapsack-RL: mean samples per prompt (the knapsack's capacity / B); an unseen "
         "prompt's budget", "n", "positive_int"),
-    "knapsack_n_min": Setting(
+    "n_min": Setting(
         2, "Knapsack-RL: a prompt's budget at least, and the budget of a prompt last seen all "
         "correct or all wrong (p = its last visit's raw success rate)",
         "min_n / negative_n / positive_n", "positive_int"),
-    "knapsack_n_max": Setting(32, "Knapsack-RL: a prompt's budget at most (the kept group "
-                              "size)", "max_n", "positive_int"),
-    "knapsack_alpha": Setting(
+    "n_max": Setting(32, "Knapsack-RL: a prompt's budget at most (the kept group size)",
+                     "max_n", "positive_int"),
+    "alpha": Setting(
         0.9, "Knapsack-RL: confidence of a mixed group in the expected need "
         "log(1-a)/log(max(p,1-p)); budget beyond the need goes to the unsolved prompts",
         "alpha", "open_unit"),
 }
 
 
-def check(a) -> None:
+def check(config) -> None:
     """n_min <= budget_per_prompt <= n_max (else no allocation sums to the budget)."""
-    lo, mean, hi = a.knapsack_n_min, a.knapsack_budget_per_prompt, a.knapsack_n_max
+    k = config.adaptive.knapsack
+    lo, mean, hi = k.n_min, k.budget_per_prompt, k.n_max
     if not lo <= mean <= hi:
-        raise ValueError(f"config.adaptive.knapsack_n_min={lo}, knapsack_budget_per_prompt="
-                         f"{mean}, knapsack_n_max={hi}: need n_min <= budget_per_prompt <= "
-                         f"n_max (the budgets sum to budget_per_prompt x the batch)")
+        raise ValueError(f"config.adaptive.knapsack.n_min={lo}, knapsack.budget_per_prompt="
+                         f"{mean}, knapsack.n_max={hi}: need n_min <= budget_per_prompt <= n_max "
+                         f"(the budgets sum to budget_per_prompt x the batch)")
 
 
 def group_size(config) -> tuple[int, int]:
     """(G, training rows per prompt): every sample trained, at most n_max a prompt."""
-    a = config.adaptive
-    return a.knapsack_n_max, a.knapsack_budget_per_prompt
+    k = config.adaptive.knapsack
+    return k.n_max, k.budget_per_prompt
 
 
 def init_state(ctx, params) -> dict:
@@ -94,8 +95,7 @@ def collect(ctx, params, iterator, key, state) -> rollout.Collected:
 
 
 def budgets_for(config, problems, visits) -> np.ndarray:
-    a = config.adaptive
+    k = config.adaptive.knapsack
     p, seen = last_rates(problems, visits)
-    return allocation.knapsack_budgets(p, seen, a.knapsack_budget_per_prompt * len(problems),
-                                       a.knapsack_n_min, a.knapsack_n_max,
-                                       a.knapsack_budget_per_prompt, a.knapsack_alpha)
+    return allocation.knapsack_budgets(p, seen, k.budget_per_prompt * len(problems),
+                                       k.n_min, k.n_max, k.budget_per_prompt, k.alpha)

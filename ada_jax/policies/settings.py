@@ -1,8 +1,9 @@
-"""A policy's settings, declared once in its own module: each `adaptive.<field>` it owns with
-its default, its meaning, its name elsewhere (the authors' code, other libraries) and how the
-config check validates it. configs/base.py takes the defaults, ada_jax/config_doc.py the
-meanings and ada_jax/config_check.py the kinds from the registry (`collect.settings`); the
-module's own `check(adaptive)` checks what involves several fields. No jax here."""
+"""A policy's settings, declared once in its own module: each field of its group
+`adaptive.<module name>.<field>` with its default, its meaning, its name elsewhere (the
+authors' code, other libraries) and how the config check validates it. configs/base.py takes
+the defaults, ada_jax/config_doc.py the meanings and ada_jax/config_check.py the kinds from the
+registry (`collect.groups`); the module's own `check(config)` checks what involves several
+fields. No jax here."""
 import dataclasses
 
 # How config_check validates a field: a positive integer, a finite number > 0 / >= 0, a number

@@ -1,7 +1,10 @@
 """Streaming collection (adaptive.mode='stream', over adaptive.policy 'seq' or 'uniform'): one
-persistent refill engine (`ada_jax.stream.Stream`) samples up to stream_max_lag steps ahead;
-each step admits queued prompts into its free rows, runs it until the step's groups are
-complete, and claims them.
+persistent refill engine (`ada_jax.stream.Stream`) samples up to adaptive.stream.max_lag steps
+ahead; each step admits queued prompts into its free rows, runs it until the step's groups are
+complete, and claims them. adaptive.stream.ahead prompts (-1 = max_lag x prompts_per_step, the
+most allowed) are admitted ahead of each step so slots need not wait for a straggler; trained
+samples may be up to max_lag updates old (PPO-corrected), unless on_policy, which restarts
+carried-over prompts.
 
 State: `state["stream"]`, the Stream (None in other modes; its engine state goes into the
 checkpoint's arrays and its table into the meta as `stream`: train.restore_checkpoint), and
@@ -14,9 +17,34 @@ import jax
 from ada_jax import evaluate
 from ada_jax import stream as stream_lib
 from ada_jax.policies import rollout
+from ada_jax.policies.settings import Setting
 from ada_jax.tasks.problem import Problem
 
 LABEL = "stream"  # the display name (plots, tables)
+SETTINGS = {  # ahead and max_lag: checked by `check` (in stream mode only)
+    "ahead": Setting(-1, "stream: prompts admitted ahead of a step (-1 = max_lag x "
+                     "prompts_per_step)", "—"),
+    "max_lag": Setting(1, "stream: updates a trained sample may lag the policy",
+                       "— / (async off-policy lag)"),
+    "on_policy": Setting(False, "stream: restart carried-over prompts (no stale samples)", "—",
+                         "bool"),
+}
+
+
+def check(config) -> None:
+    """In stream mode: max_lag >= 1 and -1 <= ahead <= max_lag x rl.prompts_per_step."""
+    a = config.adaptive
+    if a.mode != "stream":
+        return
+    lag, ahead = a.stream.max_lag, a.stream.ahead
+    if isinstance(lag, bool) or not isinstance(lag, int) or lag < 1:
+        raise ValueError(f"config.adaptive.stream.max_lag={lag!r}: must be an integer >= 1 "
+                         f"(updates a trained sample may be behind the policy)")
+    most = lag * config.rl.prompts_per_step
+    if isinstance(ahead, bool) or not isinstance(ahead, int) or not -1 <= ahead <= most:
+        raise ValueError(f"config.adaptive.stream.ahead={ahead!r}: must be -1 (= max_lag x "
+                         f"rl.prompts_per_step) or in [0, {most}] (further ahead, samples "
+                         f"would be more than max_lag updates old)")
 
 _NO_PROBLEM = Problem(id=0, question="", answer="")  # reward data of a free stream row
 
@@ -27,11 +55,11 @@ def make_stream(ctx, params):
     if c.adaptive.mode != "stream":
         return None
     B = c.rl.prompts_per_step
-    lag = c.adaptive.stream_max_lag
-    ahead = lag * B if c.adaptive.stream_ahead < 0 else c.adaptive.stream_ahead
+    lag = c.adaptive.stream.max_lag
+    ahead = lag * B if c.adaptive.stream.ahead < 0 else c.adaptive.stream.ahead
     return stream_lib.Stream(ctx.engine, ctx.generator, prompts=B, ahead=ahead,
                              prompt_len=c.sampling.max_prompt_len, group=ctx.group,
-                             on_policy=c.adaptive.stream_on_policy, max_lag=lag,
+                             on_policy=c.adaptive.stream.on_policy, max_lag=lag,
                              calls=c.rl.steps).init(
                                  params, ctx.mesh, c.sharding_rules)
 

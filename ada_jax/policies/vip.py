@@ -3,22 +3,23 @@
 success_rate_prediction/gaussian_process.py):
 
 - prediction: a Gaussian process over prompts in logit space (allocation.gp_logit_mean: RBF
-  kernel of length vip_length_scale over a distance between prompts, prior mean
-  vip_prior_logit, each observed prompt's last visit as its observation: (k + s)/(n + 2s)
-  with s = vip_smoothing, 0.5 by default; s = 0 is the authors' raw rate, which a 0/8 visit
+  kernel of length length_scale over a distance between prompts, prior mean prior_logit,
+  each observed prompt's last visit as its observation: (k + s)/(n + 2s) with s =
+  smoothing, 0.5 by default; s = 0 is the authors' raw rate, which a 0/8 visit
   turns into p = 1e-6, log p = −13.8, and the program then spends on it at any cost: at the
   family task's pass rates that allocation loses to uniform on VIP's own objective at the
   true p, scripts/bench/bench_allocation.py),
   so a prompt never seen is predicted from the prompts near it. The distance
   (`distance`): 0 for the same prompt; on the family task 0.1 within a family (other
   operands), 0.6 within a tier, 1 across tiers; elsewhere 0.2 + 0.2·|level difference|.
-- allocation: integers N_i in [vip_n_min, vip_n_max] (the authors' floor 4 and cap 32)
-  minimising Σ_i v(N_i; a_i) + γ·log(p_i)·N_i with a_i = p_i(1-p_i), v = a/(n-1) (vip_estimator
-  'rloo', γ = vip_gamma) or a(n-1)/n² ('drgrpo'), under Σ N_i = vip_budget_per_prompt·B
+- allocation: integers N_i in [n_min, n_max] (the authors' floor 4 and cap 32) minimising
+  Σ_i v(N_i; a_i) + γ·log(p_i)·N_i with a_i = p_i(1-p_i), v = a/(n-1) (estimator 'rloo',
+  γ = gamma) or a(n-1)/n² ('drgrpo'), under Σ N_i = budget_per_prompt·B
   (allocation.vip_allocation, exact in integers). The γ term sends spare samples to prompts
   predicted hard; a prompt predicted solved gets the floor.
-One engine call, every sample trained on. docs/theory.md, "The field's allocation methods as
-their authors run them", says what differs from the authors' code.
+One engine call, every sample trained on (settings: adaptive.vip.*). docs/theory.md, "The
+field's allocation methods as their authors run them", says what differs from the authors'
+code.
 
 State: knapsack.py's `state["last_visit"]` (checkpointed as `last_visit`): exact resume.
 """
@@ -32,52 +33,53 @@ from ada_jax.tasks import families
 LABEL = "VIP"  # the display name (plots, tables)
 PRESETS = {"vip": "algo=vip|"}
 SETTINGS = {
-    "vip_budget_per_prompt": Setting(8, "VIP: mean samples per prompt", "batch_budget / B",
-                                     "positive_int"),
-    "vip_n_min": Setting(4, "VIP: a prompt's budget at least (the authors' floor 4; >= 2 rloo, "
-                         ">= 3 drgrpo)", "lower / min_keep", "positive_int"),
-    "vip_n_max": Setting(32, "VIP: a prompt's budget at most (the kept group size)", "upper",
-                         "positive_int"),
-    "vip_estimator": Setting("rloo", "VIP variance model: rloo s²/(n-1) or drgrpo s²(n-1)/n²",
-                             "allocation_rule", "choice:rloo/drgrpo"),
-    "vip_gamma": Setting(0.0007, "VIP: weight of the γ·log(p)·n term sending spare samples to "
-                         "prompts predicted hard (authors: 0.0007 rloo, 0.0004 grpo)", "gamma",
+    "budget_per_prompt": Setting(8, "VIP: mean samples per prompt", "batch_budget / B",
+                                 "positive_int"),
+    "n_min": Setting(4, "VIP: a prompt's budget at least (the authors' floor 4; >= 2 rloo, "
+                     ">= 3 drgrpo)", "lower / min_keep", "positive_int"),
+    "n_max": Setting(32, "VIP: a prompt's budget at most (the kept group size)", "upper",
+                     "positive_int"),
+    "estimator": Setting("rloo", "VIP variance model: rloo s²/(n-1) or drgrpo s²(n-1)/n²",
+                         "allocation_rule", "choice:rloo/drgrpo"),
+    "gamma": Setting(0.0007, "VIP: weight of the γ·log(p)·n term sending spare samples to "
+                     "prompts predicted hard (authors: 0.0007 rloo, 0.0004 grpo)", "gamma",
+                     "non_negative"),
+    "length_scale": Setting(0.4, "VIP: RBF length scale of the Gaussian process over prompt "
+                            "distances (logit space)", "length_scale", "positive"),
+    "prior_logit": Setting(-1.0, "VIP: the Gaussian process's prior mean (logit of the pass "
+                           "rate)", "prior_value", "any"),
+    "max_observed": Setting(512, "VIP: the latest observed prompts the Gaussian process "
+                            "conditions on", "—", "positive_int"),
+    "smoothing": Setting(0.5, "VIP: a last visit of k in n observed as (k+s)/(n+2s); 0 = the "
+                         "authors' raw rate (a 0/8 visit predicts p = 1e-6)", "—",
                          "non_negative"),
-    "vip_length_scale": Setting(0.4, "VIP: RBF length scale of the Gaussian process over "
-                                "prompt distances (logit space)", "length_scale", "positive"),
-    "vip_prior_logit": Setting(-1.0, "VIP: the Gaussian process's prior mean (logit of the pass "
-                               "rate)", "prior_value", "any"),
-    "vip_max_observed": Setting(512, "VIP: the latest observed prompts the Gaussian process "
-                                "conditions on", "—", "positive_int"),
-    "vip_smoothing": Setting(0.5, "VIP: a last visit of k in n observed as (k+s)/(n+2s); 0 = "
-                             "the authors' raw rate (a 0/8 visit predicts p = 1e-6)", "—",
-                             "non_negative"),
 }
 
 
-def check(a) -> None:
+def check(config) -> None:
     """n_min <= budget_per_prompt <= n_max; n_min where the variance model is convex
     (allocation.VIP_MIN_BUDGET); a finite prior."""
-    lo, mean, hi = a.vip_n_min, a.vip_budget_per_prompt, a.vip_n_max
+    v = config.adaptive.vip
+    lo, mean, hi = v.n_min, v.budget_per_prompt, v.n_max
     if not lo <= mean <= hi:
-        raise ValueError(f"config.adaptive.vip_n_min={lo}, vip_budget_per_prompt={mean}, "
-                         f"vip_n_max={hi}: need n_min <= budget_per_prompt <= n_max (the "
+        raise ValueError(f"config.adaptive.vip.n_min={lo}, vip.budget_per_prompt={mean}, "
+                         f"vip.n_max={hi}: need n_min <= budget_per_prompt <= n_max (the "
                          f"budgets sum to budget_per_prompt x the batch)")
-    least = allocation.VIP_MIN_BUDGET[a.vip_estimator]
-    if a.vip_n_min < least:
-        raise ValueError(f"config.adaptive.vip_n_min={a.vip_n_min}: must be >= {least} for "
-                         f"vip_estimator={a.vip_estimator!r} (its variance s²/(n-1) or "
+    least = allocation.VIP_MIN_BUDGET[v.estimator]
+    if v.n_min < least:
+        raise ValueError(f"config.adaptive.vip.n_min={v.n_min}: must be >= {least} for "
+                         f"vip.estimator={v.estimator!r} (its variance s²/(n-1) or "
                          f"s²(n-1)/n² is not convex below)")
-    if isinstance(a.vip_prior_logit, bool) or not isinstance(a.vip_prior_logit, (int, float)) \
-            or not np.isfinite(a.vip_prior_logit):
-        raise ValueError(f"config.adaptive.vip_prior_logit={a.vip_prior_logit!r}: must be a "
+    if isinstance(v.prior_logit, bool) or not isinstance(v.prior_logit, (int, float)) \
+            or not np.isfinite(v.prior_logit):
+        raise ValueError(f"config.adaptive.vip.prior_logit={v.prior_logit!r}: must be a "
                          f"finite number")
 
 
 def group_size(config) -> tuple[int, int]:
     """(G, training rows per prompt): every sample trained, at most n_max a prompt."""
-    a = config.adaptive
-    return a.vip_n_max, a.vip_budget_per_prompt
+    v = config.adaptive.vip
+    return v.n_max, v.budget_per_prompt
 
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
@@ -99,29 +101,29 @@ def distance(config, ids_a, levels_a, ids_b, levels_b) -> np.ndarray:
 
 
 def predict(config, problems, visits) -> np.ndarray:
-    """[B] predicted pass rates: the GP's posterior mean over the last vip_max_observed
-    prompts observed."""
-    a = config.adaptive
-    obs = list(visits.items())[-a.vip_max_observed:]
+    """[B] predicted pass rates: the GP's posterior mean over the last max_observed prompts
+    observed."""
+    a = config.adaptive.vip
+    obs = list(visits.items())[-a.max_observed:]
     ids_o = [k for k, _ in obs]
     lv_o = [v[2] for _, v in obs]
-    sm = a.vip_smoothing  # 0: the authors' raw rate (clipped to [1e-6, 1 - 1e-6])
+    sm = a.smoothing  # 0: the authors' raw rate (clipped to [1e-6, 1 - 1e-6])
     p_o = np.asarray([(v[1] + sm) / (v[0] + 2 * sm) if v[0] + sm > 0 else 0.0
                       for _, v in obs], np.float64)
     ids_q = [str(p.id) for p in problems]
     lv_q = [p.level for p in problems]
 
     def kern(d):
-        return np.exp(-0.5 * (d / a.vip_length_scale) ** 2)
+        return np.exp(-0.5 * (d / a.length_scale) ** 2)
     K_oo = kern(distance(config, ids_o, lv_o, ids_o, lv_o)) if obs else np.zeros((0, 0))
     K_qo = kern(distance(config, ids_q, lv_q, ids_o, lv_o)) if obs else np.zeros((len(ids_q), 0))
-    f = allocation.gp_logit_mean(K_oo, K_qo, p_o, a.vip_prior_logit)
+    f = allocation.gp_logit_mean(K_oo, K_qo, p_o, a.prior_logit)
     return 1.0 / (1.0 + np.exp(-f))
 
 
 def budgets_for(config, problems, visits) -> np.ndarray:
-    a = config.adaptive
+    v = config.adaptive.vip
     p = np.clip(predict(config, problems, visits), 1e-6, 1 - 1e-6)
-    return allocation.vip_allocation(p * (1 - p), a.vip_budget_per_prompt * len(problems),
-                                     a.vip_n_min, a.vip_n_max, a.vip_estimator,
-                                     linear=allocation.vip_gamma_term(p, a.vip_gamma))
+    return allocation.vip_allocation(p * (1 - p), v.budget_per_prompt * len(problems),
+                                     v.n_min, v.n_max, v.estimator,
+                                     linear=allocation.vip_gamma_term(p, v.gamma))

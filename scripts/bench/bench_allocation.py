@@ -14,7 +14,7 @@ uniform's score on the same objective and batch:
   vip               VIP (Gaussian process over prompts, γ·log(p)·n program, floor 4): the
                     program's value Σ p(1-p)/(N-1) + γ·log(p)·N  (lower is better); the plain
                     variance Σ p(1-p)/(N-1) beside it
-  vip_raw           the same with the authors' raw last-visit rate (vip_smoothing 0): a 0/8
+  vip_raw           the same with the authors' raw last-visit rate (vip.smoothing 0): a 0/8
                     visit is predicted p = 1e-6, and the allocation loses to uniform
   knapsack_beta, vip_beta   the same solvers fed the Ada-Est Beta(1, 16) posterior (how they
                     were run before: the solved prompt looks like p ≈ 0.36), for comparison
@@ -70,9 +70,9 @@ def allocation_rows(reps: int, B: int = 16, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
     c_vip = base.get_config("algo=vip")
     c_kn = base.get_config("algo=knapsack")
-    a_v, a_k = c_vip.adaptive, c_kn.adaptive
+    a_v, a_k = c_vip.adaptive.vip, c_kn.adaptive.knapsack
     c_raw = base.get_config("algo=vip")
-    c_raw.adaptive.vip_smoothing = 0.0
+    c_raw.adaptive.vip.smoothing = 0.0
     acc = {m: [] for m in ("knapsack", "vip", "vip_raw", "knapsack_beta", "vip_beta")}
     for r in range(reps):
         others, p_o = _draw(rng, rng.choice(RL_FAMILIES, 3 * B), 10_000_000 * (r + 1))
@@ -87,10 +87,10 @@ def allocation_rows(reps: int, B: int = 16, seed: int = 0) -> dict:
         n_vip = vip.budgets_for(c_vip, probs, visits)
         n_vipr = vip.budgets_for(c_raw, probs, visits)
         p_hat, s2_hat = A.beta_moments(np.full(B, float(VISIT)), pos, 1.0, 16.0)
-        n_knb = A.knapsack_allocation(p_hat, total, a_k.knapsack_n_min, a_k.knapsack_n_max)
-        n_vipb = A.vip_allocation(s2_hat, total, 2, a_v.vip_n_max)
+        n_knb = A.knapsack_allocation(p_hat, total, a_k.n_min, a_k.n_max)
+        n_vipb = A.vip_allocation(s2_hat, total, 2, a_v.n_max)
         kv = lambda n: float(A.knapsack_value(n, p).sum())  # noqa: E731
-        vo = lambda n: A.vip_objective(n, p, a_v.vip_gamma)  # noqa: E731
+        vo = lambda n: A.vip_objective(n, p, a_v.gamma)  # noqa: E731
         var = lambda n: float(A.vip_variance(n, p * (1 - p)).sum())  # noqa: E731
         acc["knapsack"].append((kv(n_kn), kv(uni), *_shares(n_kn, p)))
         acc["vip_raw"].append((vo(n_vipr), vo(uni), *_shares(n_vipr, p), var(n_vipr), var(uni)))
@@ -117,19 +117,18 @@ def allocation_rows(reps: int, B: int = 16, seed: int = 0) -> dict:
 def pilot_commit_row(reps: int, B: int = 16, seed: int = 1) -> dict:
     """Mixed share of the trained groups (the commit's 8 fresh samples) vs uniform n = 8."""
     rng = np.random.default_rng(seed)
-    a = base.get_config("algo=grpo").adaptive
+    a = base.get_config("algo=grpo").adaptive.pilot_commit
     mixed = lambda p, n: 1 - p ** n - (1 - p) ** n  # noqa: E731
     got, uni, spent, sh = [], [], [], []
     for _ in range(reps):
-        p = np.asarray([base_rate(lv) for lv in rng.choice(RL_FAMILIES, a.pc_pilot_batches * B)])
-        pos = rng.binomial(a.pc_pilot, p)
-        chosen = pilot_commit.commit(pos, np.full(len(p), a.pc_pilot), B, a.pc_p_low,
-                                     a.pc_p_high)
-        got.append(mixed(p[chosen], a.pc_commit).mean())
+        p = np.asarray([base_rate(lv) for lv in rng.choice(RL_FAMILIES, a.pilot_batches * B)])
+        pos = rng.binomial(a.pilot, p)
+        chosen = pilot_commit.commit(pos, np.full(len(p), a.pilot), B, a.p_low, a.p_high)
+        got.append(mixed(p[chosen], a.commit).mean())
         uni.append(mixed(p[:B], MEAN).mean())
-        spent.append(a.pc_pilot * len(p) + a.pc_commit * B)
-        n = np.full(len(p), a.pc_pilot)
-        n[chosen] += a.pc_commit
+        spent.append(a.pilot * len(p) + a.commit * B)
+        n = np.full(len(p), a.pilot)
+        n[chosen] += a.commit
         sh.append(_shares(n, p))
     per_sample = np.mean(got) * B / np.mean(spent)
     return dict(objective="mixed share of trained groups", better="higher",
@@ -143,8 +142,8 @@ def pilot_commit_row(reps: int, B: int = 16, seed: int = 1) -> dict:
 def conformal_row(reps: int, B: int = 16, seed: int = 2) -> dict:
     """Samples per prompt with the calibrated stopping rule vs every prompt to the top."""
     rng = np.random.default_rng(seed)
-    a = base.get_config("algo=grpo").adaptive
-    grid = tuple(a.conformal_grid)
+    a = base.get_config("algo=grpo").adaptive.conformal
+    grid = tuple(a.grid)
     rates = np.asarray([base_rate(lv) for lv in RL_FAMILIES])
 
     def counts(p):  # [L, len(p)] positives among the first k of a grid's top samples
@@ -152,10 +151,10 @@ def conformal_row(reps: int, B: int = 16, seed: int = 2) -> dict:
         return np.stack([y[:, :k].sum(1) for k in grid])
     used, cover, deltas, sh = [], [], [], []
     for _ in range(reps):
-        p_cal = rng.choice(rates, a.conformal_calib_prompts)
+        p_cal = rng.choice(rates, a.calib_prompts)
         s_cal = counts(p_cal)
         n_cal = np.asarray(grid)[:, None] * np.ones_like(s_cal)
-        q, d = conformal.calibrate(n_cal, s_cal, a.conformal_alpha, a.conformal_auto_delta)
+        q, d = conformal.calibrate(n_cal, s_cal, a.alpha, a.auto_delta)
         p = rng.choice(rates, B)
         s = counts(p)
         n = np.full(B, grid[-1])
