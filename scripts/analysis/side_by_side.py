@@ -118,7 +118,7 @@ def main():
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m, seeds in metrics.items():
         steps = [recs[-1]["step"] for recs in seeds.values()]
-        per_step = [recs[-1]["cost_samples"] / recs[-1]["step"] for recs in seeds.values()]
+        per_step = [recs[-1]["cost_samples"] / max(recs[-1]["step"], 1) for recs in seeds.values()]
         mixed = [np.mean([r["effective_prompt_ratio"] for r in recs
                           if "effective_prompt_ratio" in r]) for recs in seeds.values()]
         at_step = []
