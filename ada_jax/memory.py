@@ -187,9 +187,10 @@ def _embedding_bytes(mcfg, pdt, vocab_split: int) -> int:
 
 # A CPU process's memory besides the estimate's arrays: Python, jax / XLA and their compiled
 # programs and compile transients, the tokenizer and the task. Calibrated on one run (a 4-layer
-# d-256 stand-in with a 49,152 vocabulary: 2.36 GiB peak RSS, 1.12 GiB of it the estimate's
-# learning phase); docs/benchmarks.md ("Memory") checks it on others.
-HOST_RUNTIME_BYTES = int(1.24 * GiB)
+# d-256 stand-in with a 49,152 vocabulary, scripts/bench/bench_memory.py: 1.93 GiB peak RSS,
+# 1.20 GiB of it the estimate's learning phase); docs/benchmarks.md ("Memory") checks it on
+# others.
+HOST_RUNTIME_BYTES = int(0.73 * GiB)
 
 
 def host_peak_bytes(config) -> int:

@@ -84,7 +84,8 @@ def test_logits_and_greedy_match_transformers(smollm2):
 
 def test_a_trained_run_exports_to_transformers(smollm2, tmp_path):
     """Two GRPO steps (small batch and lengths; the synthetic first-token reward at a high
-    temperature, so groups have a spread and the weights move, at a large lr); the run's export
+    temperature and an entropy bonus, so the weights move whatever the rewards, at a large lr);
+    the run's export
     (scripts/convert_hf.py) loads in transformers with the trained policy's logits and greedy
     continuations, and keeps the checkpoint's <|im_end|> as its eos."""
     data = standins.write_math_jsonl(str(tmp_path / "math.jsonl"))
@@ -96,6 +97,7 @@ def test_a_trained_run_exports_to_transformers(smollm2, tmp_path):
     c.rl.update(prompts_per_step=2, n=4)
     c.adaptive.update(slots=8, samples_per_round=4)
     c.optim.update(lr=1e-4, warmup_steps=0)
+    c.loss.entropy_coef = 0.01  # the weights move even where a group's rewards are all equal
     c.eval.every = 0
     c.log.progress = False
     validate(c)
