@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import Any, Callable, Sequence
 
 import jax
@@ -115,6 +116,10 @@ def _last_words(line: str) -> None:
     keep = os.dup(fd)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, fd)
+    # A write another thread started before the dup2 may still be in flight (preempted, or
+    # blocked on a full pipe, under load) and would land after the line: give such writes a
+    # moment to finish first.
+    time.sleep(0.2)
     os.write(keep, f"\n{line}\n".encode())
 
 
