@@ -32,9 +32,9 @@ FIELDS = {
                     "rollout.dtype / bf16"),
     "model.remat": ("recompute activations in the backward pass (less memory)",
                     "model.enable_gradient_checkpointing / gradient_checkpointing"),
-    "model.scan_layers": ("run the decoder blocks as one scan over stacked weights: the compiled "
-                          "learner step holds one block, so compile time and memory stop "
-                          "growing with depth (same values)", "— / scan_layers (MaxText)"),
+    "model.scan_layers": ("run the decoder blocks as one scan over stacked weights in the "
+                          "learner: one block in the compiled step and smaller XLA "
+                          "temporaries (same values)", "— / scan_layers (MaxText)"),
     "model.vocab_size": ("vocabulary rows of the embedding (>= the tokenizer's ids)", "—"),
     "model.d_model": ("hidden size", "hidden_size"),
     "model.n_layers": ("decoder layers", "num_hidden_layers"),

@@ -243,10 +243,10 @@ class Transformer(nnx.Module):
         remat: recompute each block in the backward pass (default: config.model.remat
         without a cache; decoding is never differentiated).
         scan: run the blocks as one `lax.scan` over their stacked weights (default:
-        config.model.scan_layers without a cache), so the compiled program holds one block
-        instead of n_layers: XLA's compile time and memory stop growing with depth (the
-        learner's step on a 30-layer model compiles in a fraction of the time), at the cost of
-        a stacked copy of the block weights while the step runs. Same values as the loop.
+        config.model.scan_layers without a cache): the compiled program holds one block
+        instead of n_layers, and XLA's temporaries for the learner's step are smaller (30
+        layers: 2.0 against 3.5 GiB, docs/benchmarks.md), at the cost of a stacked copy of
+        the block weights while the step runs. Same values as the loop.
         """
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
@@ -310,8 +310,8 @@ def _block_call(block, x, positions_BT, inv_freq, kv_mask, layer_cache, remat: b
 def _scan_blocks(blocks, x, positions_BT, inv_freq, kv_mask, cache, remat: bool):
     """The blocks as one `lax.scan` over their weights stacked on a leading layer axis (and the
     cache's per-layer keys / values stacked likewise): (x, per-layer caches or Nones)."""
-    graphdef, first = nnx.split(blocks[0])
-    states = [first] + [nnx.split(b)[1] for b in blocks[1:]]
+    graphdef = nnx.graphdef(blocks[0])
+    states = [nnx.state(b) for b in blocks]
 
     def in_compute_dtype(path, leaf):
         """A block casts every weight but its norms' scales to the compute dtype where it

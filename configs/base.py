@@ -239,7 +239,7 @@ def get_config(arg: str = ""):
         p = PRETRAINED.get(c.model.name, dict(template="", eos_token="", extra_eos_tokens=(),
                                               slots=HF_SLOTS))
         # float32 master weights, bfloat16 compute: bf16 params round lr-1e-6 updates away.
-        # Blocks as one scan in the learner: a compile that does not grow with depth.
+        # Blocks as one scan in the learner: smaller XLA temporaries for deep models.
         c.model.update(param_dtype="float32", dtype="bfloat16", remat=True, scan_layers=True,
                        eos_token=p["eos_token"], extra_eos_tokens=p["extra_eos_tokens"])
         c.task.template = p["template"]
