@@ -83,18 +83,28 @@ def pack(rows, values_BG):
     return jnp.where(rows["real"], values_BG.reshape(-1)[rows["flat"]], 0.0)
 
 
-def completion_logits(model, tokens, mask, group, *, prompt_len: int, n_groups: int,
+def completion_hidden(model, tokens, mask, group, *, prompt_len: int, n_groups: int,
                       share: bool):
-    """Logits [R, T - P, V] of rows [R, T] at the positions predicting their completion
-    tokens (P = prompt_len). With `share`, where the rows hold at least 2 per group on average,
-    each group's prompt runs once (model.shared_prompt_logits: the same values up to float
-    rounding); otherwise every row runs whole."""
+    """Final-normed hidden states [R, T - P, D] of rows [R, T] at the positions predicting
+    their completion tokens (P = prompt_len), for model.head_logprobs. With `share`, where the
+    rows hold at least 2 per group on average, each group's prompt runs once
+    (model.shared_prompt_logits: the same values up to float rounding); otherwise every row
+    runs whole."""
     R, T = tokens.shape
     if share and R >= 2 * n_groups:
-        return model_lib.shared_prompt_logits(model, tokens, mask, group, n_groups, prompt_len)
-    logits, _ = model(tokens, model_lib.positions_from_mask(mask), mask,
-                      logits_slice=(prompt_len - 1, T - 1))
-    return logits
+        return model_lib.shared_prompt_logits(model, tokens, mask, group, n_groups, prompt_len,
+                                              hidden=True)
+    hidden, _ = model(tokens, model_lib.positions_from_mask(mask), mask,
+                      logits_slice=(prompt_len - 1, T - 1), hidden=True)
+    return hidden
+
+
+def completion_logprobs_entropy(model, tokens, mask, group, *, prompt_len: int, n_groups: int,
+                                share: bool, temperature: float):
+    """(log π, entropy) [R, T - P] float32 of the completion tokens of rows [R, T]."""
+    hidden = completion_hidden(model, tokens, mask, group, prompt_len=prompt_len,
+                               n_groups=n_groups, share=share)
+    return model_lib.head_logprobs(model, hidden, tokens[:, prompt_len:], temperature)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature",
@@ -108,9 +118,9 @@ def completion_logprobs(graphdef, params, tokens, mask, group, *, prompt_len, te
 
     def part(xs):
         t, m, g = xs
-        logits = completion_logits(model, t, m, g, prompt_len=prompt_len, n_groups=n_groups,
-                                   share=share)
-        return model_lib.token_logprobs(logits, t[:, prompt_len:], temperature)[0]
+        return completion_logprobs_entropy(model, t, m, g, prompt_len=prompt_len,
+                                           n_groups=n_groups, share=share,
+                                           temperature=temperature)[0]
 
     R = tokens.shape[0]
     if micro <= 1 or R % micro:
@@ -185,10 +195,9 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
         model = nnx.merge(graphdef, trainable["model"])
         # Logits at the completion positions only (those predicting tokens P..T-1).
         prompt_len = mb["tokens"].shape[1] - mb["loss_mask"].shape[1]
-        logits = completion_logits(model, mb["tokens"], mb["mask"], mb["group"],
-                                   prompt_len=prompt_len, n_groups=n_groups,
-                                   share=rl.share_prompts)
-        logp, ent = model_lib.token_logprobs(logits, mb["tokens"][:, prompt_len:], temperature)
+        logp, ent = completion_logprobs_entropy(model, mb["tokens"], mb["mask"], mb["group"],
+                                                prompt_len=prompt_len, n_groups=n_groups,
+                                                share=rl.share_prompts, temperature=temperature)
         kl_in_loss = "ref_logp" in mb and not l.kl_in_reward
         # Decoupled PPO: clip against the proximal policy, the sampler's log-probs as a weight.
         old, behav = (mb["prox_logp"], mb["old_logp"]) if "prox_logp" in mb else (mb["old_logp"],
@@ -269,8 +278,12 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
         weighted, nll, grads = _sum_over(part, (split, w_j))
         return (weighted, nll), grads
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
-    def train_step(trainable, opt_state, mb, nan_now, replay=None):
+    @jax.jit
+    def gradient(trainable, opt_state, mb, nan_now, replay=None):
+        """(gradient, whether to apply it, metrics). The update is computed here for its norms
+        only: decided apart from `apply`, no copy of the new params or optimizer state is
+        kept beside the old ones for the choice between them (SmolLM2: 2.0 GiB of XLA
+        temporaries in one program, the largest of the step)."""
         if micro > 1:
             (loss, met), grads = accumulated_grad(trainable, mb, nan_now)
         else:
@@ -281,25 +294,54 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
             loss = loss + weighted
             met = dict(met, replay_nll=nll)
         gnorm = global_norm(grads)
-        updates, new_opt = optimizer.update(grads, opt_state, trainable)
-        new = optax.apply_updates(trainable, updates)
+        updates, _ = optimizer.update(grads, opt_state, trainable)
         # The update's size against the params': a diverging lr (1e3) moves them by thousands
         # of times their norm, after which every logit saturates and learning stops.
         ratio = global_norm(updates) / jnp.maximum(global_norm(trainable), 1e-12)
         # The new params too: a finite gradient times a NaN / inf learning rate is not finite.
         # Their norm is finite iff every element is (and the norm below 1.8e19): one scalar
         # behind a square root. An AND over each leaf's own check instead is cheap enough that
-        # XLA copies it into every leaf's select below: a program quadratic in the number of
-        # leaves (30 layers: 58 MB of HLO, 2.7 GiB and minutes to compile on CPU).
+        # XLA copies it into every leaf's use: a program quadratic in the number of leaves
+        # (30 layers: 58 MB of HLO, 2.7 GiB and minutes to compile on CPU).
+        new = optax.apply_updates(trainable, updates)
         ok = jnp.isfinite(loss) & jnp.isfinite(gnorm) & jnp.isfinite(global_norm(new))
         if max_ratio > 0:
             ok &= ratio <= max_ratio
-        keep = lambda a, b: jnp.where(ok, a, b)  # noqa: E731
-        trainable = jax.tree.map(keep, new, trainable)
-        opt_state = jax.tree.map(keep, new_opt, opt_state)
-        return trainable, opt_state, dict(met, loss=loss, grad_norm=gnorm, update_ratio=ratio,
-                                          skipped=(~ok).astype(jnp.float32))
+        return grads, ok, dict(met, loss=loss, grad_norm=gnorm, update_ratio=ratio,
+                               skipped=(~ok).astype(jnp.float32))
 
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def apply(trainable, opt_state, grads, ok):
+        """The optimizer's update where `ok`; else the params and state unchanged. Selected
+        leaf by leaf (each new leaf computed and chosen in one pass, in place), which also
+        keeps every leaf's sharding: under a `lax.cond` XLA may replicate them."""
+        updates, new_opt = optimizer.update(grads, opt_state, trainable)
+        new = optax.apply_updates(trainable, updates)
+        keep = lambda a, b: jnp.where(ok, a, b)  # noqa: E731
+        return jax.tree.map(keep, new, trainable), jax.tree.map(keep, new_opt, opt_state)
+
+    compiled = set()
+
+    def compile_first(fn, *args):
+        """Compile `fn` for these shapes if not yet, then hand the compile's freed memory back
+        to the OS before the program runs: glibc keeps it mapped, and the program's buffers
+        come on top (SmolLM2: about 0.5 GiB of the step's peak)."""
+        key = (fn, str(jax.tree.map(lambda x: (x.shape, x.dtype), args[2:])))
+        if key not in compiled:
+            fn.lower(*args).compile()  # jit's own cache: the call below reuses it
+            memory.release_free_heap()
+            compiled.add(key)
+
+    def train_step(trainable, opt_state, mb, nan_now, replay=None):
+        """(params, optimizer state, metrics) after one minibatch's update, which is skipped
+        when not finite or too large; params and state are donated."""
+        compile_first(gradient, trainable, opt_state, mb, nan_now, replay)
+        grads, ok, met = gradient(trainable, opt_state, mb, nan_now, replay)
+        compile_first(apply, trainable, opt_state, grads, ok)
+        trainable, opt_state = apply(trainable, opt_state, grads, ok)
+        return trainable, opt_state, met
+
+    train_step.gradient, train_step.apply = gradient, apply  # to lower and compile each
     return train_step
 
 

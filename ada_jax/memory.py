@@ -157,7 +157,9 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
         # one block's backward: ~20 bytes per attention score (f32 scores, masked scores, exp
         # and their grads, bf16 probs), ~6 [T, F] MLP arrays in the compute dtype
         block_tmp=micro_dev * L * (h * L * 20 + 6 * f * cb),
-        logits=micro_dev * L * v * 4 * 3,  # logits, log-softmax, their gradient
+        # logits, softmax and their gradient at the completion positions, for the rows of one
+        # chunk of model.head_logprobs
+        logits=min(micro_dev, max(1, model_lib.HEAD_CHUNK_BYTES // (N * V * 4))) * N * v * 4 * 3,
     )
     state = out["params"] + out["adam"]
     fixed = state + out["decode_copy"] + out["prompt_kv"] + out["engine"]
@@ -187,10 +189,10 @@ def _embedding_bytes(mcfg, pdt, vocab_split: int) -> int:
 
 # A CPU process's memory besides the estimate's arrays: Python, jax / XLA and their compiled
 # programs and compile transients, the tokenizer and the task. Calibrated on one run (a 4-layer
-# d-256 stand-in with a 49,152 vocabulary, scripts/bench/bench_memory.py: 1.93 GiB peak RSS,
-# 1.20 GiB of it the estimate's learning phase); docs/benchmarks.md ("Memory") checks it on
+# d-256 stand-in with a 49,152 vocabulary, scripts/bench/bench_memory.py: 1.37 GiB peak RSS,
+# 0.42 GiB of it the estimate's learning phase); docs/benchmarks.md ("Memory") checks it on
 # others.
-HOST_RUNTIME_BYTES = int(0.73 * GiB)
+HOST_RUNTIME_BYTES = int(0.95 * GiB)
 
 
 def host_peak_bytes(config) -> int:

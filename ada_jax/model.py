@@ -229,7 +229,7 @@ class Transformer(nnx.Module):
 
     def __call__(self, tokens_BT, positions_BT, mask_BT, cache: Cache | None = None,
                  logits_at_BU=None, logits_slice: tuple[int, int] | None = None,
-                 remat: bool | None = None, scan: bool | None = None):
+                 remat: bool | None = None, scan: bool | None = None, hidden: bool = False):
         """Logits [B,T,V] (float32) and the updated cache (None without one).
 
         mask_BT marks real tokens (False = padding). Positions are each token's index among
@@ -247,10 +247,12 @@ class Transformer(nnx.Module):
         instead of n_layers, and XLA's temporaries for the learner's step are smaller (30
         layers: 2.0 against 3.5 GiB, docs/benchmarks.md), at the cost of a stacked copy of
         the block weights while the step runs. Same values as the loop.
+        hidden: return the final-normed hidden states [B,T,D] (compute dtype) instead of the
+        logits, for `head_logprobs` to take the output head a few rows at a time.
         """
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
-        x = self.embed[...].astype(dt)[tokens_BT]
+        x = self.embed[...][tokens_BT].astype(dt)  # gather, then cast: no [V, D] copy
         x = sharding.constrain(x, ("batch", "length", "embed"))
         inv_freq = rope_frequencies(cfg)
         T = tokens_BT.shape[1]
@@ -281,13 +283,17 @@ class Transformer(nnx.Module):
         if logits_at_BU is not None:
             x = jnp.take_along_axis(x, logits_at_BU[:, :, None].astype(jnp.int32), axis=1)
         x = self.final_norm(x)
-        w = self.embed[...].T if cfg.tie_embeddings else self.lm_head[...]
-        logits = dense(x, w.astype(dt)).astype(jnp.float32)
+        logits = x if hidden else self.head(x).astype(jnp.float32)
         if cache is None:
             return logits, None
         new_cache = {"k": [lc["k"] for lc in new_layers], "v": [lc["v"] for lc in new_layers],
                      "valid": valid, "pos": cache["pos"] + T}
         return logits, new_cache
+
+    def head(self, x_BTD):
+        """Logits [..., V] in the compute dtype from final-normed hidden states [..., D]."""
+        w = self.embed[...].T if self.cfg.tie_embeddings else self.lm_head[...]
+        return dense(x_BTD, w.astype(jnp.dtype(self.cfg.dtype)))
 
 
 def _block_call(block, x, positions_BT, inv_freq, kv_mask, layer_cache, remat: bool):
@@ -336,14 +342,16 @@ def _scan_blocks(blocks, x, positions_BT, inv_freq, kv_mask, cache, remat: bool)
     return x, [{"k": k_L[i], "v": v_L[i]} for i in range(len(blocks))]
 
 
-def shared_prompt_logits(model, tokens_RT, mask_RT, group_R, n_groups: int, prompt_len: int):
+def shared_prompt_logits(model, tokens_RT, mask_RT, group_R, n_groups: int, prompt_len: int,
+                         hidden: bool = False):
     """Logits [R, T - P, V] at positions P-1 .. T-2 (those predicting the completion tokens),
     equal to `model(tokens, positions, mask, logits_slice=(P - 1, T - 1))` up to float
     rounding, with each group's prompt run once instead of once per row. Rows with the same
     `group_R` (0..n_groups-1) must hold the same prompt in their first P columns (the
     learner's rows: the samples of one prompt). The prompts' keys and values go into a cache
     that every row of the group continues from, so a step with G samples per prompt runs the
-    prompt part on R / G rows. A group with no row here runs on an arbitrary row (unused)."""
+    prompt part on R / G rows. A group with no row here runs on an arbitrary row (unused).
+    hidden: the final-normed hidden states instead of the logits (Transformer's `hidden`)."""
     R, T = tokens_RT.shape
     P = prompt_len
     rep_B = jnp.minimum(jax.ops.segment_min(jnp.arange(R), group_R, num_segments=n_groups),
@@ -352,7 +360,8 @@ def shared_prompt_logits(model, tokens_RT, mask_RT, group_R, n_groups: int, prom
     remat, scan = model.cfg.remat, model.cfg.scan_layers
     first_B, cache = model(tokens_RT[rep_B, :P], positions[rep_B, :P], mask_RT[rep_B, :P],
                            init_cache(model.cfg, n_groups, P),
-                           logits_at_BU=jnp.full((n_groups, 1), P - 1), remat=remat, scan=scan)
+                           logits_at_BU=jnp.full((n_groups, 1), P - 1), remat=remat, scan=scan,
+                           hidden=hidden)
     first = first_B[group_R]
     if T - 1 == P:  # one completion column: its logits come from the prompt's last position
         return first
@@ -363,7 +372,7 @@ def shared_prompt_logits(model, tokens_RT, mask_RT, group_R, n_groups: int, prom
             "valid": jnp.pad(cache["valid"][group_R], [(0, 0), (0, more)]),
             "pos": cache["pos"][group_R]}
     rest, _ = model(tokens_RT[:, P:T - 1], positions[:, P:T - 1], mask_RT[:, P:T - 1], rows,
-                    remat=remat, scan=scan)
+                    remat=remat, scan=scan, hidden=hidden)
     return jnp.concatenate([first, rest], axis=1)
 
 
@@ -393,6 +402,37 @@ def token_logprobs(logits_BTV, targets_BT, temperature: float = 1.0):
     logp = jnp.take_along_axis(logits, targets_BT[..., None], axis=-1)[..., 0] - lse
     entropy = lse - jnp.sum(jnp.exp(logits - lse[..., None]) * logits, axis=-1)
     return logp, entropy
+
+
+HEAD_CHUNK_BYTES = 32 * 2**20  # float32 logits of one chunk of rows in `head_logprobs`
+
+
+def head_logprobs(model, hidden_BTD, targets_BT, temperature: float = 1.0):
+    """token_logprobs of the output head on final-normed hidden states (Transformer's
+    `hidden`), a chunk of rows at a time when [B,T,V] float32 logits exceed HEAD_CHUNK_BYTES:
+    each chunk's logits are recomputed in the backward pass (jax.checkpoint), so the logits
+    and their softmax exist for one chunk at once instead of as several [B,T,V] copies
+    (SmolLM2's vocabulary of 49,152: 12.6 MB per row of 64 positions). Same values as the
+    whole batch at once, up to float rounding."""
+    B, T = targets_BT.shape
+    # rows over the batch axes, as the blocks leave them (the shared-prompt path's gather and
+    # concatenation would otherwise let XLA replicate the head's work)
+    hidden_BTD = sharding.constrain(hidden_BTD, ("batch", "length", "embed"))
+    per_row = T * model.cfg.vocab_size * 4
+    rows = max(1, HEAD_CHUNK_BYTES // per_row)
+    if rows >= B:
+        return token_logprobs(model.head(hidden_BTD).astype(jnp.float32), targets_BT,
+                              temperature)
+    rows = max(r for r in range(1, rows + 1) if B % r == 0)  # the largest divisor of B
+
+    @jax.checkpoint
+    def chunk(_, xs):
+        h, t = xs
+        return None, token_logprobs(model.head(h).astype(jnp.float32), t, temperature)
+
+    split = lambda x: x.reshape((B // rows, rows) + x.shape[1:])  # noqa: E731
+    _, (logp, ent) = jax.lax.scan(chunk, None, (split(hidden_BTD), split(targets_BT)))
+    return logp.reshape(B, T), ent.reshape(B, T)
 
 
 def count_params(params) -> int:

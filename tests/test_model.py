@@ -210,6 +210,46 @@ def test_shared_prompt_logits_equal_the_whole_rows(variant, remat, new):
         np.testing.assert_allclose(a, b, atol=2e-5 * max(1.0, float(jnp.abs(b).max())))
 
 
+@pytest.mark.parametrize("tie", [True, False])
+def test_head_logprobs_in_chunks_equal_the_whole_batch(tie, monkeypatch):
+    """head_logprobs a few rows at a time (the output head recomputed per chunk in the
+    backward pass) gives the log-probs, entropies and gradients of token_logprobs over the
+    whole [B,T,V] logits, for a tied embedding and a separate output head."""
+    rng = np.random.default_rng(7)
+    toks = jnp.asarray(rng.integers(3, 64, size=(6, 8)))
+    mask = jnp.ones((6, 8), bool)
+    graphdef, params = nnx.split(_randomise_biases(tiny_model(tie_embeddings=tie)))
+    weight = jnp.asarray(rng.normal(size=(2, 6, 5)), jnp.float32)
+
+    def loss(p):
+        model = nnx.merge(graphdef, p)
+        hidden, _ = model(toks, model_lib.positions_from_mask(mask), mask, logits_slice=(2, 7),
+                          hidden=True)
+        logp, ent = model_lib.head_logprobs(model, hidden, toks[:, 3:], temperature=0.7)
+        return jnp.sum(logp * weight[0] + ent * weight[1]), (logp, ent)
+
+    def whole(p):
+        logits, _ = nnx.merge(graphdef, p)(toks, model_lib.positions_from_mask(mask), mask,
+                                           logits_slice=(2, 7))
+        logp, ent = model_lib.token_logprobs(logits, toks[:, 3:], temperature=0.7)
+        return jnp.sum(logp * weight[0] + ent * weight[1]), (logp, ent)
+
+    (want, (want_logp, want_ent)), want_g = jax.value_and_grad(whole, has_aux=True)(params)
+    row_bytes = 5 * tiny_model().cfg.vocab_size * 4
+    # rows that fit in HEAD_CHUNK_BYTES -> chunks: all 6 at once; 2 a chunk; 4 fit, so 3 a
+    # chunk (the largest divisor of 6)
+    for fit, chunks in ((6, 1), (2, 3), (4, 2)):
+        monkeypatch.setattr(model_lib, "HEAD_CHUNK_BYTES", fit * row_bytes)
+        (got, (logp, ent)), g = jax.value_and_grad(loss, has_aux=True)(params)
+        scan = jax.make_jaxpr(lambda p: loss(p)[1])(params).jaxpr.eqns
+        lengths = [e.params["length"] for e in scan if e.primitive.name == "scan"]
+        assert lengths == ([] if chunks == 1 else [chunks]), (fit, lengths)
+        np.testing.assert_allclose(logp, want_logp, atol=1e-5)
+        np.testing.assert_allclose(ent, want_ent, atol=1e-5)
+        for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(want_g)):
+            np.testing.assert_allclose(a, b, atol=1e-5 * max(1.0, float(jnp.abs(b).max())))
+
+
 def test_bfloat16_compute_is_close_to_float32():
     rng = np.random.default_rng(3)
     toks = rng.integers(3, 64, size=(2, 8))

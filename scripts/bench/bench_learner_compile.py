@@ -6,8 +6,9 @@ bfloat16 compute over float32 weights, remat) at L layers, its GRPO `train_step`
 (learn.make_train_step: 4 micro-batches of 8 rows, prompt 64 + completion 64 tokens, clipping
 and AdamW) lowered and compiled for CPU. Reported per configuration: compile seconds, the
 process's resident memory before and after the compile (the compile's own cost: XLA frees
-little of it back), the compiled program's temporary buffers (`memory_analysis`, what a step
-then needs beyond its arguments) and the optimized HLO's size (what grows with depth).
+little of it back), the compiled programs' temporary buffers and gradient (`memory_analysis`:
+what a step needs beyond the params and optimizer state) and the optimized HLO's size (what
+grows with depth).
 
   python scripts/bench/bench_learner_compile.py --quick     # 6 layers, both variants
   python scripts/bench/bench_learner_compile.py             # 6 and 30 layers
@@ -31,6 +32,7 @@ def rss_gib() -> float:
 
 def one(layers: int, scan: bool) -> dict:
     """Compile the learner step once in this process and measure it."""
+    import jax
     import jax.numpy as jnp
     import numpy as np
     from flax import nnx
@@ -58,12 +60,18 @@ def one(layers: int, scan: bool) -> dict:
               mu=jnp.full((R,), 0.5))
     step = learn.make_train_step(graphdef, optimizer, c, n_groups=8)
     t0 = time.time()
-    compiled = step.lower(trainable, opt_state, mb, jnp.asarray(False)).compile()
+    gradient = step.gradient.lower(trainable, opt_state, mb, jnp.asarray(False)).compile()
+    grads = jax.eval_shape(lambda t: t, trainable)
+    apply = step.apply.lower(trainable, opt_state, grads, jnp.asarray(True)).compile()
     seconds = time.time() - t0
+    temp = lambda p: p.memory_analysis().temp_size_in_bytes / GiB  # noqa: E731
+    out = lambda p: p.memory_analysis().output_size_in_bytes / GiB  # noqa: E731
     return dict(layers=layers, scan=scan, compile_s=round(seconds, 1),
                 rss_before_gib=round(before, 2), compile_rss_gib=round(rss_gib() - before, 2),
-                temp_gib=round(compiled.memory_analysis().temp_size_in_bytes / GiB, 3),
-                hlo_mchars=round(len(compiled.as_text()) / 1e6, 2))
+                # beyond the params and optimizer state: the gradient program's temporaries
+                # and its output (the gradient), or the update's temporaries beside the gradient
+                temp_gib=round(max(temp(gradient) + out(gradient), temp(apply) + out(gradient)), 3),
+                hlo_mchars=round((len(gradient.as_text()) + len(apply.as_text())) / 1e6, 2))
 
 
 def main():
