@@ -11,7 +11,8 @@ Runs are ROOT/<method>_s<seed> (scripts/reproduce.sh's layout). The FLOP-weighte
 every run at the largest FLOP-weighted cost (cost_flop_tokens) that every run reached. A cell
 averages the seeds that reached it; where some did not it says "(k of n)", so no seed drops
 out unseen. The best uniform arm is the --uniform arm with the highest seed mean at the last
-matched cost; each arm counts the seeds (reached by both) where it beats that arm's same seed.
+matched cost; each arm counts the seeds (reached by both) where it beats that arm's same seed,
+at the last matched cost and, against the reference, at the FLOP-weighted cost.
 """
 import argparse
 import glob
@@ -55,13 +56,13 @@ def _cell(vals, nd=3) -> str:
     return _fmt(_mean(vals), nd) + _reached(vals)
 
 
-def _wins(mine: dict, theirs: dict, k: int, cost: float) -> str:
-    """Seeds where this arm beats the other arm's same seed at `cost` ("w of m"; m: seeds both
-    reached), the range of the differences, and the seeds not compared."""
+def _wins(mine: dict, theirs: dict, k: int, cost: float, key: str = "cost_samples") -> str:
+    """Seeds where this arm beats the other arm's same seed at `cost` of `key` ("w of m"; m:
+    seeds both reached), the range of the differences, and the seeds not compared."""
     diffs = []
     for seed in sorted(mine):
-        a = _interp(mine[seed], k, "cost_samples", cost)
-        b = _interp(theirs[seed], k, "cost_samples", cost) if seed in theirs else None
+        a = _interp(mine[seed], k, key, cost)
+        b = _interp(theirs[seed], k, key, cost) if seed in theirs else None
         diffs.append(None if a is None or b is None else a - b)
     got = [d for d in diffs if d is not None]
     out = f"{sum(d > 0 for d in got)} of {len(got)}"
@@ -114,7 +115,8 @@ def main():
                f"{flop / 1e3:,.0f}k FLOP-tokens: all",
                "samples on base p ≤ 0.1 / ≥ 0.9",
                f"> {a.reference} at {last:,.0f} (seeds)",
-               f"> best uniform ({best}) at {last:,.0f} (seeds)"])
+               f"> best uniform ({best}) at {last:,.0f} (seeds)",
+               f"> {a.reference} at {flop / 1e3:,.0f}k FLOP-tokens (seeds)"])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m, seeds in metrics.items():
         steps = [recs[-1]["step"] for recs in seeds.values()]
@@ -144,6 +146,8 @@ def main():
                      if sh else "-")
         cells.append("" if m == a.reference or not ref else _wins(seeds, ref, k, last))
         cells.append("" if best is None or m == best else _wins(seeds, metrics[best], k, last))
+        cells.append("" if m == a.reference or not ref
+                     else _wins(seeds, ref, k, flop, "cost_flop_tokens"))
         lines.append("| " + " | ".join(cells) + " |")
     print(f"held-out avg@{k}, seed means; matched cost interpolated between evals")
     print("\n".join(lines))
