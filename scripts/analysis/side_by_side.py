@@ -88,6 +88,9 @@ def main():
     ap.add_argument("--reference", default="grpo_n4", help="per-seed counts against this arm")
     ap.add_argument("--uniform", default="grpo_n4,grpo_n8,grpo_n16,rloo_n8",
                     help="uniform arms: per-seed counts against the best of those present")
+    ap.add_argument("--train_weight", type=float, default=3.0,
+                    help="FLOP-weighted cost = generated + this x (trained + replayed) tokens "
+                         "(the runs' own cost_flop_tokens uses 3)")
     ap.add_argument("--out", default="", help="write the seed-mean plots here")
     a = ap.parse_args()
     costs = [float(c) for c in a.costs.split(",")]
@@ -98,6 +101,13 @@ def main():
     if missing:
         ap.error(f"no runs under {a.root} for {', '.join(missing)}")
     metrics = {m: {plots.run_seed(d): plots.load_metrics(d) for d in ds} for m, ds in runs.items()}
+    if a.train_weight != 3.0:  # the same cost with another weight on a trained token
+        for seeds in metrics.values():
+            for recs in seeds.values():
+                for r in recs:
+                    if "cum_generated_tokens" in r:
+                        r["cost_flop_tokens"] = r["cum_generated_tokens"] + a.train_weight * (
+                            r.get("cum_trained_tokens", 0) + r.get("cum_replay_tokens", 0))
     k = plots.eval_k(next(iter(next(iter(metrics.values())).values())))
     flop = min(recs[-1]["cost_flop_tokens"] for seeds in metrics.values()
                for recs in seeds.values())
