@@ -277,6 +277,38 @@ def test_side_by_side_reads_matched_steps_and_costs(tmp_path):
     assert rows["fast"][10] == "1 of 2 (-0.05..+0.20)"
 
 
+def test_side_by_side_flop_weight_of_a_trained_token(tmp_path):
+    """The FLOP-weighted column reads every arm at the largest such cost all reached, and
+    --train_weight recomputes that cost as generated + W x (trained + replayed) tokens: an arm
+    that trains on everything it generates costs 4x its generation at W = 3, 2x at W = 1."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    for name, trained in (("all_s0", 1000), ("few_s0", 0)):  # tokens trained a step
+        d = _run(root, name, [.3, .5, .7], [.3, .5, .7], eff=0.5)
+        with open(os.path.join(d, "metrics.jsonl")) as f:
+            recs = [json.loads(line) for line in f]
+        for r in recs:
+            r["cum_trained_tokens"] = trained * r["step"]
+            r["cost_flop_tokens"] = r["cum_generated_tokens"] + 3 * r["cum_trained_tokens"]
+        with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in recs)
+
+    def flop_cells(*extra):
+        res = helpers.run([sys.executable,
+                           os.path.join(ROOT, "scripts", "analysis", "side_by_side.py"),
+                           "--root", str(root), "--methods", "all,few", "--step", "10",
+                           "--costs", "1000", "--reference", "all", *extra], check=True)
+        rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+                for line in res.stdout.splitlines() if line.startswith(("| all ", "| few "))}
+        assert "20k FLOP-tokens" in res.stdout  # `few` ends at 20k: 1,000 a step
+        return rows["all"][7], rows["few"][7], rows["few"][-1]
+
+    # W = 3: `all` costs 4,000 a step, so 20k is its step 5: 0.3 + (0.5 - 0.3) / 2
+    assert flop_cells() == ("0.400", "0.700", "1 of 1 (+0.30..+0.30)")
+    # W = 1: 2,000 a step, so 20k is its step 10
+    assert flop_cells("--train_weight", "1") == ("0.500", "0.700", "1 of 1 (+0.20..+0.20)")
+
+
 def test_side_by_side_says_which_seeds_reached_a_column(tmp_path):
     """A seed that stops short of a matched cost is not dropped silently: the cell says
     "(k of n)", and the per-seed counts name the seed not compared; the best uniform arm is
