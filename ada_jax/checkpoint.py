@@ -73,14 +73,15 @@ def _shapes(tree) -> dict:
 
 def signature(tree) -> dict:
     """{leaf path: [shape, dtype, checksum]} of a tree of arrays."""
-    sums, group, size = [], [], 0
-    for x in jax.tree.leaves(tree) + [None]:
-        if group and (x is None or size + getattr(x, "nbytes", 0) > _CHECKSUM_GROUP_BYTES):
-            sums.extend(np.asarray(jax.device_get(_checksums(group))))
-            group, size = [], 0
-        if x is not None:
-            group.append(x)
-            size += getattr(x, "nbytes", 0)
+    groups, size = [[]], 0
+    for x in jax.tree.leaves(tree):
+        nbytes = getattr(x, "nbytes", 0)
+        if groups[-1] and size + nbytes > _CHECKSUM_GROUP_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(x)
+        size += nbytes
+    sums = [s for g in groups if g for s in np.asarray(jax.device_get(_checksums(g)))]
     return {k: v + [int(s)] for (k, v), s in zip(_shapes(tree).items(), sums)}
 
 

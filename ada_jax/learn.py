@@ -193,7 +193,7 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
 
     def loss_fn(trainable, mb, nan_now):
         model = nnx.merge(graphdef, trainable["model"])
-        # Logits at the completion positions only (those predicting tokens P..T-1).
+        # The head at the completion positions only (those predicting tokens P..T-1).
         prompt_len = mb["tokens"].shape[1] - mb["loss_mask"].shape[1]
         logp, ent = completion_logprobs_entropy(model, mb["tokens"], mb["mask"], mb["group"],
                                                 prompt_len=prompt_len, n_groups=n_groups,

@@ -159,7 +159,7 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
         block_tmp=micro_dev * L * (h * L * 20 + 6 * f * cb),
         # logits, softmax and their gradient at the completion positions, for the rows of one
         # chunk of model.head_logprobs
-        logits=min(micro_dev, max(1, model_lib.HEAD_CHUNK_BYTES // (N * V * 4))) * N * v * 4 * 3,
+        logits=model_lib.head_chunk_rows(micro_dev, N, V) * N * v * 4 * 3,
     )
     state = out["params"] + out["adam"]
     fixed = state + out["decode_copy"] + out["prompt_kv"] + out["engine"]

@@ -407,6 +407,14 @@ def token_logprobs(logits_BTV, targets_BT, temperature: float = 1.0):
 HEAD_CHUNK_BYTES = 32 * 2**20  # float32 logits of one chunk of rows in `head_logprobs`
 
 
+def head_chunk_rows(rows: int, length: int, vocab: int) -> int:
+    """Rows per chunk of `head_logprobs`: all of them when their [rows, length, vocab] float32
+    logits fit in HEAD_CHUNK_BYTES, else the largest divisor of `rows` whose chunk fits (1 at
+    least)."""
+    fit = max(1, HEAD_CHUNK_BYTES // (length * vocab * 4))
+    return rows if fit >= rows else max(r for r in range(1, fit + 1) if rows % r == 0)
+
+
 def head_logprobs(model, hidden_BTD, targets_BT, temperature: float = 1.0):
     """token_logprobs of the output head on final-normed hidden states (Transformer's
     `hidden`), a chunk of rows at a time when [B,T,V] float32 logits exceed HEAD_CHUNK_BYTES:
@@ -418,12 +426,10 @@ def head_logprobs(model, hidden_BTD, targets_BT, temperature: float = 1.0):
     # rows over the batch axes, as the blocks leave them (the shared-prompt path's gather and
     # concatenation would otherwise let XLA replicate the head's work)
     hidden_BTD = sharding.constrain(hidden_BTD, ("batch", "length", "embed"))
-    per_row = T * model.cfg.vocab_size * 4
-    rows = max(1, HEAD_CHUNK_BYTES // per_row)
-    if rows >= B:
+    rows = head_chunk_rows(B, T, model.cfg.vocab_size)
+    if rows == B:
         return token_logprobs(model.head(hidden_BTD).astype(jnp.float32), targets_BT,
                               temperature)
-    rows = max(r for r in range(1, rows + 1) if B % r == 0)  # the largest divisor of B
 
     @jax.checkpoint
     def chunk(_, xs):
