@@ -8,7 +8,7 @@ import math
 import re
 from typing import Any
 
-from ada_jax.tasks import TASKS
+from ada_jax.tasks import TASKS, task_of
 from ada_jax.tasks.embedded import MAX_LEVEL
 
 log = logging.getLogger(__name__)
@@ -19,6 +19,7 @@ _CHOICES = {
     "model.rope_scaling": ("none", "llama3"),
     "task.name": TASKS,
     "task.reward": ("verifier", "reading", "synthetic"),
+    "task.answer": ("boxed", "last_number"),
     "task.template": ("embedded", "qwen_math", "llama3_chat", "chat"),
     "task.on_bad_row": ("error", "skip"),
     "task.family_set": ("rl", "hard", "every"),
@@ -260,6 +261,11 @@ def validate(config, overrides_pending: bool = False) -> None:
     if t.reward == "reading" and t.name != "families":
         raise ValueError(f"config.task.reward='reading' checks the family task's reading marker; "
                          f"task {t.name!r} has none: use 'verifier'")
+    if t.answer != "boxed" and not (t.reward == "verifier" and task_of(config).host_verifier):
+        raise ValueError(f"config.task.answer={t.answer!r} is read by the math verifier of the "
+                         f"math-file tasks (files, tfds_files with task.reward=verifier); task "
+                         f"{t.name!r} with reward {t.reward!r} scores the boxed answer: leave "
+                         f"task.answer='boxed'")
     if t.name == "families":
         from ada_jax.tasks.families import FAMILIES
         if not (isinstance(t.min_level, int) and isinstance(t.max_level, int)

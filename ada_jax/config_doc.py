@@ -96,6 +96,9 @@ FIELDS = {
     "task.reward": ("verifier (the task's answer check), reading (family task: the answer "
                     "under the family's right reading marker) or synthetic (first-token reward, "
                     "tests)", "reward_model.reward_manager / reward_funcs"),
+    "task.answer": ("the answer the math verifier reads: boxed (the last \\boxed{}) or "
+                    "last_number (the last number written: models that state a result but never "
+                    "box it)", "reward function's extractor"),
     "task.template": ("prompt template: embedded, qwen_math, llama3_chat, or chat (the "
                       "checkpoint's own Jinja chat template)",
                       "data.apply_chat_template / chat template"),

@@ -89,8 +89,7 @@ def score_completions(config, problems, texts) -> np.ndarray:
         out = []
     elif task.host_verifier:
         from ada_jax.rewards.math_verifier import MathVerifierPool
-        with MathVerifierPool(num_workers=config.task.verifier_workers,
-                              timeout_s=config.task.verifier_timeout) as pool:
+        with MathVerifierPool.from_config(config) as pool:
             out = pool.score(texts, answers).tolist()
     elif scorer is not None:  # the task's own (the family task's reading reward)
         out = [scorer(p, t) for p, t in zip(of_text, texts)]

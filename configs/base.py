@@ -162,7 +162,8 @@ def get_config(arg: str = ""):
         eval_temperature=1.0, prefill_chunk=0))
 
     c.task = ml_collections.ConfigDict(dict(
-        name=args["task"], reward="verifier", template="embedded", system_prompt=SYSTEM_MATH,
+        name=args["task"], reward="verifier", answer="boxed", template="embedded",
+        system_prompt=SYSTEM_MATH,
         min_level=1, max_level=8, train_size=20_000,
         eval_size=256, seed=1234, family_set="rl", files=ml_collections.FieldReference("", field_type=str),
         eval_files="", data_dir="",

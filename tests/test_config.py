@@ -117,6 +117,22 @@ def test_numeric_bounds(field, bad, good, allowed):
     validate(c)
 
 
+def test_last_number_answers_only_where_the_math_verifier_scores():
+    c = base.get_config("task=embedded")
+    c.unlock()
+    c.task.answer = "last_number"
+    with pytest.raises(ValueError, match=re.escape("config.task.answer='last_number' is read by "
+                                                   "the math verifier")):
+        validate(c)
+    c.task.answer = "last_digit"
+    with pytest.raises(ValueError, match=re.escape("config.task.answer")):
+        validate(c)
+    c = base.get_config("task=files")
+    c.unlock()
+    c.task.answer = "last_number"
+    validate(c)
+
+
 def test_llama3_rope_frequency_factors_are_ordered():
     c = base.get_config("model=llama3_2_1b")
     c.unlock()

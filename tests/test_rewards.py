@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ada_jax.rewards.embedded import encode_answers, score_text, score_tokens, token_scorer
-from ada_jax.rewards.math_verifier import MathVerifierPool, last_boxed, math_verify_check
+from ada_jax.rewards.math_verifier import (MathVerifierPool, extract_answer, last_boxed,
+                                          last_number, math_verify_check)
 from ada_jax.tasks.embedded import EmbeddedSource
 from ada_jax.tokenizer import SentencePieceTokenizer
 from tests import helpers
@@ -140,6 +141,33 @@ def test_last_boxed_is_linear_on_megabyte_inputs():
     assert time.perf_counter() - t < 5
 
 
+@pytest.mark.parametrize("text,expected", [
+    ("8 + 2 = 10", "10"), ("The sum of 8 and 2 is 16.", "16"), ("51-6=45", "45"),
+    ("51 - 6", "6"), ("so x = -3", "-3"), ("1,234 apples", "1234"), ("pi is 3.14.", "3.14"),
+    ("7,8,9", "9"), ("\\boxed{12} and 5", "5"), ("no digits", None),
+    ("", None),
+])
+def test_last_number(text, expected):
+    assert last_number(text) == expected
+
+
+def test_extract_answer_reads_the_box_or_the_last_number():
+    text = "We get \\boxed{12}, then 13"
+    assert extract_answer(text, "boxed") == "12"
+    assert extract_answer(text, "last_number") == "13"
+    with pytest.raises(ValueError, match="last_number"):
+        extract_answer(text, "first_word")
+    with pytest.raises(ValueError, match="last_number"):
+        MathVerifierPool(num_workers=1, extract="first_word")
+
+
+def test_last_number_is_linear_on_megabyte_inputs():
+    t = time.perf_counter()
+    assert last_number("1," * 500_000 + "7") == "7"
+    assert last_number("-" * 10**6) is None
+    assert time.perf_counter() - t < 5
+
+
 # ---------------------------------------------------------------- math verifier pool
 
 SENTINEL = "/tmp/ada_jax_verifier_sentinel"
@@ -187,6 +215,16 @@ def test_equivalences(pool):
     ]
     scores = pool.score([c for c, _, _ in cases], [g for _, g, _ in cases])
     assert scores.dtype == np.float32
+    assert scores.tolist() == [float(e) for _, _, e in cases]
+
+
+def test_last_number_pool_scores_stated_results():
+    """The extractor for models that never box: the last number, equal by value."""
+    cases = [("8 + 2 = 10", "10", 1), ("The sum of 8 and 2 is 16.", "10", 0),
+             ("so the answer is 17.0", "17", 1), ("\\boxed{12}", "12", 1),
+             ("12 apples, 13 pears", "12", 0), ("no number", "3", 0), ("-4", "-4", 1)]
+    with MathVerifierPool(num_workers=1, timeout_s=3.0, extract="last_number") as p:
+        scores = p.score([c for c, _, _ in cases], [g for _, g, _ in cases])
     assert scores.tolist() == [float(e) for _, _, e in cases]
 
 

@@ -74,8 +74,7 @@ def math_pool(config):
     if not uses_math_verifier(config):
         return None
     from ada_jax.rewards.math_verifier import MathVerifierPool
-    return MathVerifierPool(num_workers=config.task.verifier_workers,
-                            timeout_s=config.task.verifier_timeout)
+    return MathVerifierPool.from_config(config)
 
 
 def reward_data(config, tokenizer, problems) -> dict:

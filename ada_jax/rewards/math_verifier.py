@@ -1,5 +1,6 @@
-"""Math answer verifier: last brace-matched `\\boxed{}` checked against the gold answer with the
-`math-verify` library, in a pool of worker processes with a per-sample timeout.
+"""Math answer verifier: the response's answer (its last brace-matched `\\boxed{}`, or with
+`extract="last_number"` its last number) checked against the gold answer with the `math-verify`
+library, in a pool of worker processes with a per-sample timeout.
 
 Why a pool of our own: math-verify (sympy underneath) can take unbounded time or memory on
 adversarial answers. Each worker handles one sample at a time; one that runs past `timeout_s`
@@ -43,6 +44,29 @@ def last_boxed(text: str) -> str | None:
     start += len(BOXED)
     end = _closing(text, start)
     return None if end is None else text[start:end]
+
+
+# A decimal number not glued to a preceding digit or point ("51-6" reads 51 and 6, not -6;
+# "v1.2" reads 1.2), thousands separators allowed: "-3", "1,234", "2.5".
+_NUMBER = re.compile(r"(?<![\d.])-?\d+(?:,\d{3}(?!\d))*(?:\.\d+)?")
+EXTRACTORS = ("boxed", "last_number")
+
+
+def last_number(text: str) -> str | None:
+    """The last number written in `text`, thousands separators dropped; None if none.
+    For models that state a result ("8 + 2 = 10") but never box it."""
+    found = _NUMBER.findall(text)
+    return found[-1].replace(",", "") if found else None
+
+
+def extract_answer(text: str, extract: str = "boxed") -> str | None:
+    """The answer a response gives: its last `\\boxed{}` ("boxed") or last number
+    ("last_number"); None when it gives none."""
+    if extract == "boxed":
+        return last_boxed(text)
+    if extract == "last_number":
+        return last_number(text)
+    raise ValueError(f"extract must be one of {EXTRACTORS}, got {extract!r}")
 
 
 def _closing(text: str, start: int) -> int | None:
@@ -249,8 +273,9 @@ class MathVerifierPool:
     num_workers processes (2 by default) each verify one sample at a time. A sample whose
     verification exceeds timeout_s scores 0, and its worker is killed and respawned; a worker
     found dead (killed while idle, or dying mid-sample) is respawned too.
-    Completions without a closed `\\boxed{}`, or with more than max_answer_chars inside it,
-    score 0 without reaching a worker; boxed text identical to the gold scores 1 at once.
+    Completions without an answer (`extract`: a closed `\\boxed{}`, or with "last_number" a
+    number), or with more than max_answer_chars in it, score 0 without reaching a worker; an
+    answer identical to the gold scores 1 at once.
     Bytes are decoded as UTF-8 with replacement.
     `check` ("module:function", (pred, gold, inner_timeout) -> bool) replaces math-verify.
     Counters: n_scored, n_timeouts, n_crashes.
@@ -258,17 +283,21 @@ class MathVerifierPool:
 
     @classmethod
     def from_config(cls, config) -> "MathVerifierPool":
-        """config.task.verifier_workers and config.task.verifier_timeout (seconds)."""
+        """config.task.verifier_workers, .verifier_timeout (seconds) and .answer (the
+        extractor)."""
         return cls(num_workers=config.task.verifier_workers,
-                   timeout_s=config.task.verifier_timeout)
+                   timeout_s=config.task.verifier_timeout, extract=config.task.answer)
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, memory_mb: int = 2048,
                  max_answer_chars: int = 1000, start_timeout_s: float = 120.0,
-                 check: str = DEFAULT_CHECK):
+                 check: str = DEFAULT_CHECK, extract: str = "boxed"):
+        if extract not in EXTRACTORS:
+            raise ValueError(f"extract must be one of {EXTRACTORS}, got {extract!r}")
         if num_workers < 1 or timeout_s <= 0:
             raise ValueError(f"need num_workers >= 1 and timeout_s > 0, got {num_workers}, "
                              f"{timeout_s}")
         self.timeout_s, self.max_answer_chars = timeout_s, max_answer_chars
+        self.extract = extract
         self.start_timeout_s = start_timeout_s
         # math-verify's own signal-based timeouts end most slow cases before we must kill.
         self._args = [str(memory_mb), str(max(1, int(timeout_s / 2))), check]
@@ -286,7 +315,7 @@ class MathVerifierPool:
         for i, (text, gold) in enumerate(zip(completions, answers)):
             if isinstance(text, bytes):
                 text = text.decode("utf-8", errors="replace")
-            pred, gold = last_boxed(text), str(gold)
+            pred, gold = extract_answer(text, self.extract), str(gold)
             if pred is not None and pred.strip() == gold.strip() and gold.strip():
                 scores[i] = 1.0  # identical text: no need to ask math-verify
             elif pred is not None and len(pred) <= self.max_answer_chars:
