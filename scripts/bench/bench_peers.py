@@ -700,7 +700,7 @@ def ratios(res):
                          ("learn_s", "learn_wall"), ("learn_cpu_s", "learn_cpu"),
                          ("generate_score_cpu_s", "generate_score_cpu")):
             if f"median_{k}" in p and f"median_{k}" in ada:
-                # ada_jax / peer: the target is <= 0.8 for steps and updates
+                # ada_jax / peer: the target is <= 0.8 for steps and updates
                 out[f"grpo_ada_over_{peer}_{label}"] = ada[f"median_{k}"] / p[f"median_{k}"]
     return out
 
