@@ -2,6 +2,7 @@
 config is the workdir's config.json, `--config.x.y=…` flags on top (ada_jax.run_config).
 
   python scripts/evaluate.py --workdir=workdir --k=16 --samples=2   # + 2 completions per level
+  python scripts/evaluate.py --workdir=workdir --out=workdir/heldout.json  # also to a file
 """
 import json
 import os
@@ -26,6 +27,7 @@ _WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory.")
 _K = flags.DEFINE_integer("k", 16, "Samples per prompt.")
 _BASE = flags.DEFINE_bool("base", False, "Evaluate the base policy instead of the RL one.")
 _SAMPLES = flags.DEFINE_integer("samples", 0, "Print this many sample completions per level.")
+_OUT = flags.DEFINE_string("out", "", "Also write the metrics (the printed JSON) to this file.")
 
 
 def main(argv):
@@ -57,6 +59,11 @@ def main(argv):
               f"{s['question']}\n>>> {s['completion']}\n")
     out["step"] = step
     print(json.dumps(out))
+    if _OUT.value and jax.process_index() == 0:
+        tmp = _OUT.value + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(out, f)
+        os.replace(tmp, _OUT.value)
 
 
 if __name__ == "__main__":

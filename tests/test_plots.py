@@ -358,3 +358,50 @@ def test_seed_mean_curves_pair_seeds_at_the_same_cost(tmp_path):
     np.testing.assert_allclose(line.get_ydata(), ys.mean(0))
     # The bar's pooled figure reads the same equal-cost mean: 0.5 at 2,000 (by eval index: 2,083).
     assert plots.cost_to_reach(runs, 0.5, "cost_samples") == pytest.approx(2000)
+
+
+def _rl_run(root, name, seed, acc, steps=3, generated=100, trained=50):
+    """A finished run of `steps` steps (`generated` / `trained` tokens, 2 s sampling and 1 s
+    learning each) with its held-out report `acc` ({'avg@2': …, 'level1/avg@2': …})."""
+    d = root / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"seed": seed, "rl": {"steps": steps}}))
+    with open(d / "metrics.jsonl", "w") as f:
+        for step in range(1, steps + 1):
+            f.write(json.dumps({"step": step, "generated_tokens": generated,
+                                "trained_tokens": trained, "time_sampling": 2.0,
+                                "time_learning": 1.0, "cum_samples_launched": 8 * step,
+                                "cost_samples": 12 * step}) + "\n")
+    (d / "heldout.json").write_text(json.dumps({**acc, "step": steps}))
+    return str(d)
+
+
+def test_before_after_reads_levels_spend_and_per_seed_counts(tmp_path):
+    """Per-run spend and rates, the change from the base per level with the seeds where it
+    rose, and per-seed counts against a reference paired by seed (not by order)."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts", "analysis"))
+    import before_after
+    base = {"avg@4": 0.10, "level1/avg@4": 0.20, "level10/avg@4": 0.0, "step": 0}
+    acc = lambda a, l1, l10: {"avg@2": a, "level1/avg@2": l1, "level10/avg@2": l10}  # noqa: E731
+    groups = [("ref", [_rl_run(tmp_path, "ref_s1", 1, acc(.2, .3, .1)),
+                       _rl_run(tmp_path, "ref_s0", 0, acc(.1, .2, .0))]),
+              ("new", [_rl_run(tmp_path, "new_s0", 0, acc(.3, .1, .0), generated=300),
+                       _rl_run(tmp_path, "new_s1", 1, acc(.15, .5, .2))])]
+    text = before_after.tables(base, groups, reference="ref")
+    lines = text.splitlines()
+    assert lines[0].endswith("| all | level1 | level10 |")  # levels in numeric order
+    assert "| base | | | | | | | | | 0.100 | 0.200 | 0.000 |" in lines
+    # 3 steps: 8 x 3 samples, cost 36, 900 generated tokens over 6 s, 150 trained over 3 s
+    assert "| new | 0 | 3 | 24 | 36 | 900 | 150 | 150.0 | 50.0 | 0.300 | 0.100 | 0.000 |" in lines
+    change = {l.split("|")[1].strip(): [c.strip() for c in l.strip("|").split("|")[1:]]
+              for l in lines[lines.index("| arm | all | level1 | level10 |") + 2:][:2]}
+    assert change["ref"] == ["+0.050 (1/2)", "+0.050 (1/2)", "+0.050 (1/2)"]
+    assert change["new"] == ["+0.125 (2/2)", "+0.100 (1/2)", "+0.100 (1/2)"]
+    against = next(l for l in lines if l.startswith("| new |") and "/2 (" in l)
+    # seed 0: .3-.1, .1-.2, 0-0; seed 1: .15-.2, .5-.3, .2-.1
+    assert against == "| new | 1/2 (+0.075) | 1/2 (+0.050) | 1/2 (+0.050) |"
+    with pytest.raises(ValueError, match="reference 'grpo'"):
+        before_after.tables(base, groups, reference="grpo")
+    os.remove(os.path.join(groups[0][1][0], "heldout.json"))
+    with pytest.raises(FileNotFoundError, match="evaluate.py --workdir="):
+        before_after.tables(base, groups)

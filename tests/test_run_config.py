@@ -147,9 +147,12 @@ def test_resume_and_evaluate_from_the_workdir_alone(tmp_path):
                                       "--config.rl.steps=2"], check=True, env=env)
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         assert [json.loads(line)["step"] for line in f] == [1, 2]
+    out = os.path.join(workdir, "heldout.json")
     got = helpers.run(script("evaluate.py") + [f"--workdir={workdir}", "--k=2",
-                                               "--samples=1"], check=True, env=env)
+                                               "--samples=1", f"--out={out}"], check=True, env=env)
     report = json.loads(got.stdout.strip().splitlines()[-1])
     assert report["step"] == 2 and "avg@2" in report
+    with open(out) as f:
+        assert json.load(f) == report
     assert got.stdout.count("--- level ") == len([k for k in report if k.endswith("/avg@2")])
     assert f"config: {workdir}/config.json" in got.stderr

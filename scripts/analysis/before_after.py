@@ -1,0 +1,128 @@
+"""Held-out accuracy before and after RL, per level and per seed, with what each run spent.
+
+Each run directory holds `heldout.json` (`scripts/evaluate.py --workdir=RUN --out=RUN/heldout.json`)
+beside its metrics.jsonl; `--base` is the base policy's evaluation (`evaluate.py --base --out=…`).
+
+  python scripts/analysis/before_after.py --base /tmp/rm/base.json \
+      --groups grpo_n4=/tmp/rm/grpo_n4_s0,/tmp/rm/grpo_n4_s1 ada_pos=/tmp/rm/ada_pos_s0,… \
+      --reference grpo_n4
+
+Prints markdown: one row per run (steps, samples generated, cost in samples generated +
+trained, generated and trained tokens, sampler and learner tokens per second, held-out accuracy
+overall and per level), then per arm and level the mean change from the base and on how many
+seeds it rose, and with --reference on how many seeds each arm beat the reference's run of the
+same seed.
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+from ada_jax import plots
+
+HELDOUT = "heldout.json"
+
+
+def accuracy_keys(report: dict) -> tuple[str, list[str]]:
+    """('avg@k', ['level1/avg@k', …]) of an evaluate.py report, levels in numeric order."""
+    overall = [k for k in report if k.startswith("avg@")]
+    if len(overall) != 1:
+        raise ValueError(f"an evaluate.py report has one avg@k, got {overall}")
+    levels = [k for k in report if k.startswith("level") and k.endswith("/" + overall[0])]
+    return overall[0], sorted(levels, key=lambda k: int(k[len("level"):].split("/")[0]))
+
+
+def accuracies(report: dict) -> dict:
+    """{'all': avg@k, 'level1': …} of an evaluate.py report (any k: avg@k's expectation is
+    the pass rate whatever k, so a base at k = 4 and runs at k = 2 compare)."""
+    overall, levels = accuracy_keys(report)
+    return {"all": report[overall], **{k.split("/")[0]: report[k] for k in levels}}
+
+
+def run_row(workdir: str) -> dict:
+    """What one run spent (summed over its steps) and its held-out accuracies."""
+    recs = plots.load_metrics(workdir)
+    if not recs:
+        raise ValueError(f"{workdir}: metrics.jsonl has no steps")
+    path = os.path.join(workdir, HELDOUT)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} missing: run scripts/evaluate.py --workdir={workdir} "
+                                f"--out={path}")
+    with open(path) as f:
+        report = json.load(f)
+    total = lambda key: float(sum(r.get(key, 0) for r in recs))  # noqa: E731
+    last = recs[-1]
+    return {"seed": plots.load_config(workdir).get("seed"), "steps": last["step"],
+            "samples": last.get("cum_samples_launched", total("samples_launched")),
+            "cost": last.get("cost_samples", float("nan")),
+            "generated_tokens": total("generated_tokens"), "trained_tokens": total("trained_tokens"),
+            "sampler_tok_s": total("generated_tokens") / max(total("time_sampling"), 1e-9),
+            "learner_tok_s": total("trained_tokens") / max(total("time_learning"), 1e-9),
+            "short": plots.stopped_short(workdir, recs), "acc": accuracies(report)}
+
+
+def tables(base: dict, groups, reference: str | None = None) -> str:
+    """The markdown of the module docstring. `base`: an evaluate.py report; `groups`:
+    [(label, [workdir, …])], seeds paired across groups by config seed."""
+    base_acc = accuracies(base)
+    cols = list(base_acc)
+    rows = {label: [run_row(d) for d in dirs] for label, dirs in groups}
+    out = ["| arm | seed | steps | samples generated | cost (samples) | generated tokens | "
+           "trained tokens | sampler tok/s | learner tok/s | " + " | ".join(cols) + " |",
+           "|" + "---|" * (9 + len(cols)),
+           "| base | | | | | | | | | " + " | ".join(f"{base_acc[c]:.3f}" for c in cols) + " |"]
+    for label, runs in rows.items():
+        for r in runs:
+            out.append(f"| {label} | {r['seed']} | {r['steps']}{' (' + r['short'] + ')' if r['short'] else ''} "
+                       f"| {r['samples']:.0f} | {r['cost']:.0f} | {r['generated_tokens']:.0f} | "
+                       f"{r['trained_tokens']:.0f} | {r['sampler_tok_s']:.1f} | "
+                       f"{r['learner_tok_s']:.1f} | "
+                       + " | ".join(f"{r['acc'].get(c, float('nan')):.3f}" for c in cols) + " |")
+    out += ["", "Change from the base, seed mean (seeds where it rose / seeds):", "",
+            "| arm | " + " | ".join(cols) + " |", "|" + "---|" * (1 + len(cols))]
+    for label, runs in rows.items():
+        cells = []
+        for c in cols:
+            d = np.array([r["acc"][c] - base_acc[c] for r in runs])
+            cells.append(f"{d.mean():+.3f} ({int((d > 0).sum())}/{len(d)})")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    if reference is not None:
+        if reference not in rows:
+            raise ValueError(f"--reference {reference!r} is not a group: {sorted(rows)}")
+        ref = {r["seed"]: r for r in rows[reference]}
+        out += ["", f"Against {reference}, same seed (seeds ahead / seeds paired; mean "
+                    f"difference):", "", "| arm | " + " | ".join(cols) + " |",
+                "|" + "---|" * (1 + len(cols))]
+        for label, runs in rows.items():
+            if label == reference:
+                continue
+            paired = [(r, ref[r["seed"]]) for r in runs if r["seed"] in ref]
+            cells = []
+            for c in cols:
+                d = np.array([r["acc"][c] - q["acc"][c] for r, q in paired])
+                cells.append(f"{int((d > 0).sum())}/{len(d)} ({d.mean():+.3f})" if len(d)
+                             else "–")
+            out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", required=True, help="evaluate.py --base report (JSON file)")
+    ap.add_argument("--groups", nargs="+", required=True,
+                    help="label=dir1,dir2,… : one arm's runs (seeds)")
+    ap.add_argument("--reference", default=None, help="a group label: per-seed comparisons")
+    args = ap.parse_args(argv)
+    with open(args.base) as f:
+        base = json.load(f)
+    groups = [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.groups]
+    try:
+        print(tables(base, groups, args.reference))
+    except (ValueError, FileNotFoundError) as e:
+        sys.exit(f"before_after.py: {e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# RL methods on a pretrained model from one base, every arm to the same cost, with the held-out
+# accuracy per level before and after (docs/real_model.md).
+#   bash scripts/real_model.sh MODEL_DIR TASK_DIR [OUT_DIR] [SEEDS]
+# MODEL_DIR: a Hugging Face folder (scripts/convert_gguf.py); TASK_DIR: train.jsonl and
+# eval.jsonl (scripts/tools/make_arithmetic_task.py). Environment knobs: ARMS (grpo_n4 ada_pos
+# ada_balance), BUDGET (samples generated + trained per run, 768), LR (1e-5), PROMPTS (prompts a
+# step, 8), NEW_TOKENS (48), ANSWER (last_number, or boxed), EVAL_K (held-out samples a
+# question, 2), EXTRA (flags added to every run).
+# Runs two at a time (2 CPU cores); prints scripts/analysis/before_after.py's tables.
+set -euo pipefail
+MODEL=$1; TASK=$2; OUT=${3:-runs_real}; SEEDS=${4:-"0 1 2"}
+ARMS=${ARMS:-"grpo_n4 ada_pos ada_balance"}
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT"
+# One base for every arm: the checkpoint as converted, its own chat template and stop tokens,
+# an empty system turn (the template's default), answers read as the last number by default.
+COMMON="--config.model.init_from=$MODEL --config.task.files=$TASK/train.jsonl \
+ --config.task.eval_files=$TASK/eval.jsonl --config.task.answer=${ANSWER:-last_number} \
+ --config.task.system_prompt= --config.sampling.max_prompt_len=128 \
+ --config.sampling.max_new_tokens=${NEW_TOKENS:-48} --config.eval.prompts=100000"
+# Small steps for 2 cores: one optimiser update a step in micro-batches of 8 rows, no warm-up
+# (an arm with fewer, larger steps would otherwise spend its run warming up), Ada-Seq pools of
+# up to 4 rounds of 4 samples.
+RL="--config.rl.steps=100000 --config.rl.cost_budget=${BUDGET:-768} \
+ --config.rl.prompts_per_step=${PROMPTS:-8} --config.rl.minibatches=1 \
+ --config.rl.microbatches=$(( ${PROMPTS:-8} / 2 )) --config.optim.lr=${LR:-1e-5} \
+ --config.optim.warmup_steps=0 --config.adaptive.mode=refill \
+ --config.adaptive.slots=$(( ${PROMPTS:-8} * 4 )) --config.adaptive.samples_per_round=4 \
+ --config.adaptive.max_rounds=4 --config.eval.every=0 --config.checkpoint.every=100000 \
+ --config.log.progress=False ${EXTRA:-}"
+declare -A METHODS=(
+  [grpo_n4]="algo=grpo|--config.rl.n=4"
+  [ada_pos]="algo=ada_pos|--config.adaptive.k_pos=2"
+  [ada_balance]="algo=ada_balance|"
+)
+[ -f "$OUT/base.json" ] || python scripts/evaluate.py --base --workdir="$OUT/base" \
+  --config=configs/base.py:algo=grpo,model=hf,task=files $COMMON --k=4 \
+  --out="$OUT/base.json" > "$OUT/base.log" 2>&1
+jobs=()
+for name in $ARMS; do
+  [ -n "${METHODS[$name]:-}" ] || { echo "unknown arm $name: ${!METHODS[*]}" >&2; exit 2; }
+  IFS='|' read -r variant extra <<< "${METHODS[$name]}"
+  for seed in $SEEDS; do
+    wd="$OUT/${name}_s$seed"
+    [ -f "$wd/heldout.json" ] && continue
+    jobs+=("{ [ -f $wd/DONE ] || { python scripts/train.py --workdir=$wd \
+      --config=configs/base.py:$variant,model=hf,task=files --config.seed=$seed $COMMON $RL \
+      $extra > $wd.log 2>&1 && touch $wd/DONE; }; } && python scripts/evaluate.py \
+      --workdir=$wd --k=${EVAL_K:-2} --out=$wd/heldout.json >> $wd.log 2>&1")
+  done
+done
+printf '%s\n' "${jobs[@]}" | xargs -P 2 -I{} bash -c '{}' || echo "some runs failed: see $OUT/*.log"
+groups=()
+for name in $ARMS; do
+  dirs=$(for s in $SEEDS; do printf '%s,' "$OUT/${name}_s$s"; done)
+  groups+=("$name=${dirs%,}")
+done
+python scripts/analysis/before_after.py --base "$OUT/base.json" --groups "${groups[@]}" \
+  --reference "$(echo $ARMS | cut -d' ' -f1)"
