@@ -13,9 +13,9 @@ from tests.standins import ROOT
 
 SMOLLM2 = os.environ.get("ADA_JAX_SMOLLM2_DIR", "")
 # 8 prompts x 4 samples, prompt <= 128, 64 new tokens, GRPO, the config's defaults otherwise.
-# Not met yet on a CPU host: 4.34 GiB, most of the rest the learner's gradient program
-# (docs/benchmarks.md, "Memory").
-PEAK_BOUND_GIB = 4.0
+# The bound is 4 GB (10^9 bytes), 3.73 GiB. Not met yet on a CPU host: 4.34 GiB (4.66 GB), most of
+# the rest the learner's gradient program (docs/benchmarks.md, "Memory").
+PEAK_BOUND_GB = 4.0
 
 
 def _arithmetic_task(out_dir: str) -> None:
@@ -29,7 +29,7 @@ def _arithmetic_task(out_dir: str) -> None:
 @pytest.mark.skipif(not os.path.exists("/usr/bin/time"), reason="needs GNU time")
 def test_two_rl_steps_on_smollm2_within_the_memory_bound(tmp_path):
     """Peak RSS (GNU time's maximum resident set size) of a 2-step GRPO run at the reference
-    settings, step-0 eval included, stays within PEAK_BOUND_GIB; both steps are logged."""
+    settings, step-0 eval included, stays within PEAK_BOUND_GB; both steps are logged."""
     task = str(tmp_path / "task")
     _arithmetic_task(task)
     out = str(tmp_path / "time.txt")
@@ -51,4 +51,5 @@ def test_two_rl_steps_on_smollm2_within_the_memory_bound(tmp_path):
                     if "Maximum resident set size" in line)
     steps = [line for line in open(tmp_path / "run" / "metrics.jsonl") if '"loss"' in line]
     assert len(steps) == 2
-    assert peak_kib / 2**20 <= PEAK_BOUND_GIB, f"peak RSS {peak_kib / 2**20:.2f} GiB"
+    assert peak_kib * 1024 / 1e9 <= PEAK_BOUND_GB, (
+        f"peak RSS {peak_kib * 1024 / 1e9:.2f} GB ({peak_kib / 2**20:.2f} GiB)")
