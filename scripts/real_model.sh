@@ -18,12 +18,12 @@ mkdir -p "$OUT"
 COMMON="--config.model.init_from=$MODEL --config.task.files=$TASK/train.jsonl \
  --config.task.eval_files=$TASK/eval.jsonl --config.task.answer=${ANSWER:-last_number} \
  --config.task.system_prompt= --config.sampling.max_prompt_len=128 \
- --config.sampling.max_new_tokens=${NEW_TOKENS:-48} --config.eval.prompts=100000"
+ --config.sampling.max_new_tokens=${NEW_TOKENS:-48} --config.eval.prompts=100000 \
+ --config.rl.prompts_per_step=${PROMPTS:-8}"
 # Small steps for 2 cores: one optimiser update a step in micro-batches of 8 rows, no warm-up
 # (an arm with fewer, larger steps would otherwise spend its run warming up), Ada-Seq pools of
 # up to 4 rounds of 4 samples.
-RL="--config.rl.steps=100000 --config.rl.cost_budget=${BUDGET:-768} \
- --config.rl.prompts_per_step=${PROMPTS:-8} --config.rl.minibatches=1 \
+RL="--config.rl.steps=100000 --config.rl.cost_budget=${BUDGET:-768} --config.rl.minibatches=1 \
  --config.rl.microbatches=$(( ${PROMPTS:-8} / 2 )) --config.optim.lr=${LR:-1e-5} \
  --config.optim.warmup_steps=0 --config.adaptive.mode=refill \
  --config.adaptive.slots=$(( ${PROMPTS:-8} * 4 )) --config.adaptive.samples_per_round=4 \
@@ -35,8 +35,8 @@ declare -A METHODS=(
   [ada_balance]="algo=ada_balance|"
 )
 [ -f "$OUT/base.json" ] || python scripts/evaluate.py --base --workdir="$OUT/base" \
-  --config=configs/base.py:algo=grpo,model=hf,task=files $COMMON --k=4 \
-  --out="$OUT/base.json" > "$OUT/base.log" 2>&1
+  --config=configs/base.py:algo=grpo,model=hf,task=files $COMMON $RL --k=4 \
+  --out="$OUT/base.json" > "$OUT/base.log" 2>&1 || { tail -5 "$OUT/base.log" >&2; exit 1; }
 jobs=()
 for name in $ARMS; do
   [ -n "${METHODS[$name]:-}" ] || { echo "unknown arm $name: ${!METHODS[*]}" >&2; exit 2; }

@@ -395,11 +395,14 @@ def test_before_after_reads_levels_spend_and_per_seed_counts(tmp_path):
     assert "| new | 0 | 3 | 24 | 36 | 900 | 150 | 150.0 | 50.0 | 0.300 | 0.100 | 0.000 |" in lines
     change = {l.split("|")[1].strip(): [c.strip() for c in l.strip("|").split("|")[1:]]
               for l in lines[lines.index("| arm | all | level1 | level10 |") + 2:][:2]}
-    assert change["ref"] == ["+0.050 (1/2)", "+0.050 (1/2)", "+0.050 (1/2)"]
-    assert change["new"] == ["+0.125 (2/2)", "+0.100 (1/2)", "+0.100 (1/2)"]
-    against = next(l for l in lines if l.startswith("| new |") and "/2 (" in l)
+    assert change["ref"] == ["+0.050 (1 up, 0 down of 2)"] * 3
+    assert change["new"] == ["+0.125 (2 up, 0 down of 2)", "+0.100 (1 up, 1 down of 2)",
+                             "+0.100 (1 up, 0 down of 2)"]
+    against = lines[lines.index("| arm | all | level1 | level10 |", lines.index(
+        next(l for l in lines if l.startswith("Against ref"))))  + 2]
     # seed 0: .3-.1, .1-.2, 0-0; seed 1: .15-.2, .5-.3, .2-.1
-    assert against == "| new | 1/2 (+0.075) | 1/2 (+0.050) | 1/2 (+0.050) |"
+    assert against == ("| new | +0.075 (1 up, 1 down of 2) | +0.050 (1 up, 1 down of 2) | "
+                       "+0.050 (1 up, 0 down of 2) |")
     with pytest.raises(ValueError, match="reference 'grpo'"):
         before_after.tables(base, groups, reference="grpo")
     os.remove(os.path.join(groups[0][1][0], "heldout.json"))

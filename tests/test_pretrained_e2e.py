@@ -269,3 +269,25 @@ def test_sigkill_resume_evaluate_and_export_through_the_scripts(stand_in, math_f
     with torch.no_grad():
         new = hf.generate(**enc)[0, enc["input_ids"].shape[1]:].tolist()
     assert new[-1] == end and end not in new[:-1], hf_tok.decode(new)
+
+
+@pytest.mark.slow
+def test_real_model_script_runs_arms_to_one_budget_and_tabulates(stand_in, tmp_path):
+    """scripts/real_model.sh on the Qwen stand-in and a small arithmetic task: the base's
+    evaluation, two arms to one sample budget, each evaluated after, and the table."""
+    task, out = str(tmp_path / "task"), str(tmp_path / "out")
+    helpers.run([sys.executable, os.path.join(ROOT, "scripts", "tools",
+                                              "make_arithmetic_task.py"), f"--out_dir={task}",
+                 "--train_per_level=8", "--eval_per_level=2"], check=True, env=_env())
+    env = dict(_env(), ARMS="grpo_n4 ada_pos", BUDGET="48", PROMPTS="4", NEW_TOKENS="8",
+               EXTRA=" ".join(f"--config.{k}={v}" for k, v in RECIPE.items()))
+    got = helpers.run(["bash", os.path.join(ROOT, "scripts", "real_model.sh"),
+                       stand_in("qwen2"), task, out, "0"], check=True, env=env)
+    assert "some runs failed" not in got.stdout, got.stdout
+    lines = got.stdout.splitlines()
+    assert lines[0].startswith("| arm | seed | steps |") and "| level4 |" in lines[0]
+    for arm in ("grpo_n4", "ada_pos"):
+        with open(os.path.join(out, f"{arm}_s0", "metrics.jsonl")) as f:
+            assert json.loads(f.readlines()[-1])["cost_samples"] >= 48  # ran to the budget
+        assert any(line.startswith(f"| {arm} | 0 |") for line in lines)
+    assert any(line.startswith("| ada_pos | ") and " of 1)" in line for line in lines)

@@ -10,8 +10,8 @@ beside its metrics.jsonl; `--base` is the base policy's evaluation (`evaluate.py
 Prints markdown: one row per run (steps, samples generated, cost in samples generated +
 trained, generated and trained tokens, sampler and learner tokens per second, held-out accuracy
 overall and per level), then per arm and level the mean change from the base and on how many
-seeds it rose, and with --reference on how many seeds each arm beat the reference's run of the
-same seed.
+seeds it rose and fell, and with --reference the same against the reference's run of each
+seed.
 """
 import argparse
 import json
@@ -63,6 +63,11 @@ def run_row(workdir: str) -> dict:
             "short": plots.stopped_short(workdir, recs), "acc": accuracies(report)}
 
 
+def _up_down(d: np.ndarray) -> str:
+    """'2 up, 1 down of 3' for per-seed differences `d` (ties are neither)."""
+    return f"{int((d > 0).sum())} up, {int((d < 0).sum())} down of {len(d)}"
+
+
 def tables(base: dict, groups, reference: str | None = None) -> str:
     """The markdown of the module docstring. `base`: an evaluate.py report; `groups`:
     [(label, [workdir, …])], seeds paired across groups by config seed."""
@@ -80,20 +85,20 @@ def tables(base: dict, groups, reference: str | None = None) -> str:
                        f"{r['trained_tokens']:.0f} | {r['sampler_tok_s']:.1f} | "
                        f"{r['learner_tok_s']:.1f} | "
                        + " | ".join(f"{r['acc'].get(c, float('nan')):.3f}" for c in cols) + " |")
-    out += ["", "Change from the base, seed mean (seeds where it rose / seeds):", "",
+    out += ["", "Change from the base: seed mean (seeds up, down of all):", "",
             "| arm | " + " | ".join(cols) + " |", "|" + "---|" * (1 + len(cols))]
     for label, runs in rows.items():
         cells = []
         for c in cols:
             d = np.array([r["acc"][c] - base_acc[c] for r in runs])
-            cells.append(f"{d.mean():+.3f} ({int((d > 0).sum())}/{len(d)})")
+            cells.append(f"{d.mean():+.3f} ({_up_down(d)})")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
     if reference is not None:
         if reference not in rows:
             raise ValueError(f"--reference {reference!r} is not a group: {sorted(rows)}")
         ref = {r["seed"]: r for r in rows[reference]}
-        out += ["", f"Against {reference}, same seed (seeds ahead / seeds paired; mean "
-                    f"difference):", "", "| arm | " + " | ".join(cols) + " |",
+        out += ["", f"Against {reference}, same seed: mean difference (seeds ahead, behind of "
+                    f"those paired):", "", "| arm | " + " | ".join(cols) + " |",
                 "|" + "---|" * (1 + len(cols))]
         for label, runs in rows.items():
             if label == reference:
@@ -102,8 +107,7 @@ def tables(base: dict, groups, reference: str | None = None) -> str:
             cells = []
             for c in cols:
                 d = np.array([r["acc"][c] - q["acc"][c] for r, q in paired])
-                cells.append(f"{int((d > 0).sum())}/{len(d)} ({d.mean():+.3f})" if len(d)
-                             else "–")
+                cells.append(f"{d.mean():+.3f} ({_up_down(d)})" if len(d) else "–")
             out.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
