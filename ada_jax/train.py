@@ -445,15 +445,19 @@ def _collapse_advice(config) -> str:
                                       "optim.stop_on_collapse=True would stop the run here"))
 
 
+# A trained token's cost in generated tokens: a forward and a backward pass, about 3 forwards.
+TRAIN_TOKEN_WEIGHT = 3
+
+
 def cost(totals: dict) -> dict:
     """What a run has spent so far, the reference papers' way (training is not free;
     docs/spec.md §9): `cost_samples` = samples generated (launched, cut ones included) +
     samples trained (times PPO epochs);
-    `cost_flop_tokens` = generated tokens + 3 x trained response tokens (a training pass is
-    about a forward and a backward, 3 forwards; prompts are the same for every method), plus
-    3 x the replayed SFT tokens (loss.replay_coef; not samples: nothing is generated)."""
+    `cost_flop_tokens` = generated tokens + TRAIN_TOKEN_WEIGHT (3) x trained response tokens
+    (prompts are the same for every method), plus 3 x the replayed SFT tokens
+    (loss.replay_coef; not samples: nothing is generated)."""
     return {"cost_samples": totals["samples_launched"] + totals["samples_trained"],
-            "cost_flop_tokens": totals["generated_tokens"] + 3 * (
+            "cost_flop_tokens": totals["generated_tokens"] + TRAIN_TOKEN_WEIGHT * (
                 totals["trained_tokens"] + totals["replay_tokens"])}
 
 

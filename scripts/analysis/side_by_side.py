@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from ada_jax import plots
+from ada_jax.train import TRAIN_TOKEN_WEIGHT
 
 TIERS = ("very_hard", "hard")
 
@@ -88,9 +89,9 @@ def main():
     ap.add_argument("--reference", default="grpo_n4", help="per-seed counts against this arm")
     ap.add_argument("--uniform", default="grpo_n4,grpo_n8,grpo_n16,rloo_n8",
                     help="uniform arms: per-seed counts against the best of those present")
-    ap.add_argument("--train_weight", type=float, default=3.0,
+    ap.add_argument("--train_weight", type=float, default=TRAIN_TOKEN_WEIGHT,
                     help="FLOP-weighted cost = generated + this x (trained + replayed) tokens "
-                         "(the runs' own cost_flop_tokens uses 3)")
+                         f"(the runs' own cost_flop_tokens uses {TRAIN_TOKEN_WEIGHT})")
     ap.add_argument("--out", default="", help="write the seed-mean plots here")
     a = ap.parse_args()
     costs = [float(c) for c in a.costs.split(",")]
@@ -101,7 +102,7 @@ def main():
     if missing:
         ap.error(f"no runs under {a.root} for {', '.join(missing)}")
     metrics = {m: {plots.run_seed(d): plots.load_metrics(d) for d in ds} for m, ds in runs.items()}
-    if a.train_weight != 3.0:  # the same cost with another weight on a trained token
+    if a.train_weight != TRAIN_TOKEN_WEIGHT:  # the same cost with another weight on a trained token
         for seeds in metrics.values():
             for recs in seeds.values():
                 for r in recs:
