@@ -144,7 +144,7 @@ def test_last_boxed_is_linear_on_megabyte_inputs():
 @pytest.mark.parametrize("text,expected", [
     ("8 + 2 = 10", "10"), ("The sum of 8 and 2 is 16.", "16"), ("51-6=45", "45"),
     ("51 - 6", "6"), ("so x = -3", "-3"), ("1,234 apples", "1234"), ("pi is 3.14.", "3.14"),
-    ("7,8,9", "9"), ("\\boxed{12} and 5", "5"), ("no digits", None),
+    ("7,8,9", "9"), ("twelve: \u0661\u0662", None), ("\\boxed{12} and 5", "5"), ("no digits", None),
     ("", None),
 ])
 def test_last_number(text, expected):

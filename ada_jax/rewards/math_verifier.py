@@ -47,8 +47,8 @@ def last_boxed(text: str) -> str | None:
 
 
 # A decimal number not glued to a preceding digit or point ("51-6" reads 51 and 6, not -6;
-# "v1.2" reads 1.2), thousands separators allowed: "-3", "1,234", "2.5".
-_NUMBER = re.compile(r"(?<![\d.])-?\d+(?:,\d{3}(?!\d))*(?:\.\d+)?")
+# "v1.2" reads 1.2), thousands separators allowed: "-3", "1,234", "2.5". ASCII digits only.
+_NUMBER = re.compile(r"(?<![0-9.])-?[0-9]+(?:,[0-9]{3}(?![0-9]))*(?:\.[0-9]+)?")
 EXTRACTORS = ("boxed", "last_number")
 
 
