@@ -401,8 +401,8 @@ def test_before_after_reads_levels_spend_and_per_seed_counts(tmp_path):
     against = lines[lines.index("| arm | all | level1 | level10 |", lines.index(
         next(l for l in lines if l.startswith("Against ref"))))  + 2]
     # seed 0: .3-.1, .1-.2, 0-0; seed 1: .15-.2, .5-.3, .2-.1
-    assert against == ("| new | +0.075 (1 up, 1 down of 2) | +0.050 (1 up, 1 down of 2) | "
-                       "+0.050 (1 up, 0 down of 2) |")
+    assert against == ("| new | +0.075 (1 ahead, 1 behind of 2) | +0.050 (1 ahead, 1 behind "
+                       "of 2) | +0.050 (1 ahead, 0 behind of 2) |")
     with pytest.raises(ValueError, match="reference 'grpo'"):
         before_after.tables(base, groups, reference="grpo")
     os.remove(os.path.join(groups[0][1][0], "heldout.json"))

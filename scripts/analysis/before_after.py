@@ -63,9 +63,9 @@ def run_row(workdir: str) -> dict:
             "short": plots.stopped_short(workdir, recs), "acc": accuracies(report)}
 
 
-def _up_down(d: np.ndarray) -> str:
+def _up_down(d: np.ndarray, words=("up", "down")) -> str:
     """'2 up, 1 down of 3' for per-seed differences `d` (ties are neither)."""
-    return f"{int((d > 0).sum())} up, {int((d < 0).sum())} down of {len(d)}"
+    return f"{int((d > 0).sum())} {words[0]}, {int((d < 0).sum())} {words[1]} of {len(d)}"
 
 
 def tables(base: dict, groups, reference: str | None = None) -> str:
@@ -107,7 +107,8 @@ def tables(base: dict, groups, reference: str | None = None) -> str:
             cells = []
             for c in cols:
                 d = np.array([r["acc"][c] - q["acc"][c] for r, q in paired])
-                cells.append(f"{d.mean():+.3f} ({_up_down(d)})" if len(d) else "–")
+                cells.append(f"{d.mean():+.3f} ({_up_down(d, ('ahead', 'behind'))})"
+                             if len(d) else "–")
             out.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
