@@ -8,7 +8,8 @@ beside its metrics.jsonl; `--base` is the base policy's evaluation (`evaluate.py
       --reference grpo_n4
 
 Prints markdown: one row per run (steps, samples generated, cost in samples generated +
-trained, generated and trained tokens, sampler and learner tokens per second, held-out accuracy
+trained, generated and trained tokens, the FLOP-weighted cost (generated + 3 x trained tokens),
+sampler and learner tokens per second, held-out accuracy
 overall and per level), then per arm and level the mean change from the base and on how many
 seeds it rose and fell, and with --reference the same against the reference's run of each
 seed.
@@ -57,6 +58,7 @@ def run_row(workdir: str) -> dict:
     return {"seed": plots.load_config(workdir).get("seed"), "steps": last["step"],
             "samples": last.get("cum_samples_launched", total("samples_launched")),
             "cost": last.get("cost_samples", float("nan")),
+            "flop_tokens": last.get("cost_flop_tokens", float("nan")),
             "generated_tokens": total("generated_tokens"), "trained_tokens": total("trained_tokens"),
             "sampler_tok_s": total("generated_tokens") / max(total("time_sampling"), 1e-9),
             "learner_tok_s": total("trained_tokens") / max(total("time_learning"), 1e-9),
@@ -75,14 +77,15 @@ def tables(base: dict, groups, reference: str | None = None) -> str:
     cols = list(base_acc)
     rows = {label: [run_row(d) for d in dirs] for label, dirs in groups}
     out = ["| arm | seed | steps | samples generated | cost (samples) | generated tokens | "
-           "trained tokens | sampler tok/s | learner tok/s | " + " | ".join(cols) + " |",
-           "|" + "---|" * (9 + len(cols)),
-           "| base | | | | | | | | | " + " | ".join(f"{base_acc[c]:.3f}" for c in cols) + " |"]
+           "trained tokens | FLOP-tokens | sampler tok/s | learner tok/s | "
+           + " | ".join(cols) + " |", "|" + "---|" * (10 + len(cols)),
+           "| base |" + " |" * 9 + " " + " | ".join(f"{base_acc[c]:.3f}" for c in cols) + " |"]
     for label, runs in rows.items():
         for r in runs:
             out.append(f"| {label} | {r['seed']} | {r['steps']}{' (' + r['short'] + ')' if r['short'] else ''} "
                        f"| {r['samples']:.0f} | {r['cost']:.0f} | {r['generated_tokens']:.0f} | "
-                       f"{r['trained_tokens']:.0f} | {r['sampler_tok_s']:.1f} | "
+                       f"{r['trained_tokens']:.0f} | {r['flop_tokens']:.0f} | "
+                       f"{r['sampler_tok_s']:.1f} | "
                        f"{r['learner_tok_s']:.1f} | "
                        + " | ".join(f"{r['acc'].get(c, float('nan')):.3f}" for c in cols) + " |")
     out += ["", "Change from the base: seed mean (seeds up, down of all):", "",
