@@ -7,7 +7,10 @@
 # ada_balance), BUDGET (samples generated + trained per run, 768), LR (1e-5), PROMPTS (prompts a
 # step, 8), NEW_TOKENS (48), ANSWER (last_number, or boxed), EVAL_K (held-out samples a
 # question, 2), EXTRA (flags added to every run).
-# Runs two at a time (2 CPU cores); prints scripts/analysis/before_after.py's tables.
+# Runs two at a time (2 CPU cores); prints scripts/analysis/before_after.py's tables. Each run's
+# final policy is evaluated into RUN/heldout_BUDGET.json; run again with a larger BUDGET, the
+# runs resume where they stopped (a run to a larger budget is the smaller one's run followed by
+# more steps: constant lr) and the tables read them at the new budget.
 set -euo pipefail
 MODEL=$1; TASK=$2; OUT=${3:-runs_real}; SEEDS=${4:-"0 1 2"}
 ARMS=${ARMS:-"grpo_n4 ada_pos ada_balance"}
@@ -43,11 +46,11 @@ for name in $ARMS; do
   IFS='|' read -r variant extra <<< "${METHODS[$name]}"
   for seed in $SEEDS; do
     wd="$OUT/${name}_s$seed"
-    [ -f "$wd/heldout.json" ] && continue
-    jobs+=("{ [ -f $wd/DONE ] || { python scripts/train.py --workdir=$wd \
+    [ -f "$wd/heldout_${BUDGET:-768}.json" ] && continue
+    jobs+=("python scripts/train.py --workdir=$wd \
       --config=configs/base.py:$variant,model=hf,task=files --config.seed=$seed $COMMON $RL \
-      $extra > $wd.log 2>&1 && touch $wd/DONE; }; } && python scripts/evaluate.py \
-      --workdir=$wd --k=${EVAL_K:-2} --out=$wd/heldout.json >> $wd.log 2>&1")
+      $extra >> $wd.log 2>&1 && python scripts/evaluate.py --workdir=$wd --k=${EVAL_K:-2} \
+      --out=$wd/heldout_${BUDGET:-768}.json >> $wd.log 2>&1")
   done
 done
 printf '%s\n' "${jobs[@]}" | xargs -P 2 -I{} bash -c '{}' || echo "some runs failed: see $OUT/*.log"
@@ -57,4 +60,4 @@ for name in $ARMS; do
   groups+=("$name=${dirs%,}")
 done
 python scripts/analysis/before_after.py --base "$OUT/base.json" --groups "${groups[@]}" \
-  --reference "$(echo $ARMS | cut -d' ' -f1)"
+  --reference "$(echo $ARMS | cut -d' ' -f1)" --budget "${BUDGET:-768}"

@@ -407,6 +407,14 @@ def test_before_after_reads_levels_spend_and_per_seed_counts(tmp_path):
                        "of 2) | +0.050 (1 ahead, 0 behind of 2) |")
     with pytest.raises(ValueError, match="reference 'grpo'"):
         before_after.tables(base, groups, reference="grpo")
+    # a run read at a budget: its steps up to the first that reached it, that budget's report
+    d = groups[1][1][0]
+    with open(os.path.join(d, "heldout_24.json"), "w") as f:
+        json.dump(acc(.5, .5, .5), f)
+    at = before_after.run_row(d, budget=24)  # cost 12 a step: step 2
+    assert (at["steps"], at["cost"], at["generated_tokens"], at["acc"]["all"]) == (2, 24, 600, .5)
+    with pytest.raises(ValueError, match="never reached a cost of 48"):
+        before_after.run_row(d, budget=48)
     os.remove(os.path.join(groups[0][1][0], "heldout.json"))
     with pytest.raises(FileNotFoundError, match="evaluate.py --workdir="):
         before_after.tables(base, groups)

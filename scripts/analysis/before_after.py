@@ -1,7 +1,10 @@
 """Held-out accuracy before and after RL, per level and per seed, with what each run spent.
 
 Each run directory holds `heldout.json` (`scripts/evaluate.py --workdir=RUN --out=RUN/heldout.json`)
-beside its metrics.jsonl; `--base` is the base policy's evaluation (`evaluate.py --base --out=…`).
+beside its metrics.jsonl, or with `--budget B` `heldout_B.json`, the evaluation of the run's
+policy at the first step whose cost reached B samples (scripts/real_model.sh writes one a
+budget: a run resumed to a larger budget keeps the smaller one's); `--base` is the base
+policy's evaluation (`evaluate.py --base --out=…`).
 
   python scripts/analysis/before_after.py --base /tmp/rm/base.json \
       --groups grpo_n4=/tmp/rm/grpo_n4_s0,/tmp/rm/grpo_n4_s1 ada_pos=/tmp/rm/ada_pos_s0,… \
@@ -42,12 +45,19 @@ def accuracies(report: dict) -> dict:
     return {"all": report[overall], **{k.split("/")[0]: report[k] for k in levels}}
 
 
-def run_row(workdir: str) -> dict:
-    """What one run spent (summed over its steps) and its held-out accuracies."""
+def run_row(workdir: str, budget: int | None = None) -> dict:
+    """What one run spent (summed over its steps; with `budget` up to the first step whose
+    cost reached it) and its held-out accuracies (there)."""
     recs = plots.load_metrics(workdir)
+    if budget is not None:
+        upto = next((i for i, r in enumerate(recs) if r.get("cost_samples", 0) >= budget), None)
+        if upto is None:
+            raise ValueError(f"{workdir}: the run never reached a cost of {budget} samples")
+        recs = recs[:upto + 1]
     if not recs:
         raise ValueError(f"{workdir}: metrics.jsonl has no steps")
-    path = os.path.join(workdir, HELDOUT)
+    name = HELDOUT if budget is None else f"heldout_{budget}.json"
+    path = os.path.join(workdir, name)
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} missing: run scripts/evaluate.py --workdir={workdir} "
                                 f"--out={path}")
@@ -62,7 +72,8 @@ def run_row(workdir: str) -> dict:
             "generated_tokens": total("generated_tokens"), "trained_tokens": total("trained_tokens"),
             "sampler_tok_s": total("generated_tokens") / max(total("time_sampling"), 1e-9),
             "learner_tok_s": total("trained_tokens") / max(total("time_learning"), 1e-9),
-            "short": plots.stopped_short(workdir, recs), "acc": accuracies(report)}
+            "short": "" if budget is not None else plots.stopped_short(workdir, recs),
+            "acc": accuracies(report)}
 
 
 def _up_down(d: np.ndarray, words=("up", "down")) -> str:
@@ -70,12 +81,13 @@ def _up_down(d: np.ndarray, words=("up", "down")) -> str:
     return f"{int((d > 0).sum())} {words[0]}, {int((d < 0).sum())} {words[1]} of {len(d)}"
 
 
-def tables(base: dict, groups, reference: str | None = None) -> str:
+def tables(base: dict, groups, reference: str | None = None, budget: int | None = None) -> str:
     """The markdown of the module docstring. `base`: an evaluate.py report; `groups`:
-    [(label, [workdir, …])], seeds paired across groups by config seed."""
+    [(label, [workdir, …])], seeds paired across groups by config seed; `budget`: read every
+    run at that cost (run_row)."""
     base_acc = accuracies(base)
     cols = list(base_acc)
-    rows = {label: [run_row(d) for d in dirs] for label, dirs in groups}
+    rows = {label: [run_row(d, budget) for d in dirs] for label, dirs in groups}
     out = ["| arm | seed | steps | samples generated | cost (samples) | generated tokens | "
            "trained tokens | FLOP-tokens | sampler tok/s | learner tok/s | "
            + " | ".join(cols) + " |", "|" + "---|" * (10 + len(cols)),
@@ -122,12 +134,14 @@ def main(argv=None):
     ap.add_argument("--groups", nargs="+", required=True,
                     help="label=dir1,dir2,… : one arm's runs (seeds)")
     ap.add_argument("--reference", default=None, help="a group label: per-seed comparisons")
+    ap.add_argument("--budget", type=int, default=None,
+                    help="read each run at this cost (samples): its heldout_BUDGET.json")
     args = ap.parse_args(argv)
     with open(args.base) as f:
         base = json.load(f)
     groups = [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.groups]
     try:
-        print(tables(base, groups, args.reference))
+        print(tables(base, groups, args.reference, args.budget))
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"before_after.py: {e}")
 
