@@ -29,16 +29,24 @@ def eval_k(records) -> int | None:
     return int(k.rsplit("@", 1)[1]) if k else None
 
 
+def upto_cost(recs: list[dict], max_cost: float) -> list[dict]:
+    """A run's records up to and including the first step whose cost (samples generated +
+    trained) reaches `max_cost` (all of them if none does)."""
+    reached = next((i for i, r in enumerate(recs) if r.get("cost_samples", 0) >= max_cost), None)
+    return recs if reached is None else recs[:reached + 1]
+
+
+def parse_groups(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """[(label, [dir, …])] of `label=dir1,dir2,…` command-line groups."""
+    return [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in specs]
+
+
 def truncated_copy(workdir: str, max_cost: float, out: str) -> str:
     """A copy of a run's metrics.jsonl, up to the step whose cost (samples generated +
     trained) reaches `max_cost`, and config.json (rl.cost_budget set to it) in `out`: the run
     as if its rl.cost_budget were `max_cost` (exact with a constant lr after warm-up)."""
     os.makedirs(out, exist_ok=True)
-    recs = []
-    for r in load_metrics(workdir):
-        recs.append(r)
-        if r.get("cost_samples", 0) >= max_cost:
-            break
+    recs = upto_cost(load_metrics(workdir), max_cost)
     with open(os.path.join(out, "metrics.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in recs)
     config = load_config(workdir)

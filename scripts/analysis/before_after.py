@@ -50,10 +50,9 @@ def run_row(workdir: str, budget: int | None = None) -> dict:
     cost reached it) and its held-out accuracies (there)."""
     recs = plots.load_metrics(workdir)
     if budget is not None:
-        upto = next((i for i, r in enumerate(recs) if r.get("cost_samples", 0) >= budget), None)
-        if upto is None:
+        recs = plots.upto_cost(recs, budget)
+        if not recs or recs[-1].get("cost_samples", 0) < budget:
             raise ValueError(f"{workdir}: the run never reached a cost of {budget} samples")
-        recs = recs[:upto + 1]
     if not recs:
         raise ValueError(f"{workdir}: metrics.jsonl has no steps")
     name = HELDOUT if budget is None else f"heldout_{budget}.json"
@@ -139,7 +138,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     with open(args.base) as f:
         base = json.load(f)
-    groups = [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.groups]
+    groups = plots.parse_groups(args.groups)
     try:
         print(tables(base, groups, args.reference, args.budget))
     except (ValueError, FileNotFoundError) as e:

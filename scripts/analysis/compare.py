@@ -50,7 +50,7 @@ def main():
                          "to this one followed by more steps")
     args = ap.parse_args()
     groups = list(zip(plots.run_labels(args.workdirs), ([w] for w in args.workdirs)))
-    groups += [(g.split("=", 1)[0], g.split("=", 1)[1].split(",")) for g in args.groups]
+    groups += plots.parse_groups(args.groups)
     if not groups:
         ap.error("give --workdirs or --groups")
     if args.upto_cost is not None:
