@@ -265,6 +265,7 @@ def _decode_chunk(cfg, gen_fn, params, prompt_state, st: EngineState, max_steps,
     and `early` if given) once refill_at slots hold newly finished samples."""
     S, N = st.slot_tokens.shape
     rows = jnp.arange(S)
+    params = gen_fn.for_decoding(params)  # once, not at every step of the loop
 
     parked = jnp.sum((st.slot_prompt >= 0) & st.slot_done)  # finished, waiting for the pool
 

@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 
 _CHOICES = {
     "model.param_dtype": ("float32", "bfloat16"),
-    "model.dtype": ("float32", "bfloat16"),
+    "model.dtype": ("float32", "bfloat16", "auto"),
     "model.rope_scaling": ("none", "llama3"),
     "task.name": TASKS,
     "task.reward": ("verifier", "reading", "synthetic"),

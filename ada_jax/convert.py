@@ -124,7 +124,7 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
         raise ValueError(f"{bad} come from config.json; only {RUNTIME_FIELDS} can be overridden")
     param_dtype = _dtype(param_dtype, "param_dtype")
     if "dtype" in overrides:
-        overrides["dtype"] = _dtype(overrides["dtype"], "dtype")
+        overrides["dtype"] = _dtype(model_lib.compute_dtype(overrides["dtype"]), "dtype")
     n_layers = _field(hf, "num_hidden_layers", source)
     window = _sliding_layers(hf, n_layers)
     if window:
@@ -199,23 +199,27 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
     return hf
 
 
-def tensor_names(cfg: model_lib.ModelConfig) -> dict[str, tuple[tuple, str]]:
-    """HF tensor name -> (our state path, layout kind), in HF's order."""
-    names = {"model.embed_tokens.weight": (("embed",), "copy")}
+def tensor_names(cfg: model_lib.ModelConfig) -> dict[str, tuple[tuple, str, int | None]]:
+    """HF tensor name -> (our state path, layout kind, layer), in HF's order. A layer's tensor
+    is slice `layer` of our stacked [L, …] weight (`model.stack_layers`); layer is None for the
+    others."""
+    names = {"model.embed_tokens.weight": (("embed",), "copy", None)}
     for i in range(cfg.n_layers):
-        pre, path = f"model.layers.{i}.", ("blocks", i)
-        names[pre + "input_layernorm.weight"] = (path + ("attn_norm", "scale"), "copy")
+        pre, path = f"model.layers.{i}.", ("blocks",)
+        names[pre + "input_layernorm.weight"] = (path + ("attn_norm", "scale"), "copy", i)
         for p in "qkv":
-            names[pre + f"self_attn.{p}_proj.weight"] = (path + ("attn", p), "in")
+            names[pre + f"self_attn.{p}_proj.weight"] = (path + ("attn", p), "in", i)
             if cfg.qkv_bias:
-                names[pre + f"self_attn.{p}_proj.bias"] = (path + ("attn", f"{p}_bias"), "flat")
-        names[pre + "self_attn.o_proj.weight"] = (path + ("attn", "o"), "out")
-        names[pre + "post_attention_layernorm.weight"] = (path + ("mlp_norm", "scale"), "copy")
+                names[pre + f"self_attn.{p}_proj.bias"] = (path + ("attn", f"{p}_bias"), "flat",
+                                                           i)
+        names[pre + "self_attn.o_proj.weight"] = (path + ("attn", "o"), "out", i)
+        names[pre + "post_attention_layernorm.weight"] = (path + ("mlp_norm", "scale"), "copy",
+                                                          i)
         for p in ("gate", "up", "down"):
-            names[pre + f"mlp.{p}_proj.weight"] = (path + ("mlp", p), "T")
-    names["model.norm.weight"] = (("final_norm", "scale"), "copy")
+            names[pre + f"mlp.{p}_proj.weight"] = (path + ("mlp", p), "T", i)
+    names["model.norm.weight"] = (("final_norm", "scale"), "copy", None)
     if not cfg.tie_embeddings:
-        names["lm_head.weight"] = (("lm_head",), "T")
+        names["lm_head.weight"] = (("lm_head",), "T", None)
     return names
 
 
@@ -322,27 +326,35 @@ def load_hf_checkpoint(path: str, mesh, rules, *, param_dtype: str = "float32", 
     if missing:
         raise CheckpointError(f"{path}: checkpoint lacks tensors {missing[:5]}"
                               f"{' and more' if len(missing) > 5 else ''} needed by {cfg}")
-    by_file = {}
-    for name in names:  # HF order within each file
-        by_file.setdefault(files[name], []).append(name)
+    by_key = {}
+    for name, (key, _, _) in names.items():
+        by_key.setdefault(key, []).append(name)
     loaded = {}
-    for file in sorted(by_file):
-        with _safetensors(file) as f:
-            present = set(f.keys())
-            for name in by_file[file]:
-                if name not in present:
+    with contextlib.ExitStack() as files_open:
+        readers = {file: files_open.enter_context(_safetensors(file))
+                   for file in sorted(set(files[n] for n in names))}
+        present = {file: set(reader.keys()) for file, reader in readers.items()}
+        for key, key_names in by_key.items():  # one weight at a time on the host
+            shape = variables[key].get_value().shape
+            x = np.empty(shape, jnp.dtype(cfg.param_dtype))
+            for name in key_names:
+                file, (_, kind, layer) = files[name], names[name]
+                if name not in present[file]:
                     raise CheckpointError(f"{file}: no tensor {name!r}, which {INDEX_FILE} "
                                           "places in this file")
-                key, kind = names[name]
-                shape = variables[key].get_value().shape
-                sl = f.get_slice(name)
-                if tuple(sl.get_shape()) != _hf_shape(kind, shape):
+                want = shape if layer is None else shape[1:]
+                got = tuple(readers[file].get_slice(name).get_shape())
+                if got != _hf_shape(kind, want):
                     raise CheckpointError(
-                        f"{file}: tensor {name!r} has shape {sl.get_shape()}, expected "
-                        f"{list(_hf_shape(kind, shape))} from config.json")
-                x = _to_ours(kind, f.get_tensor(name), shape).astype(jnp.dtype(cfg.param_dtype))
-                loaded[key] = jax.make_array_from_callback(shape, shardings[key],
-                                                           lambda idx: x[idx])
+                        f"{file}: tensor {name!r} has shape {list(got)}, expected "
+                        f"{list(_hf_shape(kind, want))} from config.json")
+                w = _to_ours(kind, readers[file].get_tensor(name), want)
+                if layer is None:
+                    x[...] = w
+                else:
+                    x[layer] = w
+            loaded[key] = jax.make_array_from_callback(shape, shardings[key],
+                                                       lambda idx, x=x: x[idx])
     params = nnx.from_flat_state([(k, v.replace(loaded[k])) for k, v in variables.items()])
     return cfg, graphdef, params
 
@@ -353,6 +365,21 @@ def _host(x) -> np.ndarray:
         return np.asarray(jax.device_get(x))
     from jax.experimental import multihost_utils
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def _hf_tensor(flat: dict, entry: tuple) -> np.ndarray:
+    """One HF tensor (torch layout) from our flat state; entry is a `tensor_names` value."""
+    key, kind, layer = entry
+    x = flat[key].get_value()
+    return _to_hf(kind, _host(x if layer is None else x[layer]))
+
+
+def hf_state_dict(params, cfg: model_lib.ModelConfig) -> dict[str, np.ndarray]:
+    """HF tensor name -> array in torch's layout and our dtype: what a transformers model's
+    `load_state_dict` takes (after torch.from_numpy)."""
+    flat = dict(nnx.to_flat_state(params))
+    return {name: np.ascontiguousarray(_hf_tensor(flat, entry))
+            for name, entry in tensor_names(cfg).items()}
 
 
 def export_hf(params, cfg: model_lib.ModelConfig, out_dir: str, *, source: str | None = None,
@@ -380,8 +407,8 @@ def export_hf(params, cfg: model_lib.ModelConfig, out_dir: str, *, source: str |
         if diff:
             raise ValueError(f"source {src_file} is another model; (its value, cfg's): {diff}")
         hf.update({k: src[k] for k in SOURCE_FIELDS if k in src})
-    sizes = {n: int(np.prod(flat[k].get_value().shape)) * save_dtype.itemsize
-             for n, (k, _) in names.items()}
+    sizes = {n: int(np.prod(flat[k].get_value().shape[0 if i is None else 1:]))
+             * save_dtype.itemsize for n, (k, _, i) in names.items()}
     groups, size = [[]], 0
     for name in names:  # greedy split in HF order, as transformers does
         if groups[-1] and size + sizes[name] > max_shard_bytes:
@@ -404,9 +431,7 @@ def export_hf(params, cfg: model_lib.ModelConfig, out_dir: str, *, source: str |
     for file, group in zip(file_names, groups):
         tensors = {}
         for name in group:
-            key, kind = names[name]
-            x = _host(flat[key].get_value())
-            tensors[name] = np.ascontiguousarray(_to_hf(kind, x).astype(save_dtype))
+            tensors[name] = np.ascontiguousarray(_hf_tensor(flat, names[name]).astype(save_dtype))
         if write:
             save_file(tensors, os.path.join(out_dir, file), metadata={"format": "pt"})
     if write:

@@ -3,8 +3,9 @@ model-free Bernoulli oracle whose outcomes and lengths depend only on (prompt, s
 so stopping laws can be checked exactly.
 
 A generator has prefill(params, prompt_BP, mask_BP) -> prompt state, init_slots(prompt state,
-S), restart(prompt state, slot state, start_S, prompt_S), step(params, prompt state, slot
-state, live_S, prompt_S, seq_S, key) -> (token_S, logp_S, slot state) and resume(params,
+S), restart(prompt state, slot state, start_S, prompt_S), for_decoding(params) -> step's
+params, step(those, prompt state, slot state, live_S, prompt_S, seq_S, key) -> (token_S,
+logp_S, slot state) and resume(params,
 prompt_BP, mask_BP, prompt_S, tokens_SN, len_S) -> slot state: the slot state of samples
 already running, rebuilt from their tokens (the streaming engine keeps no slot caches between
 calls, ada_jax/stream.py).
@@ -39,8 +40,13 @@ class ModelGenerator:
     def pad_id(self):
         return self.sampling.pad_id
 
+    def for_decoding(self, params):
+        """`step`'s params: the per-layer model (`model.per_layer`), taken once before a
+        decode loop rather than at each of its steps."""
+        return nnx.split(model_lib.per_layer(nnx.merge(self.graphdef, params)))
+
     def prefill(self, params, prompt_BP, mask_BP):
-        model = nnx.merge(self.graphdef, params)
+        model = model_lib.per_layer(nnx.merge(self.graphdef, params))
         P = prompt_BP.shape[1]
         logits, cache, next_pos = sampling.prefill(model, prompt_BP, mask_BP, P,
                                                    self.sampling.prefill_chunk)
@@ -80,7 +86,7 @@ class ModelGenerator:
         decoding wrote them (the prompt's P positions, then the drawn tokens at P, P + 1, …),
         rebuilt by one prefill of prompt + drawn tokens in `sampling.prefill_chunk`-row
         chunks, and the logits of each one's next token (free slots: prompt 0's, unused)."""
-        model = nnx.merge(self.graphdef, params)
+        model = model_lib.per_layer(nnx.merge(self.graphdef, params))
         P, N = prompt_BP.shape[1], tokens_SN.shape[1]
         idx = jnp.maximum(prompt_S, 0)
         drawn_SN = jnp.arange(N)[None] < len_S[:, None]
@@ -93,7 +99,7 @@ class ModelGenerator:
                     next_pos=jnp.sum(mask, axis=1).astype(jnp.int32))
 
     def step(self, params, prompt_state, gen, live_S, prompt_S, seq_S, key):
-        model = nnx.merge(self.graphdef, params)
+        model = nnx.merge(*params)  # for_decoding's (graphdef, state)
         token, logp, logits, cache = sampling.decode_step(
             model, gen["logits"], key, gen["cache"], gen["next_pos"], live_S, self.sampling)
         gen = dict(cache=cache, logits=logits, next_pos=gen["next_pos"] + live_S)
@@ -115,6 +121,9 @@ class BernoulliGenerator:
     eos_id: int = -1
     pad_id: int = 0
     max_len: int = 1
+
+    def for_decoding(self, params):
+        return params
 
     def prefill(self, params, prompt_BP, mask_BP):
         return {}

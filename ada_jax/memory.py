@@ -75,17 +75,19 @@ def param_bytes(model_cfg, mesh_shape: dict, rules) -> tuple[int, int]:
     return n, per_device
 
 
-def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
+def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "gpu") -> dict:
     """Bytes per device of each term, the two phases' peaks and what is live when the learner
-    starts, for `config` on `devices` devices (see the module doc); plus `params_b` (billions),
-    `headroom` (1 - the larger peak / HBM) and `max_slots` (the most slots whose sampling peak
-    stays within 90% of HBM)."""
+    starts, for `config` on `devices` devices of `platform` (which resolves model.dtype="auto",
+    `model.compute_dtype`; see the module doc); plus `params_b` (billions), `headroom` (1 - the
+    larger peak / HBM) and `max_slots` (the most slots whose sampling peak stays within 90% of
+    HBM)."""
     from ada_jax.config_check import resolve_hf
     from ada_jax.train import engine_config  # the trainer's own engine settings
     resolve_hf(config)  # model=hf: the sizes from init_from's config.json
     engine, group, rows_per_prompt = engine_config(config)
     c, a = config, config.adaptive
-    mcfg = model_lib.ModelConfig.from_config(c.model)
+    mcfg = model_lib.ModelConfig.from_config(
+        dict(c.model, dtype=model_lib.compute_dtype(c.model.dtype, platform)))
     mesh = _mesh_shape(c, devices)
     rows = mesh["data"] * mesh["fsdp"]
     t = mesh["tensor"]
@@ -141,10 +143,6 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
         grads=pbytes,
         # micro-batches add each one's gradient into a running sum: a second gradient tree
         grad_sum=pbytes if c.rl.microbatches > 1 else 0,
-        # model.scan_layers: the block weights stacked in the compute dtype, their gradient
-        # in it and again in the param dtype before it is split back into the layers' leaves
-        scan_stack=(pbytes - _embedding_bytes(mcfg, pdt, split(V))) * (2 * cb + pdt.itemsize)
-        // pdt.itemsize if mcfg.scan_layers else 0,
         decode_copy=pbytes * cb // pdt.itemsize if pdt.itemsize != cb else 0,
         prompt_kv=per_rows(Q) * (P * kv_token + V * 4),  # caches + last-position logits
         slot_kv=per_rows(S) * (L * kv_token + V * 4),  # caches + next-token logits
@@ -167,7 +165,7 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
         out["prefill_tmp"], out["resume_tmp"])
     out["resident_learning"] = state + out["batch"] + (out["engine"] if stream else 0)
     out["learning_peak"] = (out["resident_learning"] + out["grads"] + out["grad_sum"]
-                            + out["scan_stack"] + out["remat_saved"]
+                            + out["remat_saved"]
                             + out["block_tmp"] + out["logits"])
     hbm = hbm_gib * GiB
     out["headroom"] = 1 - max(out["sampling_peak"], out["learning_peak"]) / hbm
@@ -179,12 +177,6 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0) -> dict:
     out.update(mode=a.mode, slots=S, prompts=Q, micro=micro_dev, devices=devices,
                mesh=f"{mesh['data']}/{mesh['fsdp']}/{mesh['tensor']}")
     return out
-
-
-def _embedding_bytes(mcfg, pdt, vocab_split: int) -> int:
-    """Bytes of the embedding and output head on one device (what is not in the blocks)."""
-    tables = 1 if mcfg.tie_embeddings else 2
-    return tables * mcfg.vocab_size // vocab_split * mcfg.d_model * pdt.itemsize
 
 
 # A CPU process's memory besides the estimate's arrays: Python, jax / XLA and their compiled
@@ -199,7 +191,7 @@ def host_peak_bytes(config) -> int:
     """Predicted peak RSS of a run on one CPU host: the runtime plus the estimate's larger phase
     on one device. XLA's compile-time transients are not counted (docs/benchmarks.md, "Memory":
     the learner step of a 30-layer model takes 2+ GiB to compile on CPU)."""
-    e = estimate(config, devices=1, hbm_gib=1e6)
+    e = estimate(config, devices=1, hbm_gib=1e6, platform="cpu")
     return HOST_RUNTIME_BYTES + max(e["sampling_peak"], e["learning_peak"])
 
 

@@ -4,11 +4,30 @@ import json
 import logging
 import math
 import os
+import sys
 
 import jax
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+
+def tensorboardx():
+    """The tensorboardX package, imported without torch when torch is not loaded yet:
+    tensorboardX imports torch, where it is installed, only to take its tensors (ours are
+    numpy), and torch keeps 0.2 GiB resident, a twentieth of a CPU host's run of a 135M model
+    (docs/benchmarks.md, "Memory")."""
+    hide = "torch" not in sys.modules
+    if hide:
+        sys.modules["torch"] = None  # `import torch` raises ImportError, which it catches
+    try:
+        import tensorboardX
+        import tensorboardX.proto.summary_pb2  # noqa: F401
+        import tensorboardX.summary  # noqa: F401
+        return tensorboardX
+    finally:
+        if hide and sys.modules.get("torch", 0) is None:
+            del sys.modules["torch"]
 
 
 class MetricsWriter:
@@ -64,8 +83,7 @@ class MetricsWriter:
         if config is not None and config.log.wandb:
             self.wandb = _start_wandb(config, workdir)
         try:
-            from tensorboardX import FileWriter
-            self.tb = FileWriter(os.path.join(workdir, "tb"))
+            self.tb = tensorboardx().FileWriter(os.path.join(workdir, "tb"))
         except ImportError:  # pragma: no cover
             log.warning("tensorboardX missing: TensorBoard logging off")
 
@@ -85,8 +103,8 @@ class MetricsWriter:
             self.wandb.log(scalars, step=step)
         if self.tb is None:
             return
-        from tensorboardX import summary
-        from tensorboardX.proto.summary_pb2 import Summary
+        tbx = tensorboardx()
+        summary, Summary = tbx.summary, tbx.proto.summary_pb2.Summary
         self.tb.add_summary(Summary(value=[Summary.Value(tag=k, simple_value=v)
                                            for k, v in scalars.items()]), step)
         for k, v in (histograms or {}).items():

@@ -7,7 +7,8 @@ One `__call__` serves training and decoding. Without a cache it runs causal atte
 given tokens. With a cache (`init_cache`) it writes the new keys/values at each row's own write
 position `cache["pos"]` and attends over everything valid in the cache, so left-padded prompts,
 rows at different decode positions and rows restarted from another prompt's cache (the adaptive
-engine's slot refill) all go through the same code. Params carry `logical_axes` metadata that
+engine's slot refill) all go through the same code. The blocks' weights are stored stacked,
+[L, …] (`stack_layers`). Params carry `logical_axes` metadata that
 `ada_jax.sharding` maps to the device mesh.
 """
 import dataclasses
@@ -44,14 +45,28 @@ class ModelConfig:
     rope_high_freq_factor: float = 4.0
     rope_original_max_len: int = 8192
     param_dtype: str = "float32"
-    dtype: str = "float32"
+    dtype: str = "float32"  # compute dtype; "auto": `compute_dtype`, resolved here
     remat: bool = False
     scan_layers: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", compute_dtype(self.dtype))
 
     @classmethod
     def from_config(cls, model_config) -> "ModelConfig":
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in dict(model_config).items() if k in fields})
+
+
+def compute_dtype(name: str, platform: str | None = None) -> str:
+    """The compute dtype `model.dtype` names on `platform` (default: JAX's backend). "auto" is
+    bfloat16 on accelerators and float32 on a CPU: XLA's CPU backend has no bfloat16 matmul,
+    so there bfloat16 converts every weight and cache back to float32 around each dot and
+    keeps the copies (SmolLM2's samplers: 1.0 GiB of temporaries against 0.3 GiB in float32,
+    for the same speed; docs/benchmarks.md, "Memory")."""
+    if name != "auto":
+        return name
+    return "float32" if (platform or jax.default_backend()) == "cpu" else "bfloat16"
 
 
 def _param(rng, shape, axes, dtype, scale=None, init="normal"):
@@ -221,7 +236,7 @@ class Transformer(nnx.Module):
         self.cfg = cfg
         self.embed = _param(rngs.params(), (cfg.vocab_size, cfg.d_model), ("vocab", "embed"),
                             pd, 1.0 / math.sqrt(cfg.d_model))
-        self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.n_layers)])
+        self.blocks = stack_layers([Block(cfg, rngs) for _ in range(cfg.n_layers)])
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
         if not cfg.tie_embeddings:
             self.lm_head = _param(rngs.params(), (cfg.d_model, cfg.vocab_size),
@@ -243,10 +258,9 @@ class Transformer(nnx.Module):
         remat: recompute each block in the backward pass (default: config.model.remat
         without a cache; decoding is never differentiated).
         scan: run the blocks as one `lax.scan` over their stacked weights (default:
-        config.model.scan_layers without a cache): the compiled program holds one block
-        instead of n_layers, and XLA's temporaries for the learner's step are smaller (30
-        layers: 2.0 against 3.5 GiB, docs/benchmarks.md), at the cost of a stacked copy of
-        the block weights while the step runs. Same values as the loop.
+        config.model.scan_layers without a cache), else a loop over the layers' slices: the
+        compiled program holds one block instead of n_layers, and XLA's temporaries for the
+        learner's step are smaller (docs/benchmarks.md). Same values as the loop.
         hidden: return the final-normed hidden states [B,T,D] (compute dtype) instead of the
         logits, for `head_logprobs` to take the output head a few rows at a time.
         """
@@ -269,11 +283,13 @@ class Transformer(nnx.Module):
         remat = cfg.remat and cache is None if remat is None else remat
         scan = cfg.scan_layers and cache is None if scan is None else scan
         if scan:
-            x, new_layers = _scan_blocks(self.blocks, x, positions_BT, inv_freq, kv_mask, cache,
-                                         remat)
+            if isinstance(self.blocks, nnx.List):
+                raise ValueError("a scan over the layers needs the stacked model, not per_layer's")
+            x, new_layers = _scan_blocks(*nnx.split(self.blocks), x, positions_BT, inv_freq,
+                                         kv_mask, cache, remat)
         else:
             new_layers = []
-            for i, block in enumerate(self.blocks):
+            for i, block in enumerate(layers(self)):
                 lc = None if cache is None else {"k": cache["k"][i], "v": cache["v"][i],
                                                   "pos": cache["pos"]}
                 x, lc = _block_call(block, x, positions_BT, inv_freq, kv_mask, lc, remat)
@@ -313,21 +329,46 @@ def _block_call(block, x, positions_BT, inv_freq, kv_mask, layer_cache, remat: b
     return jax.checkpoint(pure)(state, x, positions_BT, inv_freq, kv_mask, layer_cache)
 
 
-def _scan_blocks(blocks, x, positions_BT, inv_freq, kv_mask, cache, remat: bool):
-    """The blocks as one `lax.scan` over their weights stacked on a leading layer axis (and the
-    cache's per-layer keys / values stacked likewise): (x, per-layer caches or Nones)."""
-    graphdef = nnx.graphdef(blocks[0])
+def stack_layers(blocks: list[Block]) -> Block:
+    """One Block whose every weight holds the weights of `blocks` stacked on a leading layer
+    axis ([L, …], logical axis "layers"): the model's own layout. A scan over the layers takes
+    each layer's weights as a slice, and the gradient comes out in this same layout, so a step
+    makes neither a stacked copy of the weights nor a split of their gradient (SmolLM2's
+    learner step: 0.5 GiB less, docs/benchmarks.md)."""
+    def stack(*variables):
+        axes = variables[0].get_metadata()["logical_axes"]
+        return variables[0].replace(jnp.stack([v.get_value() for v in variables]),
+                                    logical_axes=("layers",) + tuple(axes))
     states = [nnx.state(b) for b in blocks]
+    return nnx.merge(nnx.graphdef(blocks[0]),
+                     jax.tree.map(stack, *states, is_leaf=lambda v: isinstance(v, nnx.Variable)))
 
-    def in_compute_dtype(path, leaf):
-        """A block casts every weight but its norms' scales to the compute dtype where it
-        uses it, so stacking the cast copy gives the same values in half the bytes (bfloat16
-        compute), for the stack and for its gradient."""
-        norm = any(getattr(k, "key", None) in ("attn_norm", "mlp_norm") for k in path)
-        return leaf if norm else leaf.astype(x.dtype)
-    stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *[
-        jax.tree_util.tree_map_with_path(in_compute_dtype, s) for s in states])
 
+def layers(model: "Transformer") -> list[Block]:
+    """The model's blocks one layer at a time: slice i of every stacked weight, or the blocks
+    of a `per_layer` model as they are."""
+    if isinstance(model.blocks, nnx.List):
+        return list(model.blocks)
+    graphdef, stacked = nnx.split(model.blocks)
+    return [nnx.merge(graphdef, jax.tree.map(lambda w: w[i], stacked))
+            for i in range(model.cfg.n_layers)]
+
+
+def per_layer(model: "Transformer") -> "Transformer":
+    """A copy of `model` whose blocks are a list of per-layer Blocks (`layers`), for decoding:
+    it runs every layer at every step inside a while loop, and a slice of a stacked weight
+    there is a copy of it at every step (a sampler 1.4x slower on CPU); merged before the
+    loop, the slices are taken once per call. The same values; the learner's scan
+    (`model.scan_layers`) needs the stacked model."""
+    graphdef, state = nnx.split(model)
+    out = nnx.merge(graphdef, state)
+    out.blocks = nnx.List(layers(model))
+    return out
+
+
+def _scan_blocks(graphdef, stacked, x, positions_BT, inv_freq, kv_mask, cache, remat: bool):
+    """The blocks as one `lax.scan` over their stacked weights (and the cache's per-layer keys
+    / values stacked likewise): (x, per-layer caches or Nones)."""
     def body(x, layer):
         state, k, v = layer
         lc = None if k is None else {"k": k, "v": v, "pos": cache["pos"]}
@@ -337,9 +378,10 @@ def _scan_blocks(blocks, x, positions_BT, inv_freq, kv_mask, cache, remat: bool)
 
     kv = (None, None) if cache is None else (jnp.stack(cache["k"]), jnp.stack(cache["v"]))
     x, (k_L, v_L) = jax.lax.scan(body, x, (stacked,) + kv)
+    n_layers = jax.tree.leaves(stacked)[0].shape[0]
     if cache is None:
-        return x, [None] * len(blocks)
-    return x, [{"k": k_L[i], "v": v_L[i]} for i in range(len(blocks))]
+        return x, [None] * n_layers
+    return x, [{"k": k_L[i], "v": v_L[i]} for i in range(n_layers)]
 
 
 def shared_prompt_logits(model, tokens_RT, mask_RT, group_R, n_groups: int, prompt_len: int,

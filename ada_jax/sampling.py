@@ -185,7 +185,7 @@ def decode_step(model, logits_BV, key, cache, next_pos_B, live_B, cfg: SamplingC
 def sample(graphdef, params, prompt_BP, prompt_mask_BP, key, *, cfg: SamplingConfig):
     """Sample up to cfg.max_new_tokens per row; stops a row at any of cfg.eos_ids, the loop
     when all rows have stopped."""
-    model = nnx.merge(graphdef, params)
+    model = model_lib.per_layer(nnx.merge(graphdef, params))  # sliced outside the loop
     B, P = prompt_BP.shape
     N = cfg.max_new_tokens
     logits, cache, next_pos = prefill(model, prompt_BP, prompt_mask_BP, P + N,

@@ -239,9 +239,10 @@ def get_config(arg: str = ""):
     if c.model.name in PRETRAINED or c.model.name == HF:  # the reference run (scaling.md §4)
         p = PRETRAINED.get(c.model.name, dict(template="", eos_token="", extra_eos_tokens=(),
                                               slots=HF_SLOTS))
-        # float32 master weights, bfloat16 compute: bf16 params round lr-1e-6 updates away.
-        # Blocks as one scan in the learner: smaller XLA temporaries for deep models.
-        c.model.update(param_dtype="float32", dtype="bfloat16", remat=True, scan_layers=True,
+        # float32 master weights (bf16 params round lr-1e-6 updates away), bfloat16 compute on
+        # accelerators, float32 on a CPU host ("auto": model.compute_dtype). Blocks as one scan
+        # in the learner: smaller XLA temporaries for deep models.
+        c.model.update(param_dtype="float32", dtype="auto", remat=True, scan_layers=True,
                        eos_token=p["eos_token"], extra_eos_tokens=p["extra_eos_tokens"])
         c.task.template = p["template"]
         c.adaptive.slots = p["slots"]

@@ -81,8 +81,8 @@ def test_logits_match_transformers(saved, mesh):
     assert cfg.qkv_bias == (family == "qwen2")
     assert cfg.tie_embeddings == (family == "qwen2")
     assert cfg.rope_scaling == ("llama3" if family == "llama" else "none")
-    q = params["blocks"][0]["attn"]["q"][...]  # really placed on the mesh
-    assert q.sharding.spec == PartitionSpec("fsdp", "tensor", None)
+    q = params["blocks"]["attn"]["q"][...]  # really placed on the mesh
+    assert q.sharding.spec == PartitionSpec(None, "fsdp", "tensor", None)
 
     toks, mask = _batch()
     diff, scale = logit_diff_vs_hf(graphdef, params, hf, toks, mask)

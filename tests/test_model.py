@@ -134,7 +134,7 @@ def test_scan_over_layers_equals_the_loop(remat, dtype):
     mask = jnp.asarray(np.arange(9)[None] >= np.asarray([0, 2, 4])[:, None])
     loop = _randomise_biases(tiny_model(remat=remat, n_layers=3, qkv_bias=True, dtype=dtype))
     graphdef, params = nnx.split(loop)
-    # norm scales off 1 (and not bfloat16-exact): the scan stacks them in float32
+    # norm scales off 1 (and not bfloat16-exact): kept in float32 by either path
     params = jax.tree_util.tree_map_with_path(
         lambda path, x: x * (1.0 + 0.3 * jax.random.normal(jax.random.key(x.size), x.shape))
         if "scale" in jax.tree_util.keystr(path) else x, params)
@@ -279,3 +279,34 @@ def test_llama3_rope_scaling_matches_reference_formula():
             s = (8192 / wavelen - 1.0) / (4.0 - 1.0)
             want.append((1 - s) * f / 32.0 + s * f)
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_layer_weights_are_stored_stacked_layer_by_layer():
+    """Every block weight is one [L, …] array with "layers" first in its logical axes, and
+    slice i runs as layer i: the loop over the slices equals calling each layer's Block."""
+    model = tiny_model(n_layers=3, qkv_bias=True)
+    graphdef, state = nnx.split(model.blocks)
+    for var in jax.tree.leaves(state, is_leaf=lambda v: isinstance(v, nnx.Variable)):
+        assert var.get_value().shape[0] == 3
+        assert var.get_metadata()["logical_axes"][0] == "layers"
+        assert len(var.get_metadata()["logical_axes"]) == var.get_value().ndim
+    toks = jnp.asarray(np.random.default_rng(0).integers(3, 64, size=(2, 6)))
+    mask = jnp.ones((2, 6), bool)
+    positions = model_lib.positions_from_mask(mask)
+    x = model.embed[...][toks]
+    kv_mask = jnp.tril(jnp.ones((6, 6), bool))[None] & mask[:, None, :]
+    inv_freq = model_lib.rope_frequencies(model.cfg)
+    for i in range(3):
+        block = nnx.merge(graphdef, jax.tree.map(lambda w: w[i], state))
+        x, _ = block(x, positions, inv_freq, kv_mask, None)
+    want = model.head(model.final_norm(x))
+    got, _ = model(toks, positions, mask)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_auto_compute_dtype_is_float32_on_a_cpu_and_bfloat16_elsewhere():
+    assert model_lib.compute_dtype("auto", "cpu") == "float32"
+    assert model_lib.compute_dtype("auto", "gpu") == "bfloat16"
+    assert model_lib.compute_dtype("auto", "tpu") == "bfloat16"
+    assert model_lib.compute_dtype("bfloat16", "cpu") == "bfloat16"  # an explicit one stays
+    assert tiny_model(dtype="auto").cfg.dtype == model_lib.compute_dtype("auto")

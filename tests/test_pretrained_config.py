@@ -19,7 +19,7 @@ from tests.test_hf_tokenizer import LLAMA_SPECIAL, QWEN_SPECIAL, _save
 def test_pretrained_variants_carry_the_reference_run(name):
     c = base.get_config(f"model={name}")
     m = c.model
-    assert (m.param_dtype, m.dtype, m.remat) == ("float32", "bfloat16", True)
+    assert (m.param_dtype, m.dtype, m.remat) == ("float32", "auto", True)
     family = "llama3_chat" if name.startswith("llama3") else "qwen_math"
     assert c.task.template == family
     assert m.eos_token == {"qwen_math": "<|im_end|>", "llama3_chat": "<|eot_id|>"}[family]

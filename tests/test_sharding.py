@@ -59,10 +59,10 @@ def test_mesh_2x2x2_matches_single_device():
     for a, b in zip(jax.tree.leaves(p8), jax.tree.leaves(p1)):
         np.testing.assert_allclose(a, b, atol=1e-5)
     # Params really are distributed: the q projection is split over fsdp and tensor.
-    q = p8["blocks"][0]["attn"]["q"][...]
-    assert q.sharding.spec == PartitionSpec("fsdp", "tensor", None)
-    assert q.addressable_shards[0].data.shape == (TINY.d_model // 2, TINY.n_heads // 2,
-                                                  TINY.head_dim)
+    q = p8["blocks"]["attn"]["q"][...]
+    assert q.sharding.spec == PartitionSpec(None, "fsdp", "tensor", None)
+    assert q.addressable_shards[0].data.shape == (TINY.n_layers, TINY.d_model // 2,
+                                                  TINY.n_heads // 2, TINY.head_dim)
 
 
 def test_logical_spec_falls_back_to_replication():

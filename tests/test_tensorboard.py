@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import struct
+import subprocess
 import sys
 import types
 
@@ -117,3 +118,20 @@ def test_wandb_missing_is_a_clear_error(tmp_path, monkeypatch):
         train.train_and_evaluate(c, str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
     metrics_log.MetricsWriter(str(tmp_path), 0, _config("grpo")).close()  # off by default
+
+
+def test_tensorboard_logging_does_not_load_torch(tmp_path):
+    """tensorboardX imports torch where it is installed; the writer keeps it out (0.2 GiB of a
+    CPU host's run), and `import torch` still works afterwards."""
+    code = ("import sys; from ada_jax import metrics_log; "
+            f"w = metrics_log.MetricsWriter({str(tmp_path)!r}, 0); "
+            "w.write(0, {'loss': 1.5}, {'x': [1.0, 2.0]}); w.close(); "
+            "print('torch' in sys.modules); import torch; print(torch.zeros(1).sum().item())")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pytest.skip("torch is not installed")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert got == ["False", "0.0"]
+    assert [v.tag for _, v in read_events(str(tmp_path / "tb"))][:1] == ["loss"]

@@ -11,6 +11,7 @@ import time
 
 import jax
 import numpy as np
+import optax
 import pytest
 
 from ada_jax import learn, preemption, train
@@ -482,6 +483,53 @@ def _assert_same_update(got, want, rel=1e-5, atol=1e-7):
         assert got[1][k] == pytest.approx(want[1][k], rel=rel, abs=atol), k
     for a, b in zip(jax.tree.leaves(want[0]), jax.tree.leaves(got[0])):
         np.testing.assert_allclose(a, b, rtol=rel, atol=atol)
+
+
+def _random_tree(tree, seed, scale=1.0):
+    keys = iter(jax.random.split(jax.random.key(seed), len(jax.tree.leaves(tree))))
+    return jax.tree.map(lambda x: scale * jax.random.normal(next(keys), x.shape, x.dtype), tree)
+
+
+@pytest.mark.parametrize("clip", [1e-3, 1e3])  # clipped, and not
+def test_clip_by_global_norm_equals_optax(clip):
+    grads = _random_tree({"a": np.zeros((7, 5), np.float32), "b": np.zeros(3, np.float32)}, 0)
+    got, _ = learn.clip_by_global_norm(clip).update(grads, None)
+    want, _ = optax.clip_by_global_norm(clip).update(grads, optax.EmptyState())
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+@pytest.mark.parametrize("ok", [True, False])
+def test_update_in_two_programs_equals_the_optimizers_update(ok):
+    """make_train_step applies an update as two in-place programs, the params then the
+    optimizer state: the same params and state as optax's update in one (after a first update,
+    so the moments are not zero), or both unchanged when `ok` is False; neither program keeps
+    a copy of the state or of the gradient (XLA's temporaries under one leaf's bytes)."""
+    from flax import nnx
+
+    from tests.helpers import tiny_model
+    c = _config("grpo", **{"optim.grad_clip": 0.5, "optim.weight_decay": 0.1})
+    graphdef, params = nnx.split(tiny_model())
+    trainable = {"model": params}
+    optimizer = learn.make_optimizer(c)
+    _, state = optimizer.update(_random_tree(trainable, 1), optimizer.init(trainable), trainable)
+    grads = _random_tree(trainable, 2, scale=3.0)
+    updates, want_state = optimizer.update(grads, state, trainable)
+    want = optax.apply_updates(trainable, updates) if ok else trainable
+    want_state = want_state if ok else state
+    want, want_state = jax.device_get((want, want_state))
+    step = learn.make_train_step(graphdef, optimizer, c, 4)
+    flag = jax.numpy.asarray(ok)
+    largest = max(x.nbytes for x in jax.tree.leaves(trainable))
+    for program, args in ((step.apply_params, (trainable, state, grads, flag)),
+                          (step.apply_state, (state, grads, trainable, flag))):
+        temp = program.lower(*args).compile().memory_analysis().temp_size_in_bytes
+        assert temp < largest, (program, temp, largest)
+    copy = lambda t: jax.tree.map(jax.numpy.copy, t)  # noqa: E731  (the programs donate)
+    new = step.apply_params(copy(trainable), state, grads, flag)
+    new_state = step.apply_state(copy(state), grads, new, flag)
+    for a, b in zip(jax.tree.leaves((new, new_state)), jax.tree.leaves((want, want_state))):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
 
 
 def test_trim_padding_keeps_the_used_columns_in_multiples():

@@ -62,16 +62,21 @@ def one(layers: int, scan: bool) -> dict:
     t0 = time.time()
     gradient = step.gradient.lower(trainable, opt_state, mb, jnp.asarray(False)).compile()
     grads = jax.eval_shape(lambda t: t, trainable)
-    apply = step.apply.lower(trainable, opt_state, grads, jnp.asarray(True)).compile()
+    apply_params = step.apply_params.lower(trainable, opt_state, grads,
+                                           jnp.asarray(True)).compile()
+    apply_state = step.apply_state.lower(opt_state, grads, trainable,
+                                         jnp.asarray(True)).compile()
     seconds = time.time() - t0
     temp = lambda p: p.memory_analysis().temp_size_in_bytes / GiB  # noqa: E731
     out = lambda p: p.memory_analysis().output_size_in_bytes / GiB  # noqa: E731
     return dict(layers=layers, scan=scan, compile_s=round(seconds, 1),
                 rss_before_gib=round(before, 2), compile_rss_gib=round(rss_gib() - before, 2),
                 # beyond the params and optimizer state: the gradient program's temporaries
-                # and its output (the gradient), or the update's temporaries beside the gradient
-                temp_gib=round(max(temp(gradient) + out(gradient), temp(apply) + out(gradient)), 3),
-                hlo_mchars=round((len(gradient.as_text()) + len(apply.as_text())) / 1e6, 2))
+                # and its output (the gradient), or an update's temporaries beside the gradient
+                temp_gib=round(out(gradient) + max(temp(gradient), temp(apply_params),
+                                                   temp(apply_state)), 3),
+                hlo_mchars=round(sum(len(p.as_text()) for p in (gradient, apply_params,
+                                                                apply_state)) / 1e6, 2))
 
 
 def main():

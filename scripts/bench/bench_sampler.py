@@ -131,33 +131,11 @@ def _serve(run, info):
 
 
 def to_hf_state_dict(cfg, params):
-    """ada_jax params -> HF Llama/Qwen2 state dict (numpy, torch layouts [out, in])."""
+    """ada_jax params -> HF Llama/Qwen2 state dict (numpy float32, torch layouts)."""
     import numpy as np
 
-    p = params
-    D, H, K, E = cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    a = lambda x: np.asarray(x[...], np.float32)  # noqa: E731
-    sd = {"model.embed_tokens.weight": a(p["embed"]),
-          "model.norm.weight": a(p["final_norm"]["scale"])}
-    if not cfg.tie_embeddings:
-        sd["lm_head.weight"] = a(p["lm_head"]).T
-    for i in range(cfg.n_layers):
-        b, pre = p["blocks"][i], f"model.layers.{i}."
-        at, ml = b["attn"], b["mlp"]
-        sd[pre + "self_attn.q_proj.weight"] = a(at["q"]).reshape(D, H * E).T  # [D,H,E] -> [HE,D]
-        sd[pre + "self_attn.k_proj.weight"] = a(at["k"]).reshape(D, K * E).T
-        sd[pre + "self_attn.v_proj.weight"] = a(at["v"]).reshape(D, K * E).T
-        sd[pre + "self_attn.o_proj.weight"] = a(at["o"]).reshape(H * E, D).T  # [H,E,D] -> [D,HE]
-        if cfg.qkv_bias:
-            sd[pre + "self_attn.q_proj.bias"] = a(at["q_bias"]).reshape(H * E)
-            sd[pre + "self_attn.k_proj.bias"] = a(at["k_bias"]).reshape(K * E)
-            sd[pre + "self_attn.v_proj.bias"] = a(at["v_bias"]).reshape(K * E)
-        sd[pre + "mlp.gate_proj.weight"] = a(ml["gate"]).T
-        sd[pre + "mlp.up_proj.weight"] = a(ml["up"]).T
-        sd[pre + "mlp.down_proj.weight"] = a(ml["down"]).T
-        sd[pre + "input_layernorm.weight"] = a(b["attn_norm"]["scale"])
-        sd[pre + "post_attention_layernorm.weight"] = a(b["mlp_norm"]["scale"])
-    return {k: np.ascontiguousarray(v) for k, v in sd.items()}
+    from ada_jax import convert
+    return {k: v.astype(np.float32) for k, v in convert.hf_state_dict(params, cfg).items()}
 
 
 # ----------------------------------------------------------------------------- HF worker
