@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import time
 
@@ -149,9 +150,15 @@ class Checkpointer:
                     for k in sorted(saved.keys() | want.keys())
                     if k not in saved or k not in want or saved[k][:2] != want[k]]
             if diff:
+                per_layer = any(re.search(r"\['blocks'\]\[\d+\]", k) for k in saved)
+                why = ("it keeps each layer's block weights apart (['blocks'][i]…), where the "
+                       "model now stores them stacked ([L, …]); resume it with the ada_jax that "
+                       "wrote it, or export it there (scripts/convert_hf.py) and start a run "
+                       "from the export (model.init_from)" if per_layer else
+                       "was it saved with another config?")
                 raise CheckpointMismatch(
                     f"checkpoint {step} in {self.directory} holds other arrays than this config "
-                    f"builds (was it saved with another config?): " + "; ".join(diff[:5])
+                    f"builds ({why}): " + "; ".join(diff[:5])
                     + (f"; … {len(diff) - 5} more" if len(diff) > 5 else ""))
         arrays = self.manager.restore(step, args=ocp.args.Composite(
             arrays=ocp.args.StandardRestore(abstract_arrays)))["arrays"]

@@ -112,6 +112,17 @@ def test_flipped_bytes_fall_back_to_the_previous_checkpoint(tmp_path):
     assert "1" in os.listdir(d)
 
 
+def test_a_checkpoint_of_per_layer_block_weights_is_refused_saying_so(tmp_path):
+    """Block weights kept per layer (['blocks'][i]…) against the stacked layout: a mismatch
+    that names the layout and what to do, not corruption."""
+    d = str(tmp_path / "ckpt")
+    ckpt = Checkpointer(d)
+    ckpt.save(1, {"blocks": {0: {"w": jnp.ones(3)}, 1: {"w": jnp.ones(3)}}}, {"step": 1})
+    with pytest.raises(CheckpointMismatch, match=r"stacked \(\[L, …\]\).*convert_hf"):
+        ckpt.restore_latest(abstract_like({"blocks": {"w": jnp.ones((2, 3))}}))
+    assert "1" in os.listdir(d)
+
+
 def _edit_meta(path, edit):
     with open(path) as f:
         meta = json.load(f)
