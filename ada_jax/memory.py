@@ -105,6 +105,8 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "g
     cb = jnp.dtype(mcfg.dtype).itemsize
     n, pbytes = param_bytes(mcfg, mesh, c.sharding_rules)
     pdt = jnp.dtype(mcfg.param_dtype)
+    embed = ((1 if mcfg.tie_embeddings else 2) * mcfg.vocab_size // split(mcfg.vocab_size)
+             * mcfg.d_model * pdt.itemsize)  # bytes of the embedding and head on a device
 
     # Optimizer state: Adam's moments mirror the trainable tree; the rest (step counts, DARO's
     # few weights and their moments) is replicated.
@@ -143,7 +145,10 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "g
         grads=pbytes,
         # micro-batches add each one's gradient into a running sum: a second gradient tree
         grad_sum=pbytes if c.rl.microbatches > 1 else 0,
-        decode_copy=pbytes * cb // pdt.itemsize if pdt.itemsize != cb else 0,
+        # decoding's per-layer block weights (model.per_layer) in the compute dtype, and the
+        # embedding cast to it when that differs
+        decode_copy=(pbytes - embed) * cb // pdt.itemsize
+        + (embed * cb // pdt.itemsize if pdt.itemsize != cb else 0),
         prompt_kv=per_rows(Q) * (P * kv_token + V * 4),  # caches + last-position logits
         slot_kv=per_rows(S) * (L * kv_token + V * 4),  # caches + next-token logits
         engine=engine_bytes,

@@ -345,21 +345,29 @@ def stack_layers(blocks: list[Block]) -> Block:
 
 
 def layers(model: "Transformer") -> list[Block]:
-    """The model's blocks one layer at a time: slice i of every stacked weight, or the blocks
-    of a `per_layer` model as they are."""
+    """The model's blocks one layer at a time: slice i of every stacked weight, in the compute
+    dtype but the norms' scales (as the block casts them where it uses them), or the blocks of
+    a `per_layer` model as they are."""
     if isinstance(model.blocks, nnx.List):
         return list(model.blocks)
     graphdef, stacked = nnx.split(model.blocks)
-    return [nnx.merge(graphdef, jax.tree.map(lambda w: w[i], stacked))
-            for i in range(model.cfg.n_layers)]
+    dt = jnp.dtype(model.cfg.dtype)
+
+    def layer(i):
+        def one(path, w):
+            norm = any(getattr(k, "key", None) in ("attn_norm", "mlp_norm") for k in path)
+            return w[i] if norm else w[i].astype(dt)
+        return nnx.merge(graphdef, jax.tree_util.tree_map_with_path(one, stacked))
+    return [layer(i) for i in range(model.cfg.n_layers)]
 
 
 def per_layer(model: "Transformer") -> "Transformer":
     """A copy of `model` whose blocks are a list of per-layer Blocks (`layers`), for decoding:
     it runs every layer at every step inside a while loop, and a slice of a stacked weight
     there is a copy of it at every step (a sampler 1.4x slower on CPU); merged before the
-    loop, the slices are taken once per call. The same values; the learner's scan
-    (`model.scan_layers`) needs the stacked model."""
+    loop, the slices are taken once per call: one copy of the block weights in the compute
+    dtype while decoding. The same values; the learner's scan (`model.scan_layers`) needs the
+    stacked model."""
     graphdef, state = nnx.split(model)
     out = nnx.merge(graphdef, state)
     out.blocks = nnx.List(layers(model))

@@ -270,8 +270,8 @@ def test_resumed_slot_caches_equal_decoded_ones(dtype, tol):
     toks, logits = jnp.zeros((5, 7), jnp.int32), g["logits"]
     for t in range(7):  # slot s decodes steps_S[s] tokens, then stops (as it would finish)
         live = t < steps_S
-        tok, _, g = gen.step(params, ps, g, live, prompt_S, jnp.zeros(5, jnp.int32),
-                             jax.random.key(t))
+        tok, _, g = gen.step(gen.for_decoding(params), ps, g, live, prompt_S,
+                             jnp.zeros(5, jnp.int32), jax.random.key(t))
         toks = toks.at[:, t].set(jnp.where(live, tok, 0))
         logits = jnp.where(live[:, None], g["logits"], logits)  # a stopped row's are not used
     # stopped rows' write positions advance too; a running sample's is P + its length
