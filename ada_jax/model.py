@@ -334,7 +334,7 @@ def stack_layers(blocks: list[Block]) -> Block:
     axis ([L, …], logical axis "layers"): the model's own layout. A scan over the layers takes
     each layer's weights as a slice, and the gradient comes out in this same layout, so a step
     makes neither a stacked copy of the weights nor a split of their gradient (SmolLM2's
-    learner step: 0.5 GiB less, docs/benchmarks.md)."""
+    run: 0.4 GiB less at its peak, docs/benchmarks.md)."""
     def stack(*variables):
         axes = variables[0].get_metadata()["logical_axes"]
         return variables[0].replace(jnp.stack([v.get_value() for v in variables]),
