@@ -186,10 +186,10 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "g
 
 # A CPU process's memory besides the estimate's arrays: Python, jax / XLA and their compiled
 # programs and compile transients, the tokenizer and the task. Calibrated on one run (a 4-layer
-# d-256 stand-in with a 49,152 vocabulary, scripts/bench/bench_memory.py: 1.37 GiB peak RSS,
+# d-256 stand-in with a 49,152 vocabulary, scripts/bench/bench_memory.py: 1.08 GiB peak RSS,
 # 0.42 GiB of it the estimate's learning phase); docs/benchmarks.md ("Memory") checks it on
 # others.
-HOST_RUNTIME_BYTES = int(0.95 * GiB)
+HOST_RUNTIME_BYTES = int(0.66 * GiB)
 
 
 def host_peak_bytes(config) -> int:
