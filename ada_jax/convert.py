@@ -348,11 +348,8 @@ def load_hf_checkpoint(path: str, mesh, rules, *, param_dtype: str = "float32", 
                     raise CheckpointError(
                         f"{file}: tensor {name!r} has shape {list(got)}, expected "
                         f"{list(_hf_shape(kind, want))} from config.json")
-                w = _to_ours(kind, readers[file].get_tensor(name), want)
-                if layer is None:
-                    x[...] = w
-                else:
-                    x[layer] = w
+                x[... if layer is None else layer] = _to_ours(
+                    kind, readers[file].get_tensor(name), want)
             loaded[key] = jax.make_array_from_callback(shape, shardings[key],
                                                        lambda idx, x=x: x[idx])
     params = nnx.from_flat_state([(k, v.replace(loaded[k])) for k, v in variables.items()])

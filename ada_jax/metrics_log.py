@@ -1,5 +1,6 @@
 """A run's metrics record: metrics.jsonl (strict JSON, one line a step, checked and repaired
 against the checkpoint on resume), TensorBoard (`tb/`) and, when asked, Weights & Biases."""
+import functools
 import json
 import logging
 import math
@@ -12,8 +13,9 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 
+@functools.cache
 def tensorboardx():
-    """The tensorboardX package, imported without torch when torch is not loaded yet:
+    """The tensorboardX package (imported once), without torch when torch is not loaded yet:
     tensorboardX imports torch, where it is installed, only to take its tensors (ours are
     numpy), and torch keeps 0.2 GiB resident, a twentieth of a CPU host's run of a 135M model
     (docs/benchmarks.md, "Memory")."""
