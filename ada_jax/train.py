@@ -377,6 +377,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             elif lmet["grad_norm"] > 0:  # an update applied (a zero gradient is no evidence)
                 skipped = 0
             met.update(lmet)
+            met.update(advantage_sums(rows))
             pool_n_B = np.asarray(batch.pool_n_B)
             pass_rate_B = np.asarray(batch.pool_pos_B) / np.maximum(pool_n_B, 1)
             met["reward_mean"] = float(np.mean(pass_rate_B))
@@ -404,6 +405,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             if watch.update(done, met):
                 log.warning("%s. %s", watch.describe(done, met), _collapse_advice(c))
             writer.write(done, met, {"pass_rate": pass_rate_B, "samples_per_prompt": pool_n_B,
+                                     "kept_per_prompt": np.asarray(batch.mask_BG).sum(1),
                                      "response_length": lens})
             # Saved after a skipped (non-finite) update too: the state is the previous, finite
             # one, and a re-run would otherwise repeat that step forever.
@@ -434,6 +436,13 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             if last:
                 break
     return met
+
+
+def advantage_sums(rows) -> dict:
+    """Σ A and Σ |A| over the step's real training rows: a pool baseline's kept group does not
+    sum to zero (docs/spec.md §4), a group baseline's does; both pin what an estimator did."""
+    adv = np.asarray(rows["adv"], np.float64)[np.asarray(rows["real"])]
+    return {"adv_sum": float(adv.sum()), "adv_abs_sum": float(np.abs(adv).sum())}
 
 
 def _collapse_advice(config) -> str:
