@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ada_jax import (adaptive, collapse, collect, evaluate, generators, learn, memory,
+from ada_jax import (adaptive, collapse, collect, evaluate, generators, host_memory, learn,
                      preemption, run_config, rundir, selection, sharding, sft)
 from ada_jax import model as model_lib
 from ada_jax.metrics_log import MetricsWriter, _wandb, _write_atomic
@@ -335,7 +335,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
         totals = {k: saved.get(k, 0) for k in totals}
 
     def save(step):
-        memory.release_free_heap()  # what sampling or the learner freed, before the writes
+        host_memory.release_free_heap()  # what sampling or the learner freed, before the writes
         arrays = {"trainable": trainable, "opt": opt_state}
         if state["stream"] is not None:  # mid-stream: engine state (its table: the meta)
             arrays["stream"] = state["stream"].arrays()
