@@ -24,8 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ada_jax import (adaptive, collapse, collect, evaluate, generators, host_memory, learn,
-                     preemption, run_config, rundir, selection, sharding, sft)
+from ada_jax import (adaptive, base_policy, collapse, collect, evaluate, generators,
+                     host_memory, learn, preemption, run_config, rundir, selection, sharding,
+                     sft)
 from ada_jax import model as model_lib
 from ada_jax.metrics_log import MetricsWriter, _wandb, _write_atomic
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
@@ -206,7 +207,7 @@ def setup(config, workdir: str):
                          f"{len(train_source)} training problems")
     train_eval = [train_source[i] for i in range(min(config.eval.train_prompts,
                                                      len(train_source)))]
-    graphdef, params = sft.load_base(config, workdir, mesh, tokenizer)
+    graphdef, params = base_policy.load(config, workdir, mesh, tokenizer)
     ctx = Context(config=config, mesh=mesh, tokenizer=tokenizer, model_cfg=model_cfg,
                   graphdef=graphdef, engine=engine,
                   generator=generators.ModelGenerator(graphdef, model_cfg, scfg),
@@ -272,7 +273,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         _wandb()  # a missing package stops the run now, not after SFT
     rundir.check(workdir)
     sharding.maybe_initialize_distributed(config.distributed)  # each process's lock
-    sft.check_base_dir(config, workdir)
+    base_policy.check_base_dir(config, workdir)
     created, started = rundir.make(workdir), False
     try:
         with rundir.lock(workdir):
