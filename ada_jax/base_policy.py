@@ -46,8 +46,8 @@ def load(config, workdir: str, mesh, tokenizer):
         log.info("starting policy: the random init of model=%s (sft.steps=0)",
                  config.model.name)
         return graphdef, params
-    out_dir = base_dir(config, workdir, tokenizer)
-    cached = out_dir.startswith(os.path.join(cache_dir(), "bases") + os.sep)
+    out_dir, fingerprint = _where(config, workdir, tokenizer)
+    cached = fingerprint is not None
     where = f"{out_dir} (the cached base of this SFT config)" if cached else out_dir
     # The cache or sft.base_dir may be wanted by another run at the same time: one trains,
     # the others wait and load its base.
@@ -62,8 +62,7 @@ def load(config, workdir: str, mesh, tokenizer):
         if cached and jax.process_index() == 0:  # what the key stands for, for a reader
             os.makedirs(out_dir, exist_ok=True)
             with open(os.path.join(out_dir, "sft_config.json"), "w") as f:
-                json.dump(sft_fingerprint(config, tokenizer), f, indent=1, sort_keys=True,
-                          default=str)
+                json.dump(fingerprint, f, indent=1, sort_keys=True, default=str)
         return sft.train_base(config, out_dir, mesh, tokenizer, init=(graphdef, params))
 
 
@@ -143,13 +142,19 @@ def base_dir(config, workdir: str, tokenizer=None) -> str:
     `<workdir>/base`, else the cache entry of this SFT config (needs the tokenizer). On
     several processes the cache is used only when $ADA_JAX_CACHE names one (every process
     must see the same files, and ~/.cache is per host on a TPU pod): else `<workdir>/base`."""
+    return _where(config, workdir, tokenizer)[0]
+
+
+def _where(config, workdir: str, tokenizer):
+    """(`base_dir`, the fingerprint of its cache entry, or None when it is not the cache)."""
     if config.sft.get("base_dir", ""):
-        return config.sft.base_dir
+        return config.sft.base_dir, None
     own = os.path.join(workdir, "base")
     if (os.path.isdir(own) or tokenizer is None
             or (jax.process_count() > 1 and not os.environ.get("ADA_JAX_CACHE"))):
-        return own
-    return os.path.join(cache_dir(), "bases", sft_key(sft_fingerprint(config, tokenizer)))
+        return own, None
+    fingerprint = sft_fingerprint(config, tokenizer)
+    return os.path.join(cache_dir(), "bases", sft_key(fingerprint)), fingerprint
 
 
 def check_base_dir(config, workdir: str) -> None:
