@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ada_jax import adaptive, generators, learn, selection, sharding
+from ada_jax import adaptive, collect, generators, learn, selection, sharding
 from ada_jax import model as model_lib
 from ada_jax.config_check import resolve_hf
 from ada_jax.train import engine_config  # the trainer's own engine settings
@@ -94,8 +94,7 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "g
 
     stream = a.mode == "stream"
     B, P, N = c.rl.prompts_per_step, c.sampling.max_prompt_len, c.sampling.max_new_tokens
-    ahead = (a.stream.max_lag * B if a.stream.ahead < 0 else a.stream.ahead) if stream else 0
-    Q, S, L, V = B + ahead, engine.slots, P + N, mcfg.vocab_size
+    Q, S, L, V = collect.prompts_in_flight(c), engine.slots, P + N, mcfg.vocab_size
     R = B * rows_per_prompt
     micro = R // c.rl.minibatches // c.rl.microbatches
     micro_dev = -(-micro // _rows_split(micro, rows))  # sequences per device per micro-batch
