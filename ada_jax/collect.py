@@ -1,8 +1,10 @@
 """The table of collection policies (ada_jax/policies/: one module each, see its docstring):
-`collect` hands a step to the configured policy's module; `init_state`, `checkpoint` and
-`restore` gather the cross-step state the policies declare; `groups`, `settings`, `check`,
-`presets` and `label` read what each module declares for configs/base.py, config_check,
-config_doc, scripts/reproduce.sh and plots.
+`collect` hands a step to the configured policy's module; `engine_fields`,
+`max_samples_per_prompt` and `prompts_in_flight` read what it asks of the engine;
+`init_state`, `checkpoint`, `restore`, `arrays` and `restore_arrays` gather the cross-step
+state the policies declare; `groups`, `settings`, `check`, `presets` and `label` read what
+each module declares for configs/base.py, config_check, config_doc, scripts/reproduce.sh and
+plots.
 
   python -m ada_jax.collect presets    # the reproduce presets, one "name=variant|flags" a line
 """
@@ -27,6 +29,40 @@ def policy_name(config) -> str:
     if config.rl.hints != "none":
         return "hints"
     return config.adaptive.policy
+
+
+def _asking(config) -> tuple:
+    """The modules that shape a run's engine: adaptive.policy's, then the one that runs the
+    step over it where that differs (stream, hints)."""
+    return tuple(dict.fromkeys((POLICIES[config.adaptive.policy],
+                                POLICIES[policy_name(config)])))
+
+
+def engine_fields(config) -> tuple[dict, int, int]:
+    """(adaptive.EngineConfig's per-policy fields, G kept samples per prompt, training rows per
+    prompt). adaptive.policy's module gives (G, rows) (`group_size`); the fields default to G
+    samples a prompt in one round of adaptive.mode, all kept, and each module's
+    `engine_fields` changes them (seq: rounds and exit rule; stream: the refill engine)."""
+    group, rows = POLICIES[config.adaptive.policy].group_size(config)
+    fields = dict(keep=group, exit_rule="none", samples_per_round=group, max_rounds=1,
+                  mode=config.adaptive.mode)
+    for m in _asking(config):
+        if hasattr(m, "engine_fields"):
+            fields.update(m.engine_fields(config))
+    return fields, group, rows
+
+
+def max_samples_per_prompt(config) -> int:
+    """The most samples one prompt can take in one engine call (its largest budget)."""
+    fields = engine_fields(config)[0]
+    return fields["samples_per_round"] * fields["max_rounds"]
+
+
+def prompts_in_flight(config) -> int:
+    """Prompts in progress at once: the step's B plus those admitted ahead of it (a module's
+    `prompts_ahead`: stream)."""
+    return config.rl.prompts_per_step + sum(m.prompts_ahead(config) for m in _asking(config)
+                                            if hasattr(m, "prompts_ahead"))
 
 
 def group(module) -> str:
@@ -106,6 +142,18 @@ def checkpoint(state) -> dict:
 def restore(meta) -> dict:
     """Every policy's state entries from a checkpoint's metadata."""
     return {k: v for m in _MODULES if hasattr(m, "restore") for k, v in m.restore(meta).items()}
+
+
+def arrays(state) -> dict:
+    """Every policy's array state, saved with the params (the stream's engine)."""
+    return {k: v for m in _MODULES if hasattr(m, "arrays") for k, v in m.arrays(state).items()}
+
+
+def restore_arrays(state, arrays: dict, meta: dict) -> None:
+    """Every policy's array state back from a checkpoint (`arrays`' entries), in place."""
+    for m in _MODULES:
+        if hasattr(m, "restore_arrays"):
+            m.restore_arrays(state, arrays, meta)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ada_jax import advantages, losses, memory, selection, sharding, sft
+from ada_jax import advantages, host_memory, losses, selection, sharding, sft
 from ada_jax import model as model_lib
 
 
@@ -351,7 +351,7 @@ def make_train_step(graphdef, optimizer, config, n_groups: int):
         key = (fn, str(jax.tree.map(lambda x: (x.shape, x.dtype), args[2:])))
         if key not in compiled:
             fn.lower(*args).compile()  # jit's own cache: the call below reuses it
-            memory.release_free_heap()
+            host_memory.release_free_heap()
             compiled.add(key)
 
     def train_step(trainable, opt_state, mb, nan_now, replay=None):
@@ -425,7 +425,7 @@ def learn(ctx, train_step, trainable, opt_state, rows, step: int, replay=None):
     """ppo_epochs passes over the rows (their padding trimmed) in `minibatches` shuffled
     minibatches; `replay` (sft.Replay.rows: one batch per update) beside them when given."""
     c = ctx.config
-    memory.release_free_heap()  # the engine's freed buffers, before the step (and its compile)
+    host_memory.release_free_heap()  # the engine's freed buffers, before the step (and its compile)
     rows = trim_padding(rows, c.sampling.max_prompt_len, c.rl.pad_multiple)
     if c.rl.share_prompts:
         check_groups(rows, c.rl.prompts_per_step)
@@ -444,7 +444,7 @@ def learn(ctx, train_step, trainable, opt_state, rows, step: int, replay=None):
     mets = jax.device_get(mets)
     # The step's freed temporaries back to the OS before sampling or saving: glibc keeps them
     # mapped (0.3-1.0 GiB of SmolLM2's peak, at the save that followed)
-    memory.release_free_heap()
+    host_memory.release_free_heap()
     out = {k: float(np.mean([m[k] for m in mets])) for k in mets[0]}
     out["skipped"] = float(np.max([m["skipped"] for m in mets]))
     if c.rl.daro:

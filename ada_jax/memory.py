@@ -19,9 +19,6 @@ leaf); rows over the batch axes (data x fsdp) where they divide them; kv heads, 
 vocab over tensor where it divides them. XLA's temporaries and fragmentation come on top: a
 config should keep its peak under 90% of HBM.
 """
-import ctypes
-import dataclasses
-import functools
 import types
 
 import jax
@@ -29,8 +26,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ada_jax import adaptive, generators, learn, selection, sharding
+from ada_jax import adaptive, collect, generators, learn, selection, sharding
 from ada_jax import model as model_lib
+from ada_jax.config_check import resolve_hf
+from ada_jax.train import engine_config  # the trainer's own engine settings
 
 GiB = 2**30
 
@@ -81,8 +80,6 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "g
     `model.compute_dtype`; see the module doc); plus `params_b` (billions), `headroom` (1 - the
     larger peak / HBM) and `max_slots` (the most slots whose sampling peak stays within 90% of
     HBM)."""
-    from ada_jax.config_check import resolve_hf
-    from ada_jax.train import engine_config  # the trainer's own engine settings
     resolve_hf(config)  # model=hf: the sizes from init_from's config.json
     engine, group, rows_per_prompt = engine_config(config)
     c, a = config, config.adaptive
@@ -97,8 +94,7 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "g
 
     stream = a.mode == "stream"
     B, P, N = c.rl.prompts_per_step, c.sampling.max_prompt_len, c.sampling.max_new_tokens
-    ahead = (a.stream.max_lag * B if a.stream.ahead < 0 else a.stream.ahead) if stream else 0
-    Q, S, L, V = B + ahead, engine.slots, P + N, mcfg.vocab_size
+    Q, S, L, V = collect.prompts_in_flight(c), engine.slots, P + N, mcfg.vocab_size
     R = B * rows_per_prompt
     micro = R // c.rl.minibatches // c.rl.microbatches
     micro_dev = -(-micro // _rows_split(micro, rows))  # sequences per device per micro-batch
@@ -205,39 +201,3 @@ def in_gib(est: dict) -> dict:
     keep = ("params_b", "headroom", "max_slots", "mode", "slots", "prompts", "micro", "devices",
             "mesh")
     return {k: (x if k in keep else x / GiB) for k, x in est.items()}
-
-
-@dataclasses.dataclass
-class Live:
-    """Bytes of the live jax arrays on one device (`live_bytes`)."""
-    total: int
-    arrays: list  # (bytes, shape, dtype, sharding) of each
-
-
-def live_bytes(device=None) -> Live:
-    """What is resident on `device` (default: the first) now: the sum over live arrays of
-    their shards' bytes there."""
-    device = device or jax.devices()[0]
-    got = []
-    for x in jax.live_arrays():
-        b = sum(s.data.nbytes for s in x.addressable_shards if s.device == device)
-        if b:
-            got.append((b, x.shape, str(x.dtype), str(x.sharding)))
-    return Live(sum(g[0] for g in got), sorted(got, key=lambda g: -g[0]))
-
-
-@functools.lru_cache(maxsize=None)
-def _libc():
-    try:
-        return ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc (macOS, musl): nothing to trim
-        return None
-
-
-def release_free_heap() -> None:
-    """Hand the host heap's free pages back to the OS (glibc `malloc_trim`). XLA's CPU
-    compiler frees gigabytes after compiling a program, which glibc keeps mapped; trimmed
-    before the learner's compile, that transient lands on a smaller resident set."""
-    libc = _libc()
-    if libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)

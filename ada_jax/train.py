@@ -24,15 +24,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ada_jax import (adaptive, collapse, collect, evaluate, generators, learn, memory,
-                     preemption, run_config, rundir, selection, sharding, sft)
+from ada_jax import (adaptive, base_policy, collapse, collect, evaluate, generators,
+                     host_memory, learn, preemption, run_config, rundir, selection, sharding,
+                     sft)
 from ada_jax import model as model_lib
 from ada_jax.metrics_log import MetricsWriter, _wandb, _write_atomic
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
 from ada_jax.config_check import config_changes, validate
 from ada_jax.policies import rollout
 from ada_jax.tasks import PromptIterator, load_split, task_of
-from ada_jax.tasks.problem import Problem
 from ada_jax.tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -62,18 +62,6 @@ class Context:
     math_pool: Any = None  # MathVerifierPool for math-file tasks (host-side reward)
 
 
-def max_samples_per_prompt(config) -> int:
-    """The most samples one prompt can take in one engine call (its largest budget)."""
-    a, rl = config.adaptive, config.rl
-    if a.policy == "seq":
-        return a.samples_per_round * a.max_rounds
-    if hasattr(module := collect.POLICIES.get(a.policy), "group_size"):  # the module's G
-        return module.group_size(config)[0]
-    if a.policy in ("est", "gvm"):
-        return 4 * (a.est if a.policy == "est" else a.gvm).budget_per_prompt
-    return rl.n
-
-
 def useful_slots(config) -> int:
     """adaptive.slots capped at the most samples a step can have in flight: the prompts in
     progress (B, plus those a stream admits ahead) times a prompt's largest budget. A slot past
@@ -82,44 +70,20 @@ def useful_slots(config) -> int:
     samples held 4.5 GB of caches for 32 samples, copied several times over (17 GB resident;
     docs/benchmarks.md, "Memory"). Several processes need the capped count to be a multiple
     of the devices too (`check_multihost`)."""
-    a, B = config.adaptive, config.rl.prompts_per_step
-    ahead = 0
-    if a.mode == "stream":
-        ahead = a.stream.max_lag * B if a.stream.ahead < 0 else a.stream.ahead
-    return min(a.slots, (B + ahead) * max_samples_per_prompt(config))
+    return min(config.adaptive.slots,
+               collect.prompts_in_flight(config) * collect.max_samples_per_prompt(config))
 
 
 def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
-    """Static engine settings, the kept group size G and the training rows per prompt.
-
-    uniform / dapo: exactly n samples per prompt. seq: pos / balance exits on pools of at
-    least adaptive.min_pool (0 = n) samples, budget M·R, keep n.
-    est / gvm: per-prompt budgets from the allocation solvers (capped at 4× the mean budget),
-    every sample trained on, so G is that cap and the rows per prompt are the mean budget.
-    A policy module with `group_size(config)` (knapsack, vip, pilot_commit, conformal) gives
-    its own (G, rows per prompt), every sample trained.
-    """
-    a, rl = config.adaptive, config.rl
-    mode = "refill" if a.mode == "stream" else a.mode  # streaming runs the refill engine
-    common = dict(slots=useful_slots(config), max_new_tokens=config.sampling.max_new_tokens,
-                  chunk_len=a.chunk_len, select_order=a.select_order, overcommit=a.overcommit)
-    if a.policy == "seq":
-        return adaptive.EngineConfig(keep=rl.n, exit_rule=a.exit_rule, k_pos=a.k_pos,
-                                     k_neg=a.k_neg, mode=mode,
-                                     samples_per_round=a.samples_per_round,
-                                     max_rounds=a.max_rounds, min_pool=a.min_pool or rl.n,
-                                     **common), rl.n, rl.n
-    if hasattr(collect.POLICIES.get(a.policy), "group_size"):  # the module says (G, rows)
-        cap, mean = collect.POLICIES[a.policy].group_size(config)
-        return adaptive.EngineConfig(keep=cap, exit_rule="none", mode=mode,
-                                     samples_per_round=cap, max_rounds=1, **common), cap, mean
-    if a.policy in ("est", "gvm"):
-        mean = (a.est if a.policy == "est" else a.gvm).budget_per_prompt
-        cap = 4 * mean
-        return adaptive.EngineConfig(keep=cap, exit_rule="none", mode=mode,
-                                     samples_per_round=cap, max_rounds=1, **common), cap, mean
-    return adaptive.EngineConfig(keep=rl.n, exit_rule="none", mode=mode,
-                                 samples_per_round=rl.n, max_rounds=1, **common), rl.n, rl.n
+    """Static engine settings, the kept group size G and the training rows per prompt: the
+    policy's own (collect.engine_fields: its rounds, exit rule, budget cap) and the run's
+    (slots, lengths, chunking, slot order)."""
+    a = config.adaptive
+    fields, group, rows_per_prompt = collect.engine_fields(config)
+    return adaptive.EngineConfig(slots=useful_slots(config),
+                                 max_new_tokens=config.sampling.max_new_tokens,
+                                 chunk_len=a.chunk_len, select_order=a.select_order,
+                                 overcommit=a.overcommit, **fields), group, rows_per_prompt
 
 
 # ----------------------------------------------------------------------------- main loop
@@ -206,7 +170,7 @@ def setup(config, workdir: str):
                          f"{len(train_source)} training problems")
     train_eval = [train_source[i] for i in range(min(config.eval.train_prompts,
                                                      len(train_source)))]
-    graphdef, params = sft.load_base(config, workdir, mesh, tokenizer)
+    graphdef, params = base_policy.load(config, workdir, mesh, tokenizer)
     ctx = Context(config=config, mesh=mesh, tokenizer=tokenizer, model_cfg=model_cfg,
                   graphdef=graphdef, engine=engine,
                   generator=generators.ModelGenerator(graphdef, model_cfg, scfg),
@@ -245,20 +209,19 @@ def init_train_state(ctx: Context, params):
 
 
 def restore_checkpoint(ckpt: Checkpointer, trainable, opt_state, start_over: bool = False,
-                       stream=None):
+                       state=None):
     """(step, trainable, opt_state, meta) from the newest readable checkpoint, or None if there
-    is none (or none readable and `start_over`; see Checkpointer.restore_latest). With a
-    streaming run's `stream` (policies.stream.make_stream), its engine state is restored into
-    it too."""
-    arrays = {"trainable": trainable, "opt": opt_state}
-    if stream is not None:
-        arrays["stream"] = stream.arrays()
+    is none (or none readable and `start_over`; see Checkpointer.restore_latest). With the
+    policies' `state` (collect.init_state), the array state they keep (a stream's engine) is
+    restored into it too."""
+    arrays = {"trainable": trainable, "opt": opt_state,
+              **(collect.arrays(state) if state is not None else {})}
     restored = ckpt.restore_latest(abstract_like(arrays), start_over)
     if restored is None:
         return None
     step, arrays, meta = restored
-    if stream is not None:
-        stream.restore(arrays["stream"], meta["stream"], lambda d: Problem(**d))
+    if state is not None:
+        collect.restore_arrays(state, arrays, meta)
     return step, arrays["trainable"], arrays["opt"], meta
 
 
@@ -272,7 +235,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         _wandb()  # a missing package stops the run now, not after SFT
     rundir.check(workdir)
     sharding.maybe_initialize_distributed(config.distributed)  # each process's lock
-    sft.check_base_dir(config, workdir)
+    base_policy.check_base_dir(config, workdir)
     created, started = rundir.make(workdir), False
     try:
         with rundir.lock(workdir):
@@ -305,7 +268,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
     start = 0
     try:
         restored = restore_checkpoint(ckpt, trainable, opt_state,
-                                      c.checkpoint.start_over_if_unreadable, state["stream"])
+                                      c.checkpoint.start_over_if_unreadable, state)
     except UnreadableCheckpoints as e:
         raise UnreadableCheckpoints(f"{e} Or set --config.checkpoint.start_over_if_unreadable"
                                     f"=True to train this workdir from step 0.") from None
@@ -335,11 +298,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
         totals = {k: saved.get(k, 0) for k in totals}
 
     def save(step):
-        memory.release_free_heap()  # what sampling or the learner freed, before the writes
-        arrays = {"trainable": trainable, "opt": opt_state}
-        if state["stream"] is not None:  # mid-stream: engine state (its table: the meta)
-            arrays["stream"] = state["stream"].arrays()
-        ckpt.save(step, arrays,
+        host_memory.release_free_heap()  # what sampling or the learner freed, before the writes
+        ckpt.save(step, {"trainable": trainable, "opt": opt_state, **collect.arrays(state)},
                   {"iterator": sharding.allgather_json(iterator.state()),
                    **collect.checkpoint(state), "step": step, "totals": dict(totals),
                    "collapse": watch.state(),

@@ -400,10 +400,9 @@ INSPECT = [
     import jax.numpy as jnp
     from IPython.display import Image, Markdown, display
 
-    from ada_jax import evaluate, plots, sampling, train
+    from ada_jax import collect, evaluate, plots, sampling, train
     from ada_jax.checkpoint import Checkpointer
     from ada_jax.policies.rollout import reward_data
-    from ada_jax.policies.stream import make_stream
     from configs import base
     '''),
     _code(SMOKE_OVERRIDES + r'''
@@ -450,7 +449,7 @@ print("workdir:", WORKDIR, sorted(os.listdir(WORKDIR)))
     _, trainable, opt_state = train.init_train_state(ctx, init_params)
     ckpt = Checkpointer(os.path.join(WORKDIR, "checkpoints"))
     restored = train.restore_checkpoint(ckpt, trainable, opt_state,
-                                        stream=make_stream(ctx, init_params))
+                                        state=collect.init_state(ctx, init_params))
     ckpt.close()
     if restored is None:
         raise FileNotFoundError(f"no readable checkpoint in {WORKDIR}/checkpoints")

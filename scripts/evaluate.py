@@ -13,10 +13,9 @@ from absl import app, flags
 from ml_collections import config_flags
 
 import ada_jax
-from ada_jax import evaluate, run_config, sharding, train
+from ada_jax import collect, evaluate, run_config, sharding, train
 from ada_jax.checkpoint import Checkpointer
 from ada_jax.config_check import refuse_unknown_overrides, validate
-from ada_jax.policies.stream import make_stream
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "base.py")
 refuse_unknown_overrides(sys.argv, _DEFAULT_CONFIG)  # before absl's bare AttributeError
@@ -47,7 +46,7 @@ def main(argv):
         _, trainable, opt_state = train.init_train_state(ctx, params)
         restored = train.restore_checkpoint(
             Checkpointer(os.path.join(_WORKDIR.value, "checkpoints")), trainable, opt_state,
-            stream=make_stream(ctx, params))
+            state=collect.init_state(ctx, params))
         if restored is None:
             raise SystemExit(f"no checkpoint in {_WORKDIR.value}/checkpoints (use --base)")
         step, params = restored[0], restored[1]["model"]

@@ -1,7 +1,7 @@
 """Produce the base policy by SFT and report its pass-rate spread.
 
   python scripts/sft.py --workdir=workdir   # the base (+ pass_rates.json) in the SFT cache
-                                            # (ada_jax/sft.py), or sft.base_dir when set
+                                            # (ada_jax/base_policy.py), or sft.base_dir when set
 """
 import json
 import os
@@ -11,7 +11,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 import ada_jax
-from ada_jax import sft, sharding
+from ada_jax import base_policy, sharding
 from ada_jax.config_check import refuse_unknown_overrides, validate
 from ada_jax.tokenizer import load_tokenizer
 
@@ -31,11 +31,11 @@ def main(argv):
     validate(config)
     mesh = sharding.make_mesh(config.mesh)
     tokenizer = load_tokenizer(config)
-    out_dir = sft.base_dir(config, _WORKDIR.value, tokenizer)
-    graphdef, params = sft.load_base(config, _WORKDIR.value, mesh, tokenizer)
+    out_dir = base_policy.base_dir(config, _WORKDIR.value, tokenizer)
+    graphdef, params = base_policy.load(config, _WORKDIR.value, mesh, tokenizer)
     with sharding.activate(mesh, config.sharding_rules):
-        report = sft.base_report(config, graphdef, params, tokenizer, _K.value)
-    sft.write_report(report, out_dir)
+        report = base_policy.report(config, graphdef, params, tokenizer, _K.value)
+    base_policy.write_report(report, out_dir)
     print(json.dumps(report))
 
 

@@ -4,7 +4,7 @@ streaming mode (whose engine keeps no slot caches between calls); every pretrain
 one 8xH100 host with 10% headroom."""
 import pytest
 
-from ada_jax import learn, memory, train
+from ada_jax import host_memory, learn, memory, train
 from configs import base
 from tests.test_train import _config
 
@@ -17,7 +17,7 @@ def test_live_bytes_when_learning_equal_the_estimate(tmp_path, mode, monkeypatch
     learn_fn = learn.learn
 
     def spy(*args):
-        seen.append(memory.live_bytes())
+        seen.append(host_memory.live_bytes())
         return learn_fn(*args)
     monkeypatch.setattr(learn, "learn", spy)
     train.train_and_evaluate(c, str(tmp_path))

@@ -2,6 +2,7 @@
 declares what the contract in ada_jax/policies/__init__.py asks of it, so a new method that
 forgets a piece fails here, not in a run."""
 import re
+import types
 
 import pytest
 
@@ -131,3 +132,38 @@ def test_every_reproduce_arm_names_fields_the_config_has():
     stale = ["prog", f"--config={ROOT}/configs/base.py:algo=dapo",
              "--config.adaptive.dapo_max_gen_batches=32"]
     assert "adaptive.dapo.max_gen_batches" in config_check.unknown_override(stale, "")
+
+
+def test_a_new_policy_is_one_module_and_one_registry_row(tmp_path, monkeypatch):
+    """A policy module written here, registered in collect.POLICIES (and so a config choice),
+    runs an RL step of the smoke config with nothing else changed: the loop takes its group
+    size (3 samples a prompt, all trained) and cross-step state from the module alone."""
+    from ada_jax import train
+    from ada_jax.policies import rollout
+    from tests.test_train import _config, _restore
+
+    toy = types.ModuleType("ada_jax.policies.toy", "Toy: every prompt gets 3 samples in one "
+                           "engine call, all trained; it counts its steps across the run.")
+    toy.LABEL = "Toy"
+    toy.group_size = lambda config: (3, 3)
+    toy.init_state = lambda ctx, params: {"toy_steps": 0}
+    toy.checkpoint = lambda state: {"toy_steps": state["toy_steps"]}
+    toy.restore = lambda meta: {"toy_steps": meta.get("toy_steps", 0)}
+
+    def collect_toy(ctx, params, iterator, key, state):
+        state["toy_steps"] += 1
+        return rollout.run_engine(ctx, params, next(iterator), key)
+    toy.collect = collect_toy
+    monkeypatch.setitem(collect.POLICIES, "toy", toy)
+    monkeypatch.setattr(collect, "_MODULES", collect._MODULES + (toy,))
+    monkeypatch.setitem(config_check._CHOICES, "adaptive.policy",
+                        config_check._CHOICES["adaptive.policy"] + ("toy",))
+    c = _config("grpo", **{"adaptive.policy": "toy", "rl.steps": 1, "rl.minibatches": 1})
+    engine, group, rows = train.engine_config(c)
+    assert (engine.keep, engine.samples_per_round, engine.max_rounds, group, rows) == (
+        3, 3, 1, 3, 3)
+    assert engine.slots == min(c.adaptive.slots, 3 * c.rl.prompts_per_step)
+    met = train.train_and_evaluate(c, str(tmp_path))
+    assert met["samples_per_prompt_mean"] == 3
+    assert met["samples_trained"] == 3 * c.rl.prompts_per_step * c.rl.ppo_epochs
+    assert _restore(str(tmp_path))[2]["toy_steps"] == 1

@@ -1,5 +1,5 @@
 """Pretrained-model settings: the reference run's defaults per model, validation of the new
-fields, the tokenizer read from init_from with its stop tokens, and load_base's HF import
+fields, the tokenizer read from init_from with its stop tokens, and base_policy's HF import
 (runtime fields passed through, a checkpoint of another architecture refused by field)."""
 import jax.numpy as jnp
 import pytest
@@ -7,7 +7,7 @@ from absl import flags
 from flax import nnx
 from ml_collections import config_flags
 
-from ada_jax import convert, sampling, sft, sharding
+from ada_jax import base_policy, convert, sampling, sharding
 from ada_jax import model as model_lib
 from ada_jax import tokenizer as tok_lib
 from ada_jax.config_check import validate
@@ -109,10 +109,16 @@ def _tiny_checkpoint(tmp_path, **changes):
     return c
 
 
-def test_load_base_passes_runtime_fields(tmp_path):
+def test_base_policy_passes_runtime_fields(tmp_path, caplog):
+    """The pretrained folder's import takes config.model's runtime fields; the log names the
+    folder as the pretrained model, with no word of SFT (none runs)."""
     c = _tiny_checkpoint(tmp_path, dtype="bfloat16", remat=True, max_len=192)
     mesh = sharding.make_mesh(c.mesh)
-    graphdef, params = sft.load_base(c, str(tmp_path / "work"), mesh, None)
+    with caplog.at_level("INFO", logger="ada_jax"):
+        graphdef, params = base_policy.load(c, str(tmp_path / "work"), mesh, None)
+    said = [r.getMessage() for r in caplog.records if r.name == "ada_jax.base_policy"]
+    assert said == [f"starting policy: the pretrained model in {c.model.init_from}"]
+    assert not any("sft" in r.getMessage().lower() for r in caplog.records)
     cfg = nnx.merge(graphdef, params).cfg
     assert (cfg.dtype, cfg.remat, cfg.max_len, cfg.param_dtype) == (
         "bfloat16", True, 192, "float32")
@@ -121,8 +127,8 @@ def test_load_base_passes_runtime_fields(tmp_path):
     assert logits.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(logits)))
 
 
-def test_load_base_refuses_another_architecture(tmp_path):
+def test_base_policy_refuses_another_architecture(tmp_path):
     c = _tiny_checkpoint(tmp_path, d_ff=256, rope_base=5e5)
     with pytest.raises(ValueError, match=r"config.model.d_ff=256 but config.json gives 384.*"
                                          r"config.model.rope_base=500000.0"):
-        sft.load_base(c, str(tmp_path / "work"), sharding.make_mesh(c.mesh), None)
+        base_policy.load(c, str(tmp_path / "work"), sharding.make_mesh(c.mesh), None)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ada_jax import sft, train
+from ada_jax import base_policy, train
 from tests import helpers
 from tests.test_train import _cli, _config, _latest_step, _steps_written
 
@@ -77,7 +77,7 @@ def test_a_save_on_a_full_disk_leaves_no_partial_checkpoint(tmp_path):
 def _refused(tmp_path, monkeypatch, exc, match, **overrides):
     """train_and_evaluate on `overrides` stops with `exc` matching `match` before any compile
     (SFT / the model's init is the first) and leaves no workdir behind."""
-    monkeypatch.setattr(sft, "load_base", lambda *a: pytest.fail("got as far as the model"))
+    monkeypatch.setattr(base_policy, "load", lambda *a: pytest.fail("got as far as the model"))
     files = overrides.pop("task.files", None)
     wd = overrides.pop("workdir", None) or str(tmp_path / "wd")
     c = _config("grpo", **overrides)
@@ -96,7 +96,7 @@ def test_run_lock_a_directory_is_refused(tmp_path, monkeypatch):
 
 def test_a_workdir_name_too_long_is_refused(tmp_path, monkeypatch):
     """Before: ENAMETOOLONG from os.makedirs, naming the path but not --workdir."""
-    monkeypatch.setattr(sft, "load_base", lambda *a: pytest.fail("got as far as the model"))
+    monkeypatch.setattr(base_policy, "load", lambda *a: pytest.fail("got as far as the model"))
     with pytest.raises(OSError, match=r"the name x{40}… is 300 bytes, more than the 255 the "
                                       r"filesystem allows: pass a shorter --workdir"):
         train.train_and_evaluate(_config("grpo"), str(tmp_path / ("x" * 300)))

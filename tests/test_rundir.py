@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ada_jax import rundir, sft, train
+from ada_jax import base_policy, rundir, train
 from tests import helpers
 from tests.test_train import _cli, _config
 
@@ -109,7 +109,7 @@ def test_a_workdir_of_the_wrong_kind_is_refused_before_any_work(tmp_path, monkey
                                                                   match):
     """Before: a raw FileExistsError (workdir a file) after nothing, or after SFT and the
     compiles (checkpoints/ a file)."""
-    monkeypatch.setattr(sft, "load_base", lambda *a: pytest.fail("SFT ran"))
+    monkeypatch.setattr(base_policy, "load", lambda *a: pytest.fail("SFT ran"))
     make(tmp_path / "wd")
     with pytest.raises(OSError, match=match):
         train.train_and_evaluate(_config("grpo", **{"sft.steps": 10}), str(tmp_path / "wd"))
@@ -117,7 +117,7 @@ def test_a_workdir_of_the_wrong_kind_is_refused_before_any_work(tmp_path, monkey
 
 def test_a_data_path_that_is_a_directory_is_named(tmp_path, monkeypatch):
     """Before: a raw IsADirectoryError from open()."""
-    monkeypatch.setattr(sft, "load_base", lambda *a: pytest.fail("SFT ran"))
+    monkeypatch.setattr(base_policy, "load", lambda *a: pytest.fail("SFT ran"))
     c = _config("grpo", **{"task.name": "files", "sampling.max_prompt_len": 24})
     c.task.files = os.path.dirname(ARITH)
     with pytest.raises(IsADirectoryError, match=rf"names the directory {c.task.files}, not a "

@@ -44,9 +44,14 @@ A policy module defines (`tests/test_policy_registry.py` fails where one is miss
   flat names of older runs' config.json (`adaptive.knapsack_n_min`; Pilot-Commit's `pc_*`)
   are moved into the groups when such a file is read and refused, naming the new field, on
   the command line (config_check.FORMER).
-- Its engine configuration, if every sample it draws is trained: `group_size(config) ->
-  (G, training rows per prompt)` (train.engine_config reads it); otherwise the engine is
-  the uniform / seq / est / gvm one train.engine_config builds.
+- What it asks of the engine (`collect.engine_fields`; train.engine_config builds the engine
+  from it and names no policy): `group_size(config) -> (G, training rows per prompt)`, required
+  of every `adaptive.policy` choice (G: kept samples per prompt); by default a prompt gets G
+  samples in one round, all kept, so G is also its largest budget. `engine_fields(config) ->
+  dict` changes adaptive.EngineConfig's fields where it runs otherwise (seq: M·R samples in
+  rounds, stopped by the exit rule; stream: the refill engine); the largest budget is then
+  samples_per_round x max_rounds (`collect.max_samples_per_prompt`, which caps the slots).
+  `prompts_ahead(config)`: prompts it keeps in progress beyond the step's B (stream).
 - `PRESETS = {arm name: "variant|flags"}`: the arms scripts/reproduce.sh runs it as
   (`python -m ada_jax.collect presets`).
 - Cross-step state, if it keeps any (each optional; a stateless policy defines none):
@@ -55,8 +60,9 @@ A policy module defines (`tests/test_policy_registry.py` fails where one is miss
   (its checkpoint keys); `restore(meta) -> dict`, its state keys back from that metadata.
   `collect.init_state` / `checkpoint` / `restore` gather every policy's entries, whichever
   policy runs (so a checkpoint holds est_history, last_visit and hint_levels in every run),
-  so state keys and checkpoint keys must be unique across policies. Metadata is JSON;
-  the one array state, the stream's engine, train.py saves with the params.
+  so state keys and checkpoint keys must be unique across policies. Metadata is JSON; array
+  state (the stream's engine) goes beside the params: `arrays(state) -> dict` and
+  `restore_arrays(state, arrays, meta)` (in place).
 
 So a new policy is one new module and one row in `collect.POLICIES`: its name becomes an
 `adaptive.policy` choice (config_check reads the registry), its settings (the group

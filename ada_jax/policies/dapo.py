@@ -31,6 +31,11 @@ SETTINGS = {
 log = logging.getLogger(__name__)
 
 
+def group_size(config) -> tuple[int, int]:
+    """(G, training rows per prompt): n samples a prompt, all trained."""
+    return config.rl.n, config.rl.n
+
+
 def init_state(ctx, params) -> dict:
     return {"dapo_warned": False}
 

@@ -26,6 +26,10 @@ SETTINGS = {
 }
 
 
+def group_size(config) -> tuple[int, int]:
+    return rollout.capped_group(config.adaptive.est.budget_per_prompt)
+
+
 def init_state(ctx, params) -> dict:
     return {"est": {}}
 

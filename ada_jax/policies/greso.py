@@ -29,7 +29,7 @@ import numpy as np
 
 from ada_jax import selection
 from ada_jax.policies import rollout
-from ada_jax.policies.dapo import _assemble
+from ada_jax.policies.dapo import _assemble, group_size  # noqa: F401  DAPO's groups
 from ada_jax.policies.settings import Setting
 from ada_jax.tasks.problem import Problem
 

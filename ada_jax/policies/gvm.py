@@ -29,6 +29,10 @@ SETTINGS = {
 }
 
 
+def group_size(config) -> tuple[int, int]:
+    return rollout.capped_group(config.adaptive.gvm.budget_per_prompt)
+
+
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     c, a = ctx.config, ctx.config.adaptive.gvm
     problems = next(iterator)

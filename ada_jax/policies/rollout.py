@@ -122,6 +122,12 @@ def default_budgets(ctx, n_prompts: int) -> np.ndarray:
     return np.full(n_prompts, per)
 
 
+def capped_group(mean: int) -> tuple[int, int]:
+    """(G, training rows per prompt) of budgets that average `mean` samples a prompt and are
+    capped at 4x it, every sample trained (est, gvm)."""
+    return 4 * mean, mean
+
+
 def drops_unresolved(config) -> bool:
     """Passive filtering at budget: Ada-Seq groups whose exit rule failed are masked out."""
     return config.adaptive.policy == "seq" and config.adaptive.at_budget == "drop"

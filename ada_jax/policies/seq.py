@@ -14,5 +14,21 @@ def label(config: dict):
     return None
 
 
+def group_size(config) -> tuple[int, int]:
+    """(G, training rows per prompt): the n kept of each pool."""
+    return config.rl.n, config.rl.n
+
+
+def engine_fields(config) -> dict:
+    """Seq's rounds and exit rule: up to M·R samples a prompt, stopped by the rule on pools of
+    at least adaptive.min_pool (0 = n); uniform: n samples in one round (the default)."""
+    a = config.adaptive
+    if a.policy != "seq":
+        return {}
+    return dict(exit_rule=a.exit_rule, k_pos=a.k_pos, k_neg=a.k_neg,
+                samples_per_round=a.samples_per_round, max_rounds=a.max_rounds,
+                min_pool=a.min_pool or config.rl.n)
+
+
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     return rollout.run_engine(ctx, params, next(iterator), key)

@@ -7,7 +7,7 @@ samples may be up to max_lag updates old (PPO-corrected), unless on_policy, whic
 carried-over prompts.
 
 State: `state["stream"]`, the Stream (None in other modes; its engine state goes into the
-checkpoint's arrays and its table into the meta as `stream`: train.restore_checkpoint), and
+checkpoint's arrays (`arrays`, `restore_arrays`) and its table into the meta as `stream`), and
 `state["pending"]`, prompts drawn but not yet admitted (checkpointed as `pending`).
 """
 import dataclasses
@@ -49,17 +49,26 @@ def check(config) -> None:
 _NO_PROBLEM = Problem(id=0, question="", answer="")  # reward data of a free stream row
 
 
+def engine_fields(config) -> dict:
+    """The stream runs the refill engine (over seq's or uniform's rule and budget)."""
+    return {"mode": "refill"}
+
+
+def prompts_ahead(config) -> int:
+    """Prompts admitted ahead of a step: adaptive.stream.ahead, -1 = max_lag x B."""
+    s = config.adaptive.stream
+    return s.max_lag * config.rl.prompts_per_step if s.ahead < 0 else s.ahead
+
+
 def make_stream(ctx, params):
     """The persistent streaming engine of adaptive.mode='stream' (empty), or None."""
     c = ctx.config
     if c.adaptive.mode != "stream":
         return None
-    B = c.rl.prompts_per_step
-    lag = c.adaptive.stream.max_lag
-    ahead = lag * B if c.adaptive.stream.ahead < 0 else c.adaptive.stream.ahead
-    return stream_lib.Stream(ctx.engine, ctx.generator, prompts=B, ahead=ahead,
-                             prompt_len=c.sampling.max_prompt_len, group=ctx.group,
-                             on_policy=c.adaptive.stream.on_policy, max_lag=lag,
+    return stream_lib.Stream(ctx.engine, ctx.generator, prompts=c.rl.prompts_per_step,
+                             ahead=prompts_ahead(c), prompt_len=c.sampling.max_prompt_len,
+                             group=ctx.group, on_policy=c.adaptive.stream.on_policy,
+                             max_lag=c.adaptive.stream.max_lag,
                              calls=c.rl.steps).init(
                                  params, ctx.mesh, c.sharding_rules)
 
@@ -77,6 +86,17 @@ def checkpoint(state) -> dict:
 
 def restore(meta) -> dict:
     return {"pending": [Problem(**d) for d in meta.get("pending", [])]}
+
+
+def arrays(state) -> dict:
+    """The stream's engine state, saved with the params (mid-stream; its table: the meta)."""
+    return {} if state["stream"] is None else {"stream": state["stream"].arrays()}
+
+
+def restore_arrays(state, arrays: dict, meta: dict) -> None:
+    """The stream's engine state and table back from a checkpoint, in place."""
+    if state["stream"] is not None:
+        state["stream"].restore(arrays["stream"], meta["stream"], lambda d: Problem(**d))
 
 
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:

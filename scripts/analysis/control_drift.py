@@ -20,9 +20,8 @@ from flax import nnx
 from ml_collections import config_flags
 
 import ada_jax
-from ada_jax import evaluate, model as model_lib, run_config, train
+from ada_jax import collect, evaluate, model as model_lib, run_config, train
 from ada_jax.checkpoint import Checkpointer
-from ada_jax.policies.stream import make_stream
 from ada_jax.tasks import families
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "base.py")
@@ -123,7 +122,7 @@ def main(argv):
     ctx, base = train.setup(config, _WORKDIR.value)
     _, trainable, opt_state = train.init_train_state(ctx, base)
     restored = train.restore_checkpoint(Checkpointer(os.path.join(_WORKDIR.value, "checkpoints")),
-                                        trainable, opt_state, stream=make_stream(ctx, base))
+                                        trainable, opt_state, state=collect.init_state(ctx, base))
     if restored is None:
         raise SystemExit(f"no checkpoint in {_WORKDIR.value}/checkpoints")
     step, rl = restored[0], restored[1]["model"]

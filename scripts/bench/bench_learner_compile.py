@@ -37,7 +37,7 @@ def one(layers: int, scan: bool) -> dict:
     import numpy as np
     from flax import nnx
 
-    from ada_jax import learn, memory
+    from ada_jax import host_memory, learn
     from ada_jax import model as model_lib
     from configs import base
     c = base.get_config("algo=grpo,task=embedded")
@@ -49,7 +49,7 @@ def one(layers: int, scan: bool) -> dict:
     optimizer = learn.make_optimizer(c)
     trainable = {"model": params}
     opt_state = optimizer.init(trainable)
-    memory.release_free_heap()
+    host_memory.release_free_heap()
     before = rss_gib()
     R, P, N = 32, 64, 64
     rng = np.random.default_rng(0)
