@@ -236,9 +236,12 @@ FIELDS = {
                                 "applied in between (non-finite or oversized: divergence; 0 = "
                                 "never)",
                                 "—"),
-    "optim.collapse_steps": ("a collapse: reward (and training-prompt accuracy where "
-                             "evaluated) 0 for this many steps in a row after being positive; "
-                             "warned once, `collapsed` in the metrics (0 = never watch)", "—"),
+    "optim.collapse_steps": ("the collapse window, in steps: a collapse is a rate in the "
+                             "last this many steps under a quarter of the run's earlier rate "
+                             "and improbably low at it (chance < 1e-6 over the window's "
+                             "samples), for the rollouts' reward and, where evaluated, the "
+                             "training-prompt accuracy; warned once, `collapsed` in the "
+                             "metrics (0 = never watch; raise it for small batches)", "—"),
     "optim.stop_on_collapse": ("stop a collapsed run (exit 1) instead of only warning; "
                                "resumed, it stops again while collapsed", "—"),
     # SFT warm start

@@ -7,9 +7,13 @@ import numpy as np
 
 
 def load_metrics(workdir: str) -> list[dict]:
-    """metrics.jsonl's records, each non-finite number (null, listed under `nonfinite`) as NaN."""
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        recs = [json.loads(line) for line in f if line.strip()]
+    """metrics.jsonl's records, each non-finite number (null, listed under `nonfinite`) as NaN;
+    unreadable lines are dropped with a warning naming them."""
+    from ada_jax.metrics_log import read_lines, warn_unreadable
+    path = os.path.join(workdir, "metrics.jsonl")
+    lines, bad = read_lines(path)
+    warn_unreadable(path, bad, "left out")
+    recs = [rec for _, rec in lines]
     return [{**r, **dict.fromkeys(r.get("nonfinite", ()), float("nan"))} for r in recs]
 
 

@@ -309,7 +309,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
     except UnreadableCheckpoints as e:
         raise UnreadableCheckpoints(f"{e} Or set --config.checkpoint.start_over_if_unreadable"
                                     f"=True to train this workdir from step 0.") from None
-    watch = collapse.Watch(c.optim.collapse_steps, c.eval.k)
+    watch = collapse.Watch(c.optim.collapse_steps, c.eval.k,
+                           len(ctx.train_eval_problems) * c.eval.k)
     if restored is not None:
         start, trainable, opt_state, meta = restored
         watch.restore(meta.get("collapse"))
@@ -377,8 +378,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             elif lmet["grad_norm"] > 0:  # an update applied (a zero gradient is no evidence)
                 skipped = 0
             met.update(lmet)
-            pool_n_B = np.asarray(batch.pool_n_B)
-            pass_rate_B = np.asarray(batch.pool_pos_B) / np.maximum(pool_n_B, 1)
+            pool_n_B, pool_pos_B = np.asarray(batch.pool_n_B), np.asarray(batch.pool_pos_B)
+            pass_rate_B = pool_pos_B / np.maximum(pool_n_B, 1)
             met["reward_mean"] = float(np.mean(pass_rate_B))
             met["lr"] = learning_rate(c, step)
             lens = np.asarray(batch.len_BG)[np.asarray(batch.mask_BG)]
@@ -401,8 +402,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             if eval_due(c, done, last, met["cost_samples"], met["cost_samples"]
                         - met["samples_launched"] - met["samples_trained"]):
                 met.update(run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, done)))
-            if watch.update(done, met):
-                log.warning("%s. %s", watch.describe(done, met), _collapse_advice(c))
+            if watch.update(done, met, (int(pool_n_B.sum()), int(pool_pos_B.sum()))):
+                log.warning("%s", watch.message(done, c.optim))
             writer.write(done, met, {"pass_rate": pass_rate_B, "samples_per_prompt": pool_n_B,
                                      "response_length": lens})
             # Saved after a skipped (non-finite) update too: the state is the previous, finite
@@ -424,7 +425,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
                     f"optim.lr ({c.optim.lr:g}) and resume with "
                     f"--config.checkpoint.allow_config_change=True")
             if c.optim.stop_on_collapse and met.get("collapsed"):
-                raise collapse.Collapsed(f"{watch.describe(done, met)}. {_collapse_advice(c)}")
+                raise collapse.Collapsed(watch.message(done, c.optim))
             bar.update(1)
             bar.set_postfix(reward=f"{met['reward_mean']:.2f}",
                             eff=f"{met['effective_prompt_ratio']:.2f}",
@@ -434,16 +435,6 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             if last:
                 break
     return met
-
-
-def _collapse_advice(config) -> str:
-    o = config.optim
-    return (f"A learning rate too high for the model is the usual cause: start again with a "
-            f"lower optim.lr ({o.lr:g}) in a new --workdir (this one's checkpoints hold the "
-            f"collapsed policy). " + ("The run stops (optim.stop_on_collapse); "
-                                      "--config.optim.stop_on_collapse=False trains on"
-                                      if o.stop_on_collapse else
-                                      "optim.stop_on_collapse=True would stop the run here"))
 
 
 # A trained token's cost in generated tokens: a forward and a backward pass, about 3 forwards.
