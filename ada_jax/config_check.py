@@ -81,7 +81,7 @@ _BOOLS = ("checkpoint.allow_config_change", "checkpoint.start_over_if_unreadable
           "rl.share_prompts")
 # Collapse detection (ada_jax/collapse.py); resuming a workdir whose metrics.jsonl is lost.
 _NON_NEGATIVE_INTS += ("optim.collapse_steps",)
-_BOOLS += ("optim.stop_on_collapse", "checkpoint.resume_without_metrics")
+_BOOLS += ("optim.stop_on_collapse", "checkpoint.resume_without_metrics", "check.memory")
 # Seeds: jax.random.key wraps any other value silently (-1 and 2**32 - 1 give one key, 2**32
 # and 0 another) and the data order's numpy generator refuses a negative one at step 1.
 _SEEDS = ("seed", "task.seed")
@@ -365,7 +365,7 @@ def check_task(config) -> None:
 RESUMABLE = ("rl.steps", "rl.cost_budget", "eval.every", "eval.every_cost", "checkpoint", "log", "mesh", "distributed",
              "sharding_rules", "model.remat", "model.scan_layers", "rl.microbatches", "sampling.prefill_chunk",
              "task.verifier_workers", "optim.max_update_ratio", "optim.max_skipped_steps")
-RESUMABLE += ("optim.collapse_steps", "optim.stop_on_collapse")
+RESUMABLE += ("optim.collapse_steps", "optim.stop_on_collapse", "check.memory")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:

@@ -275,6 +275,10 @@ FIELDS = {
                                           "lost records (deleted, emptied): those steps' "
                                           "metrics stay lost, cum_* go on from the checkpoint",
                                           "—"),
+    "check.memory": ("refuse, before compiling, a run whose predicted memory on this host "
+                     "(ada_jax/memory.py's estimate and the eval's rows) exceeds the "
+                     "machine's, naming the largest part and its fields; False runs anyway",
+                     "—"),
     "log.progress": ("progress bars", "— / disable_tqdm (inverse)"),
     "log.wandb": ("also log the metrics.jsonl scalars to Weights & Biases (process 0; "
                   "needs `pip install wandb`)", "trainer.logger / report_to"),

@@ -143,6 +143,58 @@ def check_batches(config, rows_per_prompt: int) -> None:
                          f"of an update (they are micro-batched as the policy's)")
 
 
+# What sizes each part of memory.estimate, for check_memory's message.
+_SIZED_BY = {
+    "block_tmp": "the learner's micro-batch: rl.prompts_per_step x rl.n rows / rl.minibatches / "
+                 "rl.microbatches, sampling.max_prompt_len + max_new_tokens long",
+    "slot_kv": "adaptive.slots x (sampling.max_prompt_len + max_new_tokens)",
+    "prompt_kv": "rl.prompts_per_step x sampling.max_prompt_len",
+    "batch": "rl.prompts_per_step x rl.n training rows",
+    "engine": "the engine's pools: rl.prompts_per_step, rl.n, adaptive.samples_per_round x "
+              "max_rounds",
+    "adam": "the model's size",
+    "eval": "eval.k x (eval.prompts + eval.train_prompts) rows",
+}
+_SIZED_BY.update(remat_saved=_SIZED_BY["block_tmp"], logits=_SIZED_BY["block_tmp"],
+                 decode_tmp=_SIZED_BY["slot_kv"], prefill_tmp=_SIZED_BY["prompt_kv"],
+                 params=_SIZED_BY["adam"], grads=_SIZED_BY["adam"])
+
+
+def eval_host_bytes(config) -> int:
+    """Host bytes of an eval's rows (evaluate.sample_completions holds every row at once: its
+    prompt ids as Python lists while encoding, up to 36 bytes a token, then as int32 tokens and
+    a mask, its completion text and score): about 41 x max_prompt_len + 4 x max_new_tokens +
+    150 bytes a row."""
+    e, s = config.eval, config.sampling
+    return e.k * (e.prompts + e.train_prompts) * (41 * s.max_prompt_len + 4 * s.max_new_tokens
+                                                    + 150)
+
+
+def check_memory(config) -> None:
+    """Refuse, before anything compiles, a run whose predicted memory on this host exceeds the
+    machine's (a huge rl.n or eval.k ran until killed), naming the largest part and the fields
+    that size it; check.memory=False runs anyway. On a CPU the whole run is on the host
+    (memory.host_peak_bytes); on an accelerator the eval's rows are."""
+    if not config.check.memory:
+        return
+    on_cpu = jax.default_backend() == "cpu"
+    parts = {"eval": eval_host_bytes(config)}
+    if on_cpu:
+        est = memory.estimate(config, devices=1, hbm_gib=1e6, platform="cpu")
+        parts.update({k: est[k] for k in _SIZED_BY if k != "eval"})
+    peak = (memory.host_peak_bytes(config) if on_cpu else memory.HOST_RUNTIME_BYTES) \
+        + parts["eval"]
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if peak <= have:
+        return
+    big = max(parts, key=parts.get)
+    raise MemoryError(
+        f"this run's predicted peak memory on the host, {peak / memory.GiB:.1f} GiB, exceeds "
+        f"the machine's {have / memory.GiB:.1f} GiB; its largest part, {big} "
+        f"({parts[big] / memory.GiB:.1f} GiB), is sized by {_SIZED_BY[big]}: lower them, or "
+        f"pass --config.check.memory=False to run anyway")
+
+
 def check_resume(config, workdir: str) -> None:
     """Refuse to resume a workdir whose config.json differs from `config` in a field outside
     config_check.RESUMABLE, naming each: other shapes would make every checkpoint unrestorable,
@@ -192,6 +244,7 @@ def setup(config, workdir: str):
     validate(config)
     engine, group, rows_per_prompt = engine_config(config)
     check_batches(config, rows_per_prompt)
+    check_memory(config)
     sharding.maybe_initialize_distributed(config.distributed)
     mesh = sharding.make_mesh(config.mesh)
     check_multihost(config, mesh)
@@ -204,8 +257,11 @@ def setup(config, workdir: str):
     if config.rl.prompts_per_step > len(train_source):
         raise ValueError(f"config.rl.prompts_per_step={config.rl.prompts_per_step} exceeds the "
                          f"{len(train_source)} training problems")
-    train_eval = [train_source[i] for i in range(min(config.eval.train_prompts,
-                                                     len(train_source)))]
+    if config.eval.train_prompts > len(train_source):
+        raise ValueError(f"config.eval.train_prompts={config.eval.train_prompts} exceeds the "
+                         f"{len(train_source)} training problems: pass at most "
+                         f"{len(train_source)}")
+    train_eval = [train_source[i] for i in range(config.eval.train_prompts)]
     graphdef, params = sft.load_base(config, workdir, mesh, tokenizer)
     ctx = Context(config=config, mesh=mesh, tokenizer=tokenizer, model_cfg=model_cfg,
                   graphdef=graphdef, engine=engine,

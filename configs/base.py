@@ -245,6 +245,9 @@ def get_config(arg: str = ""):
                                                   start_over_if_unreadable=False))
     # Resume intact checkpoints whose metrics.jsonl lost records (they stay lost).
     c.checkpoint.resume_without_metrics = False
+    # memory: refuse, before anything compiles, a run whose predicted host memory (the
+    # estimate of ada_jax/memory.py and the eval's rows) exceeds the machine's; False runs anyway
+    c.check = ml_collections.ConfigDict(dict(memory=True))
     # wandb: also send the scalars to Weights & Biases (pip install wandb; imported only then)
     c.log = ml_collections.ConfigDict(dict(progress=True, wandb=False, wandb_project="ada_jax"))
 

@@ -53,8 +53,8 @@ def test_smoke_run_at_ten_times_its_lr_collapses_and_stops(tmp_path):
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert re.match(r"ada_jax: the run stops: Collapsed: step 5: the policy collapsed; to keep "
                     r"training this run, resume it with --config.optim.stop_on_collapse=False "
-                    r".* Steps 1-5: training-prompt accuracy \d/512 samples .* against 17/256 "
-                    r"\(0\.0664\) before", last), last
+                    r".* Steps 1-5: training-prompt accuracy \d+/512 samples .* against \d+/256 "
+                    r"\(0\.0\d+\) before", last), last
     assert "lower optim.lr (0.01)" in last
     warnings = re.findall(r"^W.*\] step 5: the policy collapsed", proc.stderr, re.M)
     assert len(warnings) == 1, proc.stderr[-3000:]  # the warning, once, before the stop
