@@ -485,8 +485,14 @@ def run_summary(workdir: str) -> str:
     recs = load_metrics(workdir)
     k = _eval_key(recs)
     evals = [r for r in recs if k and k in r]
+    spent = (f"generated tokens {recs[-1].get('cum_generated_tokens', 0):,}, cost "
+             f"{recs[-1].get('cost_samples', 0):,} samples (generated + trained), "
+             f"RL wall {recs[-1].get('cum_wall', 0.0):.0f} s") if recs else "no steps recorded"
     if not evals:
-        return f"{workdir}: no eval records"
+        return (f"{workdir}: not evaluated (eval.every and eval.every_cost are 0; "
+                f"--config.eval.every=N evaluates at step 0, every N steps and at the end; "
+                f"scripts/evaluate.py --workdir={workdir} evaluates the last checkpoint)\n"
+                + spent)
     first, last = evals[0], evals[-1]
     lines = [f"held-out {k[5:]}: step {first['step']} "
              f"{first[k]:.3f} -> step {last['step']} {last[k]:.3f} ({last[k] - first[k]:+.3f})"]
@@ -498,10 +504,7 @@ def run_summary(workdir: str) -> str:
                       ("eval/response_len", "response length (tokens)")):
         if key in first and key in last:
             lines.append(f"{name}: {first[key]:.2f} -> {last[key]:.2f}")
-    lines.append(f"generated tokens {recs[-1].get('cum_generated_tokens', 0):,}, cost "
-                 f"{recs[-1].get('cost_samples', 0):,} samples (generated + trained), "
-                 f"RL wall {recs[-1].get('cum_wall', 0.0):.0f} s")
-    return "\n".join(lines)
+    return "\n".join(lines + [spent])
 
 
 def group_figures(groups: Sequence[tuple[str, Sequence[str]]]) -> list:
