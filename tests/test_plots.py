@@ -407,6 +407,9 @@ def test_before_after_reads_levels_spend_and_per_seed_counts(tmp_path):
                        "of 2) | +0.050 (1 ahead, 0 behind of 2) |")
     with pytest.raises(ValueError, match="reference 'grpo'"):
         before_after.tables(base, groups, reference="grpo")
+    # one arm (scripts/real_model.sh with ARMS=grpo_n4): its rows, no empty comparison table
+    one = before_after.tables(base, groups[:1], reference="ref").splitlines()
+    assert sum(l.startswith("| ref |") for l in one) == 3 and not any("Against" in l for l in one)
     # a run read at a budget: its steps up to the first that reached it, that budget's report
     d = groups[1][1][0]
     with open(os.path.join(d, "heldout_24.json"), "w") as f:
