@@ -431,9 +431,8 @@ def _command_line_config(argv, default_spec: str):
     """The config of argv's `--config=file.py:args` (else default_spec), before overrides;
     the file's or its variant args' error as raised."""
     import importlib.util
-    spec = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")),
-                default_spec)
-    path, _, arg = spec.partition(":")
+    specs = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")]
+    path, _, arg = (specs[-1] if specs else default_spec).partition(":")  # absl's: the last
     module_spec = importlib.util.spec_from_file_location("_ada_jax_config", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
