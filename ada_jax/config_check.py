@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import re
+import sys
 from typing import Any
 
 from ada_jax.tasks import TASKS, task_of
@@ -80,7 +81,7 @@ _BOOLS = ("checkpoint.allow_config_change", "checkpoint.start_over_if_unreadable
           "rl.share_prompts")
 # Collapse detection (ada_jax/collapse.py); resuming a workdir whose metrics.jsonl is lost.
 _NON_NEGATIVE_INTS += ("optim.collapse_steps",)
-_BOOLS += ("optim.stop_on_collapse", "checkpoint.resume_without_metrics")
+_BOOLS += ("optim.stop_on_collapse", "checkpoint.resume_without_metrics", "check.memory")
 # Seeds: jax.random.key wraps any other value silently (-1 and 2**32 - 1 give one key, 2**32
 # and 0 another) and the data order's numpy generator refuses a negative one at step 1.
 _SEEDS = ("seed", "task.seed")
@@ -164,8 +165,11 @@ def resolve_hf(config, overrides_pending: bool = False) -> bool:
     import os
     from ada_jax import convert, tokenizer
     path = os.path.join(m.init_from, "config.json")
-    hf = convert.read_hf_config(m.init_from)
-    got = convert.model_config_from_hf(hf, source=path)
+    try:
+        hf = convert.read_hf_config(m.init_from)
+        got = convert.model_config_from_hf(hf, source=path)
+    except (OSError, ValueError) as e:  # the folder's own error, with the field that named it
+        raise type(e)(f"config.model.init_from={m.init_from!r}: {e}") from None
     for name in HF_FIELDS:
         value, have = getattr(got, name), m[name]
         if name in HF_SIZES and have and have != value:
@@ -361,7 +365,7 @@ def check_task(config) -> None:
 RESUMABLE = ("rl.steps", "rl.cost_budget", "eval.every", "eval.every_cost", "checkpoint", "log", "mesh", "distributed",
              "sharding_rules", "model.remat", "model.scan_layers", "rl.microbatches", "sampling.prefill_chunk",
              "task.verifier_workers", "optim.max_update_ratio", "optim.max_skipped_steps")
-RESUMABLE += ("optim.collapse_steps", "optim.stop_on_collapse")
+RESUMABLE += ("optim.collapse_steps", "optim.stop_on_collapse", "check.memory")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
@@ -423,28 +427,67 @@ def unknown_field(config, dotted: str):
     return None
 
 
+def _command_line_config(argv, default_spec: str):
+    """The config of argv's `--config=file.py:args` (else default_spec), before overrides;
+    the file's or its variant args' error as raised."""
+    import importlib.util
+    specs = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")]
+    path, _, arg = (specs[-1] if specs else default_spec).partition(":")  # absl's: the last
+    module_spec = importlib.util.spec_from_file_location("_ada_jax_config", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(arg) if arg else module.get_config()
+
+
 def unknown_override(argv, default_spec: str):
     """The error for the first `--config.x.y` in argv that the config lacks, or None. The config
-    comes from argv's `--config=file.py:args`, else default_spec. Call before absl parses argv:
-    ml_collections rejects an unknown field with a bare `AttributeError: 'y'`."""
-    import importlib.util
+    comes from argv's `--config=file.py:args`, else default_spec (None too when it fails)."""
     fields = [m.group(1) for a in argv[1:] if (m := re.match(r"--config\.([\w.]+)", a))]
     if not fields:
         return None
-    spec = next((a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")),
-                default_spec)
-    path, _, arg = spec.partition(":")
     try:
-        module_spec = importlib.util.spec_from_file_location("_ada_jax_config", path)
-        module = importlib.util.module_from_spec(module_spec)
-        module_spec.loader.exec_module(module)
-        config = module.get_config(arg) if arg else module.get_config()
-    except Exception:  # a bad file or variant: ml_collections reports it
+        config = _command_line_config(argv, default_spec)
+    except Exception:  # a bad file or variant: refuse_bad_config reports it
         return None
     return next(filter(None, (unknown_field(config, f) for f in fields)), None)
 
 
-def refuse_unknown_overrides(argv, default_spec: str) -> None:
-    """Exit with the unknown_override message, the way absl reports a flag error."""
+def _refuse(line: str):
+    print(f"ada_jax: the run stops: {line}", file=sys.stderr)
+    raise SystemExit(1)
+
+
+def refuse_bad_config(argv, default_spec: str) -> None:
+    """Before absl defines the config flag (an entry script's import): a config file or
+    variant arg that fails, or a `--config.x.y` the config lacks, ends the output on one line
+    naming it and the fix, exit 1 (absl printed the first amid a traceback, then its own 'Pass
+    --helpshort …' line, and ml_collections the second as a bare AttributeError: 'y')."""
+    try:
+        _command_line_config(argv, default_spec)
+    except Exception as e:
+        _refuse(f"{type(e).__name__}: {str(e).strip().splitlines()[0]}")
     if bad := unknown_override(argv, default_spec):
-        raise SystemExit(f"FATAL Flags parsing error: {bad}")
+        _refuse(f"ValueError: {bad}")
+
+
+def parse_flags(argv, default_spec: str) -> list:
+    """absl's flag parsing for the entry scripts (`app.run(main, flags_parser=…)`): an override
+    value of the wrong type ends the output on one line naming the field, the value, the type
+    and an example, exit 1 (absl: its error, then 'Pass --helpshort …')."""
+    from absl import flags
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        message = str(e)
+    m = re.match(r"flag --config\.([\w.]+)=(.*?): (.*)", message, re.S)
+    if not m:
+        _refuse(f"ValueError: {message.strip().splitlines()[0]}")
+    field, value, why = m.groups()
+    default = _command_line_config(argv, default_spec)
+    for part in field.split("."):
+        default = default[part]
+    if isinstance(default, bool):
+        _refuse(f"ValueError: config.{field}={value!r} is not a bool: pass True or False")
+    kind = type(default).__name__
+    _refuse(f"ValueError: config.{field}={value!r} is not a{'n' * (kind[0] in 'aeiou')} {kind} "
+            f"({why.splitlines()[0]}): pass e.g. --config.{field}={default}")

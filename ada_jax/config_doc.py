@@ -236,9 +236,12 @@ FIELDS = {
                                 "applied in between (non-finite or oversized: divergence; 0 = "
                                 "never)",
                                 "—"),
-    "optim.collapse_steps": ("a collapse: reward (and training-prompt accuracy where "
-                             "evaluated) 0 for this many steps in a row after being positive; "
-                             "warned once, `collapsed` in the metrics (0 = never watch)", "—"),
+    "optim.collapse_steps": ("the collapse window, in steps: a collapse is a rate in the "
+                             "last this many steps under a quarter of the run's earlier rate "
+                             "and improbably low at it (chance < 1e-6 over the window's "
+                             "samples), for the rollouts' reward and, where evaluated, the "
+                             "training-prompt accuracy; warned once, `collapsed` in the "
+                             "metrics (0 = never watch; raise it for small batches)", "—"),
     "optim.stop_on_collapse": ("stop a collapsed run (exit 1) instead of only warning; "
                                "resumed, it stops again while collapsed", "—"),
     # SFT warm start
@@ -272,6 +275,10 @@ FIELDS = {
                                           "lost records (deleted, emptied): those steps' "
                                           "metrics stay lost, cum_* go on from the checkpoint",
                                           "—"),
+    "check.memory": ("refuse, before compiling, a run whose predicted memory on this host "
+                     "(ada_jax/memory.py's estimate and the eval's rows) exceeds the "
+                     "machine's, naming the largest part and its fields; False runs anyway",
+                     "—"),
     "log.progress": ("progress bars", "— / disable_tqdm (inverse)"),
     "log.wandb": ("also log the metrics.jsonl scalars to Weights & Biases (process 0; "
                   "needs `pip install wandb`)", "trainer.logger / report_to"),

@@ -513,9 +513,9 @@ def export_run(workdir: str, out_dir: str, *, step: int | None = None, dtype: st
     (export_hf, architecture and max_position_embeddings of the run's init_from), the
     tokenizer files, and generation_config.json whose eos_token_id is the run's stop tokens
     (config.model.eos_token first, then extra_eos_tokens), with its bos and pad ids (and, unless
-    the source sets it, max_new_tokens = the run's); the same ids go into config.json, the
-    tokens into tokenizer_config.json (eos_token, pad_token). The params are read onto `mesh`
-    (restore_params). Returns a summary (step, params, files, the ids)."""
+    the source sets it, max_length = the checkpoint's context); the same ids go into
+    config.json, the tokens into tokenizer_config.json (eos_token, pad_token). The params are
+    read onto `mesh` (restore_params). Returns a summary (step, params, files, the ids)."""
     from ada_jax import tokenizer as tok_lib
     config, cfg, _, params, step = restore_params(workdir, step, mesh)
     m = config.model
@@ -539,10 +539,11 @@ def export_run(workdir: str, out_dir: str, *, step: int | None = None, dtype: st
             for name in SOURCE_FILES[1:]:
                 if os.path.exists(os.path.join(tok_dir, name)):
                     shutil.copy(os.path.join(tok_dir, name), os.path.join(out_dir, name))
-        # max_new_tokens: the run's unless the source sets it (transformers' default is 20
-        # tokens in all, prompt included)
+        # max_length: the checkpoint's context unless the source sets a length (transformers'
+        # default is 20 tokens in all, prompt included; the run's max_new_tokens was a training
+        # budget, not the model's)
         _update_json(os.path.join(out_dir, "generation_config.json"), ids,
-                     defaults=dict(max_new_tokens=config.sampling.max_new_tokens))
+                     defaults=dict(max_length=cfg.max_len))
         _update_json(os.path.join(out_dir, "config.json"), ids)
         if os.path.exists(os.path.join(out_dir, "tokenizer_config.json")):
             _update_json(os.path.join(out_dir, "tokenizer_config.json"), dict(

@@ -55,15 +55,10 @@ class MetricsWriter:
             return
         kept, bad = {}, []  # step -> line; unreadable line numbers
         if resume_step and os.path.exists(self.path):
-            with open(self.path) as f:
-                for i, line in enumerate(f, 1):
-                    try:
-                        step = json.loads(line)["step"]
-                    except (json.JSONDecodeError, TypeError, KeyError):
-                        bad.append(i)  # e.g. a line cut by a crash
-                        continue
-                    if step <= resume_step:
-                        kept[step] = line if line.endswith("\n") else line + "\n"
+            lines, bad = read_lines(self.path)
+            for line, rec in lines:
+                if rec["step"] <= resume_step:
+                    kept[rec["step"]] = line
         missing = sorted(set(range(1, resume_step + 1)) - kept.keys())
         lost = (f"{self.path}: no readable record of step(s) {_spans(missing)} before the "
                 f"resumed checkpoint (step {resume_step})"
@@ -78,8 +73,7 @@ class MetricsWriter:
                 f"them with --config.checkpoint.resume_without_metrics=True (their metrics are "
                 f"lost; the cumulative counts go on from the checkpoint).")
         elif bad:
-            log.warning("%s: dropping unreadable lines %s (steps after %d, redone)",
-                            self.path, bad, resume_step)
+            warn_unreadable(self.path, bad, f"dropped (steps after {resume_step}, redone)")
         self.last = json.loads(kept[resume_step]) if resume_step in kept else {}
         _write_atomic(self.path, "".join(kept[k] for k in sorted(kept)))
         if config is not None and config.log.wandb:
@@ -123,6 +117,32 @@ class MetricsWriter:
             self.tb.close()
         if self.wandb is not None:
             self.wandb.finish()
+
+
+def read_lines(path: str) -> tuple[list, list]:
+    """metrics.jsonl's readable lines as (line with its newline, record), and the numbers of
+    the unreadable ones (cut by a crash, not UTF-8, not a record with a step)."""
+    lines, bad = [], []
+    with open(path, "rb") as f:  # bytes: a garbled line is one bad line, not the whole file
+        for i, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                line = raw.decode()
+                rec = json.loads(line)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                rec = None
+            if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+                bad.append(i)
+                continue
+            lines.append((line if line.endswith("\n") else line + "\n", rec))
+    return lines, bad
+
+
+def warn_unreadable(path: str, bad: list, what: str) -> None:
+    """Log the unreadable lines of `path` (read_lines), if any, and what becomes of them."""
+    if bad:
+        log.warning("%s: unreadable line(s) %s %s", path, _spans(bad), what)
 
 
 def _spans(numbers: list) -> str:

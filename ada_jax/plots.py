@@ -7,9 +7,13 @@ import numpy as np
 
 
 def load_metrics(workdir: str) -> list[dict]:
-    """metrics.jsonl's records, each non-finite number (null, listed under `nonfinite`) as NaN."""
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        recs = [json.loads(line) for line in f if line.strip()]
+    """metrics.jsonl's records, each non-finite number (null, listed under `nonfinite`) as NaN;
+    unreadable lines are dropped with a warning naming them."""
+    from ada_jax.metrics_log import read_lines, warn_unreadable
+    path = os.path.join(workdir, "metrics.jsonl")
+    lines, bad = read_lines(path)
+    warn_unreadable(path, bad, "left out")
+    recs = [rec for _, rec in lines]
     return [{**r, **dict.fromkeys(r.get("nonfinite", ()), float("nan"))} for r in recs]
 
 
@@ -481,8 +485,14 @@ def run_summary(workdir: str) -> str:
     recs = load_metrics(workdir)
     k = _eval_key(recs)
     evals = [r for r in recs if k and k in r]
+    spent = (f"generated tokens {recs[-1].get('cum_generated_tokens', 0):,}, cost "
+             f"{recs[-1].get('cost_samples', 0):,} samples (generated + trained), "
+             f"RL wall {recs[-1].get('cum_wall', 0.0):.0f} s") if recs else "no steps recorded"
     if not evals:
-        return f"{workdir}: no eval records"
+        return (f"{workdir}: not evaluated (eval.every and eval.every_cost are 0; "
+                f"--config.eval.every=N evaluates at step 0, every N steps and at the end; "
+                f"scripts/evaluate.py --workdir={workdir} evaluates the last checkpoint)\n"
+                + spent)
     first, last = evals[0], evals[-1]
     lines = [f"held-out {k[5:]}: step {first['step']} "
              f"{first[k]:.3f} -> step {last['step']} {last[k]:.3f} ({last[k] - first[k]:+.3f})"]
@@ -494,10 +504,7 @@ def run_summary(workdir: str) -> str:
                       ("eval/response_len", "response length (tokens)")):
         if key in first and key in last:
             lines.append(f"{name}: {first[key]:.2f} -> {last[key]:.2f}")
-    lines.append(f"generated tokens {recs[-1].get('cum_generated_tokens', 0):,}, cost "
-                 f"{recs[-1].get('cost_samples', 0):,} samples (generated + trained), "
-                 f"RL wall {recs[-1].get('cum_wall', 0.0):.0f} s")
-    return "\n".join(lines)
+    return "\n".join(lines + [spent])
 
 
 def group_figures(groups: Sequence[tuple[str, Sequence[str]]]) -> list:

@@ -15,6 +15,7 @@ import logging
 import os
 import re
 
+from ada_jax import rundir
 from ada_jax.config_check import nest_flat
 from ada_jax.config_doc import leaves
 
@@ -80,6 +81,7 @@ def for_workdir(config, argv, workdir: str):
     args, overrides) when the workdir has no config.json or the command line names other
     variants; else the saved config.json with the overrides of argv on top. Returns a new
     config; `config` is left alone."""
+    rundir.check_named(workdir)
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
         return config
@@ -96,6 +98,8 @@ def for_workdir(config, argv, workdir: str):
     overrides = override_fields(argv)
     unknown = []
     for dotted, value in leaves(saved):
+        if dotted in overrides:  # set below, from the command line
+            continue
         try:
             default = _get(out, dotted)
         except (KeyError, AttributeError):
@@ -104,7 +108,13 @@ def for_workdir(config, argv, workdir: str):
         if dotted.startswith("sharding_rules"):
             value = [tuple(_like((), r) if isinstance(r, list) else r for r in rule)
                      for rule in value]
-        _set(out, dotted, _like(default, value))
+        try:
+            _set(out, dotted, _like(default, value))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: config.{dotted}={value!r} does not fit the field's type "
+                             f"{type(default).__name__} ({e}): repair the file, override the "
+                             f"field with --config.{dotted}=…, or start a new --workdir"
+                             ) from None
     for dotted in overrides:
         _set(out, dotted, _get(config, dotted))
     if unknown:

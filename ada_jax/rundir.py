@@ -43,8 +43,16 @@ class Busy(RuntimeError):
     """A live run holds the lock."""
 
 
+def check_named(workdir: str) -> None:
+    """Refuse an empty workdir name (it would mean the current directory)."""
+    if not workdir.strip():
+        raise ValueError(f"--workdir={workdir!r} is empty: name the run's directory, e.g. "
+                         f"--workdir=/tmp/run")
+
+
 def check(workdir: str) -> None:
     """Refuse a workdir that cannot hold a run (module doc), before any work."""
+    check_named(workdir)
     path = os.path.abspath(workdir)
     fix = "pass another --workdir"
     _check_length(path)

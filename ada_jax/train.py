@@ -107,6 +107,58 @@ def check_batches(config, rows_per_prompt: int) -> None:
                          f"of an update (they are micro-batched as the policy's)")
 
 
+# What sizes each part of memory.estimate, for check_memory's message.
+_SIZED_BY = {
+    "block_tmp": "the learner's micro-batch: rl.prompts_per_step x rl.n rows / rl.minibatches / "
+                 "rl.microbatches, sampling.max_prompt_len + max_new_tokens long",
+    "slot_kv": "adaptive.slots x (sampling.max_prompt_len + max_new_tokens)",
+    "prompt_kv": "rl.prompts_per_step x sampling.max_prompt_len",
+    "batch": "rl.prompts_per_step x rl.n training rows",
+    "engine": "the engine's pools: rl.prompts_per_step, rl.n, adaptive.samples_per_round x "
+              "max_rounds",
+    "adam": "the model's size",
+    "eval": "eval.k x (eval.prompts + eval.train_prompts) rows",
+}
+_SIZED_BY.update(remat_saved=_SIZED_BY["block_tmp"], logits=_SIZED_BY["block_tmp"],
+                 decode_tmp=_SIZED_BY["slot_kv"], prefill_tmp=_SIZED_BY["prompt_kv"],
+                 params=_SIZED_BY["adam"], grads=_SIZED_BY["adam"])
+
+
+def eval_host_bytes(config) -> int:
+    """Host bytes of an eval's rows (evaluate.sample_completions holds every row at once: its
+    prompt ids as Python lists while encoding, up to 36 bytes a token, then as int32 tokens and
+    a mask, its completion text and score): about 41 x max_prompt_len + 4 x max_new_tokens +
+    150 bytes a row."""
+    e, s = config.eval, config.sampling
+    return e.k * (e.prompts + e.train_prompts) * (41 * s.max_prompt_len + 4 * s.max_new_tokens
+                                                    + 150)
+
+
+def check_memory(config) -> None:
+    """Refuse, before anything compiles, a run whose predicted memory on this host exceeds the
+    machine's (a huge rl.n or eval.k ran until killed), naming the largest part and the fields
+    that size it; check.memory=False runs anyway. On a CPU the whole run is on the host
+    (memory.host_peak_bytes); on an accelerator the eval's rows are."""
+    if not config.check.memory:
+        return
+    on_cpu = jax.default_backend() == "cpu"
+    parts = {"eval": eval_host_bytes(config)}
+    if on_cpu:
+        est = memory.estimate(config, devices=1, hbm_gib=1e6, platform="cpu")
+        parts.update({k: est[k] for k in _SIZED_BY if k != "eval"})
+    peak = (memory.host_peak_bytes(config) if on_cpu else memory.HOST_RUNTIME_BYTES) \
+        + parts["eval"]
+    have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if peak <= have:
+        return
+    big = max(parts, key=parts.get)
+    raise MemoryError(
+        f"this run's predicted peak memory on the host, {peak / memory.GiB:.1f} GiB, exceeds "
+        f"the machine's {have / memory.GiB:.1f} GiB; its largest part, {big} "
+        f"({parts[big] / memory.GiB:.1f} GiB), is sized by {_SIZED_BY[big]}: lower them, or "
+        f"pass --config.check.memory=False to run anyway")
+
+
 def check_resume(config, workdir: str) -> None:
     """Refuse to resume a workdir whose config.json differs from `config` in a field outside
     config_check.RESUMABLE, naming each: other shapes would make every checkpoint unrestorable,
@@ -156,6 +208,7 @@ def setup(config, workdir: str):
     validate(config)
     engine, group, rows_per_prompt = engine_config(config)
     check_batches(config, rows_per_prompt)
+    check_memory(config)
     sharding.maybe_initialize_distributed(config.distributed)
     mesh = sharding.make_mesh(config.mesh)
     check_multihost(config, mesh)
@@ -168,8 +221,11 @@ def setup(config, workdir: str):
     if config.rl.prompts_per_step > len(train_source):
         raise ValueError(f"config.rl.prompts_per_step={config.rl.prompts_per_step} exceeds the "
                          f"{len(train_source)} training problems")
-    train_eval = [train_source[i] for i in range(min(config.eval.train_prompts,
-                                                     len(train_source)))]
+    if config.eval.train_prompts > len(train_source):
+        raise ValueError(f"config.eval.train_prompts={config.eval.train_prompts} exceeds the "
+                         f"{len(train_source)} training problems: pass at most "
+                         f"{len(train_source)}")
+    train_eval = [train_source[i] for i in range(config.eval.train_prompts)]
     graphdef, params = base_policy.load(config, workdir, mesh, tokenizer)
     ctx = Context(config=config, mesh=mesh, tokenizer=tokenizer, model_cfg=model_cfg,
                   graphdef=graphdef, engine=engine,
@@ -272,7 +328,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
     except UnreadableCheckpoints as e:
         raise UnreadableCheckpoints(f"{e} Or set --config.checkpoint.start_over_if_unreadable"
                                     f"=True to train this workdir from step 0.") from None
-    watch = collapse.Watch(c.optim.collapse_steps, c.eval.k)
+    watch = collapse.Watch(c.optim.collapse_steps, c.eval.k,
+                           len(ctx.train_eval_problems) * c.eval.k)
     if restored is not None:
         start, trainable, opt_state, meta = restored
         watch.restore(meta.get("collapse"))
@@ -338,8 +395,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
                 skipped = 0
             met.update(lmet)
             met.update(advantage_sums(rows))
-            pool_n_B = np.asarray(batch.pool_n_B)
-            pass_rate_B = np.asarray(batch.pool_pos_B) / np.maximum(pool_n_B, 1)
+            pool_n_B, pool_pos_B = np.asarray(batch.pool_n_B), np.asarray(batch.pool_pos_B)
+            pass_rate_B = pool_pos_B / np.maximum(pool_n_B, 1)
             met["reward_mean"] = float(np.mean(pass_rate_B))
             met["lr"] = learning_rate(c, step)
             lens = np.asarray(batch.len_BG)[np.asarray(batch.mask_BG)]
@@ -362,8 +419,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             if eval_due(c, done, last, met["cost_samples"], met["cost_samples"]
                         - met["samples_launched"] - met["samples_trained"]):
                 met.update(run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, done)))
-            if watch.update(done, met):
-                log.warning("%s. %s", watch.describe(done, met), _collapse_advice(c))
+            if watch.update(done, met, (int(pool_n_B.sum()), int(pool_pos_B.sum()))):
+                log.warning("%s", watch.message(done, c.optim))
             writer.write(done, met, {"pass_rate": pass_rate_B, "samples_per_prompt": pool_n_B,
                                      "kept_per_prompt": np.asarray(batch.mask_BG).sum(1),
                                      "response_length": lens})
@@ -386,7 +443,7 @@ def _train(ctx: Context, params, workdir: str) -> dict:
                     f"optim.lr ({c.optim.lr:g}) and resume with "
                     f"--config.checkpoint.allow_config_change=True")
             if c.optim.stop_on_collapse and met.get("collapsed"):
-                raise collapse.Collapsed(f"{watch.describe(done, met)}. {_collapse_advice(c)}")
+                raise collapse.Collapsed(watch.message(done, c.optim))
             bar.update(1)
             bar.set_postfix(reward=f"{met['reward_mean']:.2f}",
                             eff=f"{met['effective_prompt_ratio']:.2f}",
@@ -403,16 +460,6 @@ def advantage_sums(rows) -> dict:
     sum to zero (docs/spec.md §4), a group baseline's does; both pin what an estimator did."""
     adv = np.asarray(rows["adv"], np.float64)[np.asarray(rows["real"])]
     return {"adv_sum": float(adv.sum()), "adv_abs_sum": float(np.abs(adv).sum())}
-
-
-def _collapse_advice(config) -> str:
-    o = config.optim
-    return (f"A learning rate too high for the model is the usual cause: start again with a "
-            f"lower optim.lr ({o.lr:g}) in a new --workdir (this one's checkpoints hold the "
-            f"collapsed policy). " + ("The run stops (optim.stop_on_collapse); "
-                                      "--config.optim.stop_on_collapse=False trains on"
-                                      if o.stop_on_collapse else
-                                      "optim.stop_on_collapse=True would stop the run here"))
 
 
 # A trained token's cost in generated tokens: a forward and a backward pass, about 3 forwards.

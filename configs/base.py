@@ -109,6 +109,18 @@ def _did_you_mean(word, choices) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
+
+
+def _boolean(key: str, word: str) -> bool:
+    """A boolean variant arg; a word that is neither true nor false is refused (not read as
+    False)."""
+    if word.lower() in _TRUE + _FALSE:
+        return word.lower() in _TRUE
+    raise ValueError(f"config arg {key}={word!r} is not a boolean: use one of "
+                     f"{', '.join(_TRUE + _FALSE)} (any case)")
+
+
 def get_config(arg: str = ""):
     """Defaults, then variant args `algo=…,model=…,task=…,smoke=True`."""
     args = dict(algo="ada_balance", model="tiny", task="families", smoke="False")
@@ -134,7 +146,7 @@ def get_config(arg: str = ""):
     if args["algo"] not in ALGOS:
         raise ValueError(f"config arg algo={args['algo']!r}{_did_you_mean(args['algo'], ALGOS)}"
                          f"; choose from {sorted(ALGOS)}")
-    smoke = args["smoke"].lower() in ("1", "true", "yes")
+    smoke = _boolean("smoke", args["smoke"])
     algo = ALGOS[args["algo"]]
 
     c = ml_collections.ConfigDict()
@@ -209,8 +221,8 @@ def get_config(arg: str = ""):
         lr=1e-4, warmup_steps=10, grad_clip=1.0, weight_decay=0.0, b1=0.9, b2=0.999,
         eps=1e-8, daro_lr=0.0,  # daro_lr: DARO log-weights' own lr (0 = optim.lr)
         max_update_ratio=1.0, max_skipped_steps=5))  # divergence: skip, then stop
-    # Collapse (ada_jax/collapse.py): reward and training-prompt accuracy 0 for this many steps
-    # after being positive (0 = never watch); stop the run then (exit 1) or only warn.
+    # Collapse (ada_jax/collapse.py): the success rate over this many steps improbably far
+    # under the run's earlier rate (0 = never watch); stop the run then (exit 1) or only warn.
     c.optim.update(dict(collapse_steps=5, stop_on_collapse=True))
 
     # Embedded task only: careful_share is the share of SFT targets in the worked
@@ -233,6 +245,9 @@ def get_config(arg: str = ""):
                                                   start_over_if_unreadable=False))
     # Resume intact checkpoints whose metrics.jsonl lost records (they stay lost).
     c.checkpoint.resume_without_metrics = False
+    # memory: refuse, before anything compiles, a run whose predicted host memory (the
+    # estimate of ada_jax/memory.py and the eval's rows) exceeds the machine's; False runs anyway
+    c.check = ml_collections.ConfigDict(dict(memory=True))
     # wandb: also send the scalars to Weights & Biases (pip install wandb; imported only then)
     c.log = ml_collections.ConfigDict(dict(progress=True, wandb=False, wandb_project="ada_jax"))
 

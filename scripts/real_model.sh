@@ -6,8 +6,9 @@
 # eval.jsonl (scripts/tools/make_arithmetic_task.py). Environment knobs: ARMS (grpo_n4 ada_pos
 # ada_balance), BUDGET (samples generated + trained per run, 768), LR (1e-5), PROMPTS (prompts a
 # step, 8), NEW_TOKENS (48), ANSWER (last_number, or boxed), EVAL_K (held-out samples a
-# question, 2), DTYPE (compute dtype, bfloat16: docs/real_model.md's runs; auto computes in
-# float32 on a CPU), EXTRA (flags added to every run).
+# question, 2), DTYPE (compute dtype, auto: float32 on a CPU, whose XLA has no bfloat16 dot,
+# bfloat16 on accelerators; docs/real_model.md's runs set bfloat16), EXTRA (flags added to
+# every run).
 # Runs two at a time (2 CPU cores); prints scripts/analysis/before_after.py's tables. Each run's
 # final policy is evaluated into RUN/heldout_BUDGET.json; run again with a larger BUDGET, the
 # runs resume where they stopped (a run to a larger budget is the smaller one's run followed by
@@ -23,7 +24,7 @@ COMMON="--config.model.init_from=$MODEL --config.task.files=$TASK/train.jsonl \
  --config.task.eval_files=$TASK/eval.jsonl --config.task.answer=${ANSWER:-last_number} \
  --config.task.system_prompt= --config.sampling.max_prompt_len=128 \
  --config.sampling.max_new_tokens=${NEW_TOKENS:-48} --config.eval.prompts=100000 \
- --config.rl.prompts_per_step=${PROMPTS:-8} --config.model.dtype=${DTYPE:-bfloat16}"
+ --config.rl.prompts_per_step=${PROMPTS:-8} --config.model.dtype=${DTYPE:-auto}"
 # Small steps for 2 cores: one optimiser update a step in micro-batches of 8 rows, no warm-up
 # (an arm with fewer, larger steps would otherwise spend its run warming up), Ada-Seq pools of
 # up to 4 rounds of 4 samples.

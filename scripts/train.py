@@ -25,10 +25,10 @@ from ml_collections import config_flags
 
 import ada_jax
 from ada_jax import preemption, run_config, sharding, train
-from ada_jax.config_check import refuse_unknown_overrides, validate
+from ada_jax.config_check import parse_flags, refuse_bad_config, validate
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "base.py")
-refuse_unknown_overrides(sys.argv, _DEFAULT_CONFIG)  # before absl's bare AttributeError
+refuse_bad_config(sys.argv, _DEFAULT_CONFIG)  # before absl's traceback or bare AttributeError
 _CONFIG = config_flags.DEFINE_config_file(
     "config", _DEFAULT_CONFIG, "Config file (with :key=value variant args).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory.")
@@ -58,4 +58,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=lambda argv: parse_flags(argv, _DEFAULT_CONFIG))

@@ -407,6 +407,9 @@ def test_before_after_reads_levels_spend_and_per_seed_counts(tmp_path):
                        "of 2) | +0.050 (1 ahead, 0 behind of 2) |")
     with pytest.raises(ValueError, match="reference 'grpo'"):
         before_after.tables(base, groups, reference="grpo")
+    # one arm (scripts/real_model.sh with ARMS=grpo_n4): its rows, no empty comparison table
+    one = before_after.tables(base, groups[:1], reference="ref").splitlines()
+    assert sum(l.startswith("| ref |") for l in one) == 3 and not any("Against" in l for l in one)
     # a run read at a budget: its steps up to the first that reached it, that budget's report
     d = groups[1][1][0]
     with open(os.path.join(d, "heldout_24.json"), "w") as f:
@@ -418,3 +421,19 @@ def test_before_after_reads_levels_spend_and_per_seed_counts(tmp_path):
     os.remove(os.path.join(groups[0][1][0], "heldout.json"))
     with pytest.raises(FileNotFoundError, match="evaluate.py --workdir="):
         before_after.tables(base, groups)
+
+
+def test_the_summary_says_plainly_what_was_evaluated(tmp_path):
+    """A run with eval.every=0 ended on '<workdir>: no eval records', which read like an
+    error; now it says the run was not evaluated and how to evaluate it, then what it spent."""
+    step = {"step": 1, "reward_mean": 0.1, "cum_generated_tokens": 1200, "cost_samples": 64}
+    (tmp_path / "metrics.jsonl").write_text(json.dumps(step) + "\n")
+    lines = plots.run_summary(str(tmp_path)).splitlines()
+    assert lines[0].startswith(f"{tmp_path}: not evaluated (eval.every and eval.every_cost are "
+                               f"0; --config.eval.every=N evaluates at step 0")
+    assert lines[1].startswith("generated tokens 1,200, cost 64 samples")
+    evals = [{"step": 0, "eval/avg@2": 0.25}, {**step, "eval/avg@2": 0.5}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in evals))
+    lines = plots.run_summary(str(tmp_path)).splitlines()
+    assert lines == ["held-out avg@2: step 0 0.250 -> step 1 0.500 (+0.250)",
+                     "generated tokens 1,200, cost 64 samples (generated + trained), RL wall 0 s"]

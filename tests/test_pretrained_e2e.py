@@ -173,6 +173,8 @@ def test_qwen_export_generates_with_transformers(qwen_run, tmp_path):
     assert hf.generation_config.eos_token_id == [end, eot]
     assert hf.generation_config.pad_token_id == eot and hf_tok.eos_token == "<|im_end|>"
     assert hf.config.max_position_embeddings == 4096  # the checkpoint's, not the run's
+    with open(os.path.join(out, "generation_config.json")) as f:  # a length: the model's
+        assert "max_new_tokens" not in json.load(f) and hf.generation_config.max_length == 4096
     messages = [dict(role="user", content="What is $2 + 3$?")]
     enc = hf_tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=True,
                                      return_tensors="pt")

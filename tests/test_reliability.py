@@ -281,3 +281,116 @@ def test_launch_local_reports_143_as_a_preemption(tmp_path, rc, why):
     assert out.returncode == rc
     assert f"launch_local: process 0 exited with status {rc} {why}; stopping the others" in (
         out.stderr)
+
+
+# ------------------------------------------------------------------ refusals on one last line
+@pytest.mark.parametrize("argv, line", [
+    (["--config=configs/base.py:algo=grpo_n4"],
+     "ValueError: config arg algo='grpo_n4' (did you mean 'grpo'?); choose from"),
+    (["--config=configs/base.py:task=gsm9k"], "ValueError: config.task.name='gsm9k': choose from"),
+    (["--config=configs/base.py:smoke=Ture"], "ValueError: config arg smoke='Ture' is not a "
+                                              "boolean: use one of true, 1, yes, false, 0, no"),
+    (["--config=configs/nope.py"], "FileNotFoundError: [Errno 2] No such file or directory: "),
+    (["--config.rl.nn=3"], "ValueError: unknown field config.rl.nn: config.rl has no field 'nn' "
+                           "(did you mean config.rl.n?)"),
+])
+def test_a_bad_config_is_refused_on_one_line(argv, line, capsys):
+    """Before: the error inside a traceback, then absl's 'Pass --helpshort or --helpfull to see
+    help on flags.' as the last line (a bare AttributeError for an unknown field)."""
+    from ada_jax.config_check import refuse_bad_config
+    with pytest.raises(SystemExit) as e:
+        refuse_bad_config(["train.py", *argv], "configs/base.py")
+    err = capsys.readouterr().err
+    assert e.value.code == 1 and err.count("\n") == 1, err
+    assert err.startswith(f"ada_jax: the run stops: {line}"), err
+
+
+@pytest.mark.parametrize("flag, line", [
+    ("--config.optim.collapse_steps=nan", "config.optim.collapse_steps='nan' is not an int "
+                                          "(invalid literal for int() with base 10: 'nan'): pass "
+                                          "e.g. --config.optim.collapse_steps=5"),
+    ("--config.optim.stop_on_collapse=maybe", "config.optim.stop_on_collapse='maybe' is not a "
+                                              "bool: pass True or False"),
+    ("--config.optim.lr=fast", "config.optim.lr='fast' is not a float (could not convert string "
+                               "to float: 'fast'): pass e.g. --config.optim.lr=0.0003"),
+])
+def test_an_override_of_the_wrong_type_is_refused_on_one_line(flag, line, capsys, monkeypatch):
+    from absl import flags
+    from ml_collections import config_flags
+    from ada_jax.config_check import parse_flags
+    values = flags.FlagValues()
+    monkeypatch.setattr(sys, "argv", ["train.py", flag])  # the override flags come from argv
+    config_flags.DEFINE_config_file("config", "configs/base.py", "", flag_values=values,
+                                    lock_config=True)
+    monkeypatch.setattr(flags, "FLAGS", values)
+    with pytest.raises(SystemExit) as e:
+        parse_flags(["train.py", flag], "configs/base.py")
+    err = capsys.readouterr().err
+    assert e.value.code == 1 and err == f"ada_jax: the run stops: ValueError: {line}\n", err
+
+
+def test_the_entry_script_refuses_on_its_last_line():
+    """The wiring of both checks into scripts/train.py, exit 1."""
+    for flag, line in (("--config.optim.stop_on_collapse=maybe", "is not a bool"),
+                       ("--config=configs/base.py:smoke=maybe", "is not a boolean")):
+        out = helpers.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"), flag,
+                           "--workdir=/nonexistent/never"],
+                          env=dict(ENV, PYTHONPATH=ROOT), cwd=ROOT)
+        last = out.stderr.strip().splitlines()[-1]
+        assert out.returncode == 1 and last.startswith("ada_jax: the run stops: ValueError: "
+                                                       "config") and line in last, out.stderr
+
+
+def test_an_empty_workdir_or_a_mistyped_config_json_is_named(tmp_path):
+    """Before: FileNotFoundError: '' and ml_collections' 'Could not override field', naming
+    neither the flag nor the file."""
+    from ada_jax import run_config
+    c = _config("grpo")
+    with pytest.raises(ValueError, match=r"--workdir='' is empty: name the run's directory"):
+        run_config.for_workdir(c, ["train.py"], "")
+    with pytest.raises(ValueError, match=r"--workdir='' is empty"):
+        train.train_and_evaluate(c, "")
+    saved = json.loads(c.to_json_best_effort())
+    saved["rl"]["steps"] = "forty"
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match=rf"{tmp_path}/config.json: config.rl.steps='forty' does "
+                                         rf"not fit the field's type int .* --config.rl.steps="):
+        run_config.for_workdir(c, ["train.py"], str(tmp_path))
+    # the override the message offers gets past it
+    got = run_config.for_workdir(c, ["train.py", "--config.rl.steps=3"], str(tmp_path))
+    assert got.rl.steps == c.rl.steps
+
+
+@pytest.mark.parametrize("kind", ["missing", "bad_json"])
+def test_a_bad_init_from_names_the_field(tmp_path, kind):
+    from ada_jax.config_check import validate
+    from configs import base
+    folder = tmp_path / "model"
+    if kind == "bad_json":
+        folder.mkdir()
+        (folder / "config.json").write_text("{bad")
+    c = base.get_config("model=hf,task=files")
+    c.unlock()
+    c.model.init_from = str(folder)
+    with pytest.raises((OSError, ValueError), match=rf"^config.model.init_from='{folder}': "):
+        validate(c)
+
+
+@pytest.mark.parametrize("field, value, part", [
+    ("rl.n", 100_000, r"block_tmp \(\d+\.\d GiB\), is sized by the learner's micro-batch: "
+                      r"rl.prompts_per_step x rl.n rows"),
+    ("eval.k", 1_000_000_000, r"eval \(\d+\.\d GiB\), is sized by eval.k x \(eval.prompts"),
+])
+def test_a_run_larger_than_the_machine_is_refused(tmp_path, monkeypatch, field, value, part):
+    """rl.n=100000 or a huge eval.k were accepted and ran until killed."""
+    _refused(tmp_path, monkeypatch, MemoryError,
+             r"this run's predicted peak memory on the host, \d+\.\d GiB, exceeds the machine's "
+             rf"\d+\.\d GiB; its largest part, {part}.* --config.check.memory=False to run "
+             r"anyway", **{field: value})
+    c = _config("grpo", **{field: value, "check.memory": False})
+    train.check_memory(c)  # the override goes on
+
+
+def test_more_training_prompts_to_evaluate_than_there_are_is_refused(tmp_path, monkeypatch):
+    _refused(tmp_path, monkeypatch, ValueError, r"config.eval.train_prompts=300 exceeds the 256 "
+             r"training problems: pass at most 256", **{"eval.train_prompts": 300})

@@ -237,3 +237,30 @@ def test_garbled_metrics_record_is_an_error(tmp_path):
         f.writelines([lines[0], lines[1].replace('"step"', '"st\x00p'), lines[2]])
     with pytest.raises(ValueError, match=r"step\(s\) 1 before .*; unreadable lines 2\. "):
         metrics_log.MetricsWriter(str(tmp_path), 2)
+
+
+def test_a_line_that_is_not_utf8_is_one_unreadable_line(tmp_path, caplog):
+    """Bytes that are not UTF-8 (a disk fault, a binary write) stopped a resume with a raw
+    UnicodeDecodeError, which resume_without_metrics did not get past; now the line is an
+    unreadable line like a cut one: named, refused before the resumed step unless accepted,
+    dropped after it, and left out with a warning by the plots' reader."""
+    from ada_jax import plots
+    from tests.test_train import _config
+    path = tmp_path / "metrics.jsonl"
+    lines = [line.encode() for line in _records(path, [0, 1, 2, 3])]
+    path.write_bytes(lines[0] + b'{"step": 1, "x": "\xff\xfe"}\n' + lines[2] + lines[3])
+    with caplog.at_level("WARNING"):
+        assert [r["step"] for r in plots.load_metrics(str(tmp_path))] == [0, 2, 3]
+    assert f"{path}: unreadable line(s) 2 left out" in caplog.text
+    with pytest.raises(ValueError, match=r"step\(s\) 1 before .*; unreadable lines 2\. "):
+        metrics_log.MetricsWriter(str(tmp_path), 2)
+    c = _config("grpo")
+    c.checkpoint.resume_without_metrics = True
+    metrics_log.MetricsWriter(str(tmp_path), 2, c).close()
+    assert _read(path) == "".join(line.decode() for line in (lines[0], lines[2]))
+    path.write_bytes(b"".join(lines[:3]) + b"\xff\xfe garbage\n")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        metrics_log.MetricsWriter(str(tmp_path), 2).close()
+    assert f"{path}: unreadable line(s) 4 dropped (steps after 2, redone)" in caplog.text
+    assert _read(path) == "".join(line.decode() for line in lines[:3])

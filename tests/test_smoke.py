@@ -6,15 +6,17 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _smoke(workdir, *flags):
+def _smoke(workdir, *flags, variant="smoke=True"):
     env = dict(os.environ, XLA_FLAGS=" ".join(
         f for f in os.environ.get("XLA_FLAGS", "").split()
         if not f.startswith("--xla_force_host_platform_device_count")))
     return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"),
-                           f"--config={ROOT}/configs/base.py:smoke=True", f"--workdir={workdir}",
+                           f"--config={ROOT}/configs/base.py:{variant}", f"--workdir={workdir}",
                            "--plots=false", "--config.log.progress=false", *flags],
                           env=env, capture_output=True, text=True, timeout=600)
 
@@ -42,21 +44,38 @@ def test_smoke_run_learns(tmp_path):
 
 def test_smoke_run_at_ten_times_its_lr_collapses_and_stops(tmp_path):
     """lr 1e-2 (10x the smoke's): updates of 0.03-0.06 of the params' norm, under the
-    divergence guard, wreck the policy: reward 0 at every step, training-prompt accuracy
-    0.066 -> 0. Before, the run ended with status 0 and no word; now step 5 (optim.collapse_steps
-    zero steps after the positive step-0 accuracy) warns, is flagged in the metrics, and the run
-    stops with exit 1 and the reason on its last line. The control: test_smoke_run_learns."""
+    divergence guard, wreck the policy: training-prompt accuracy 17/256 -> 5/256 -> 0, rollouts
+    near 0 (on some hosts one lucky positive, which before restarted the count and let the run
+    end with status 0). Step 5 (its 5-step window against step 0) warns, is flagged in the
+    metrics, and the run stops with exit 1 and the reason on its last line, leading with how
+    to keep the run and naming the lr (the updates were large). The control:
+    test_smoke_run_learns."""
     proc = _smoke(tmp_path, "--config.optim.lr=1e-2")
     last = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert re.match(r"ada_jax: the run stops: Collapsed: step 5: the policy collapsed: reward 0 "
-                    r"\(and training-prompt accuracy 0 where evaluated\) at every step since "
-                    r"step 1, after a training-prompt accuracy of 0\.0\d+ at step 0", last), last
+    assert re.match(r"ada_jax: the run stops: Collapsed: step 5: the policy collapsed; to keep "
+                    r"training this run, resume it with --config.optim.stop_on_collapse=False "
+                    r".* Steps 1-5: training-prompt accuracy \d+/512 samples .* against \d+/256 "
+                    r"\(0\.0\d+\) before", last), last
     assert "lower optim.lr (0.01)" in last
     warnings = re.findall(r"^W.*\] step 5: the policy collapsed", proc.stderr, re.M)
     assert len(warnings) == 1, proc.stderr[-3000:]  # the warning, once, before the stop
     with open(tmp_path / "metrics.jsonl") as f:
         records = [json.loads(line) for line in f]
     assert [r["collapsed"] for r in records] == [0, 0, 0, 0, 0, 1]
-    assert all(r["reward_mean"] == 0 for r in records[1:])
-    assert all(r["train_eval/avg@32"] == 0 for r in records[1:] if "train_eval/avg@32" in r)
+    assert all(r["reward_mean"] < 0.05 for r in records[1:])
+    assert all(r["train_eval/avg@32"] < 0.03 for r in records[1:] if "train_eval/avg@32" in r)
+
+
+@pytest.mark.slow
+def test_two_samples_a_step_at_a_tiny_lr_is_not_a_collapse(tmp_path):
+    """1 prompt x 2 samples a step at lr 1e-5: the reward is 0 on most steps because 2 samples
+    at a pass rate of ~0.06 rarely hold a right one, not because anything collapsed (training-
+    prompt accuracy 0.066 at step 0, 0.06 at step 30). Before, the run stopped at step 5."""
+    proc = _smoke(tmp_path, "--config.optim.lr=1e-5", "--config.rl.prompts_per_step=1",
+                  "--config.rl.n=2", "--config.rl.steps=30", "--config.eval.every=10",
+                  variant="smoke=True,algo=grpo")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(tmp_path / "metrics.jsonl") as f:
+        records = [json.loads(line) for line in f]
+    assert len(records) == 31 and not any(r["collapsed"] for r in records)

@@ -107,9 +107,9 @@ def tables(base: dict, groups, reference: str | None = None, budget: int | None 
             d = np.array([r["acc"][c] - base_acc[c] for r in runs])
             cells.append(f"{d.mean():+.3f} ({_up_down(d)})")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
-    if reference is not None:
-        if reference not in rows:
-            raise ValueError(f"--reference {reference!r} is not a group: {sorted(rows)}")
+    if reference is not None and reference not in rows:
+        raise ValueError(f"--reference {reference!r} is not a group: {sorted(rows)}")
+    if reference is not None and len(rows) > 1:  # one arm: nothing to compare it with
         ref = {r["seed"]: r for r in rows[reference]}
         out += ["", f"Against {reference}, same seed: mean difference (seeds ahead, behind of "
                     f"those paired):", "", "| arm | " + " | ".join(cols) + " |",

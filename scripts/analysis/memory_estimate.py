@@ -2,10 +2,13 @@
 the table in docs/scaling.md §6.
 
   python scripts/analysis/memory_estimate.py                         # every pretrained config, 8xH100
-  python scripts/analysis/memory_estimate.py --config=configs/base.py:model=hf,task=files \\
-      --config.model.init_from=/path/to/hf_folder --devices=1 --host   # sizes from config.json
+  python scripts/analysis/memory_estimate.py $RUN --devices=1 --host   # a run of scripts/train.py
   python scripts/analysis/memory_estimate.py --config=configs/base.py:model=qwen2_5_math_7b \\
       --devices=16 --hbm=95 --config.mesh.fsdp=16 --config.adaptive.slots=4096
+
+It reads the same flags as scripts/train.py and estimates the run they describe (README, "Bring
+a real model": `$RUN`); a flag left out is the config's default (model=hf's: the reference
+run's 512 prompts a step, sized for a pod).
 """
 import os
 import sys
