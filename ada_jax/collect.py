@@ -1,6 +1,6 @@
 """The table of collection policies (ada_jax/policies/: one module each, see its docstring):
 `collect` hands a step to the configured policy's module; `engine_fields`,
-`max_samples_per_prompt` and `prompts_in_flight` read what it asks of the engine;
+`max_samples_per_prompt`, `useful_slots` and `engine_config` and `prompts_in_flight` read what it asks of the engine;
 `init_state`, `checkpoint`, `restore`, `arrays` and `restore_arrays` gather the cross-step
 state the policies declare; `groups`, `settings`, `check`, `presets` and `label` read what
 each module declares for configs/base.py, config_check, config_doc, scripts/reproduce.sh and
@@ -10,6 +10,7 @@ plots.
 """
 import numpy as np
 
+from ada_jax import adaptive
 from ada_jax.policies import dapo, est, gvm, hints, rollout, seq, stream
 from ada_jax.policies import conformal, greso, knapsack, pilot_commit, vip
 from ada_jax.tasks import task_of
@@ -160,3 +161,27 @@ if __name__ == "__main__":
     import sys
     if sys.argv[1:] == ["presets"]:
         print("\n".join(f"{k}={v}" for k, v in presets().items()))
+
+
+def useful_slots(config) -> int:
+    """adaptive.slots capped at the most samples a step can have in flight: the prompts in
+    progress (B, plus those a stream admits ahead) times a prompt's largest budget. A slot past
+    that is never assigned, yet holds a KV cache of P + N positions and a row of V logits: the
+    pretrained default of 1024 slots (sized for 8 accelerators) on a CPU step of 8 prompts x 4
+    samples held 4.5 GB of caches for 32 samples, copied several times over (17 GB resident;
+    docs/benchmarks.md, "Memory"). Several processes need the capped count to be a multiple
+    of the devices too (`check_multihost`)."""
+    return min(config.adaptive.slots,
+               prompts_in_flight(config) * max_samples_per_prompt(config))
+
+
+def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
+    """Static engine settings, the kept group size G and the training rows per prompt: the
+    policy's own (engine_fields: its rounds, exit rule, budget cap) and the run's
+    (slots, lengths, chunking, slot order)."""
+    a = config.adaptive
+    fields, group, rows_per_prompt = engine_fields(config)
+    return adaptive.EngineConfig(slots=useful_slots(config),
+                                 max_new_tokens=config.sampling.max_new_tokens,
+                                 chunk_len=a.chunk_len, select_order=a.select_order,
+                                 overcommit=a.overcommit, **fields), group, rows_per_prompt

@@ -29,7 +29,6 @@ from flax import nnx
 from ada_jax import adaptive, collect, generators, learn, selection, sharding
 from ada_jax import model as model_lib
 from ada_jax.config_check import resolve_hf
-from ada_jax.train import engine_config  # the trainer's own engine settings
 
 GiB = 2**30
 
@@ -81,7 +80,7 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "g
     larger peak / HBM) and `max_slots` (the most slots whose sampling peak stays within 90% of
     HBM)."""
     resolve_hf(config)  # model=hf: the sizes from init_from's config.json
-    engine, group, rows_per_prompt = engine_config(config)
+    engine, group, rows_per_prompt = collect.engine_config(config)
     c, a = config, config.adaptive
     mcfg = model_lib.ModelConfig.from_config(
         dict(c.model, dtype=model_lib.compute_dtype(c.model.dtype, platform)))

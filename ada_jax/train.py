@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ada_jax import (adaptive, base_policy, collapse, collect, evaluate, generators,
-                     host_memory, learn, preemption, run_config, rundir, selection, sharding,
-                     sft)
+                     host_memory, learn, memory, preemption, run_config, rundir, selection,
+                     sharding, sft)
 from ada_jax import model as model_lib
 from ada_jax.metrics_log import MetricsWriter, _wandb, _write_atomic
 from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
@@ -60,30 +60,6 @@ class Context:
     eval_problems: list
     train_eval_problems: list  # the first eval.train_prompts training problems (may be [])
     math_pool: Any = None  # MathVerifierPool for math-file tasks (host-side reward)
-
-
-def useful_slots(config) -> int:
-    """adaptive.slots capped at the most samples a step can have in flight: the prompts in
-    progress (B, plus those a stream admits ahead) times a prompt's largest budget. A slot past
-    that is never assigned, yet holds a KV cache of P + N positions and a row of V logits: the
-    pretrained default of 1024 slots (sized for 8 accelerators) on a CPU step of 8 prompts x 4
-    samples held 4.5 GB of caches for 32 samples, copied several times over (17 GB resident;
-    docs/benchmarks.md, "Memory"). Several processes need the capped count to be a multiple
-    of the devices too (`check_multihost`)."""
-    return min(config.adaptive.slots,
-               collect.prompts_in_flight(config) * collect.max_samples_per_prompt(config))
-
-
-def engine_config(config) -> tuple[adaptive.EngineConfig, int, int]:
-    """Static engine settings, the kept group size G and the training rows per prompt: the
-    policy's own (collect.engine_fields: its rounds, exit rule, budget cap) and the run's
-    (slots, lengths, chunking, slot order)."""
-    a = config.adaptive
-    fields, group, rows_per_prompt = collect.engine_fields(config)
-    return adaptive.EngineConfig(slots=useful_slots(config),
-                                 max_new_tokens=config.sampling.max_new_tokens,
-                                 chunk_len=a.chunk_len, select_order=a.select_order,
-                                 overcommit=a.overcommit, **fields), group, rows_per_prompt
 
 
 # ----------------------------------------------------------------------------- main loop
@@ -194,9 +170,9 @@ def check_multihost(config, mesh) -> None:
     except ValueError as e:
         raise ValueError(f"config.rl.prompts_per_step={config.rl.prompts_per_step}: {e} "
                          f"(per-host data)") from None
-    slots = useful_slots(config)  # the engine's: adaptive.slots, capped
+    slots = collect.useful_slots(config)  # the engine's: adaptive.slots, capped
     if slots % mesh.size:
-        capped = f" (capped at {slots}: train.useful_slots)" if slots != a.slots else ""
+        capped = f" (capped at {slots}: collect.useful_slots)" if slots != a.slots else ""
         raise ValueError(f"config.adaptive.slots={a.slots}{capped} must be a multiple of the "
                          f"{mesh.size} devices on {n} processes (per-host scoring: each "
                          f"process scores the slots on its own devices)")
@@ -206,7 +182,7 @@ def setup(config, workdir: str):
     """Mesh, tokenizer, data, model (from the base checkpoint), engine: (ctx, params). Every
     check runs before the base policy is loaded or trained."""
     validate(config)
-    engine, group, rows_per_prompt = engine_config(config)
+    engine, group, rows_per_prompt = collect.engine_config(config)
     check_batches(config, rows_per_prompt)
     check_memory(config)
     sharding.maybe_initialize_distributed(config.distributed)

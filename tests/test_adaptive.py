@@ -16,7 +16,7 @@ from ada_jax import adaptive as A
 from ada_jax import generators
 from ada_jax import model as model_lib
 from ada_jax import sampling, selection
-from ada_jax import train
+from ada_jax import collect
 from configs import base
 from tests import helpers
 from tests.helpers import tiny_model
@@ -392,7 +392,7 @@ def _trainer_engine(arg, **overrides):
     c = base.get_config(arg + ",task=embedded")
     for k, v in overrides.items():
         c.adaptive[k] = v
-    cfg, group, _ = train.engine_config(c)
+    cfg, group, _ = collect.engine_config(c)
     return dataclasses.replace(cfg, max_new_tokens=1, slots=64), group, c
 
 
@@ -419,7 +419,7 @@ def test_trainer_refill_defaults_match_the_benchmark():
     c = base.get_config("algo=ada_balance,task=embedded")
     assert c.adaptive.slots / c.rl.prompts_per_step <= 2
     assert c.adaptive.overcommit == 0.75
-    cfg, _, _ = train.engine_config(c)
+    cfg, _, _ = collect.engine_config(c)
     assert cfg.overcommit == 0.75 and cfg.min_pool == c.rl.n
 
 

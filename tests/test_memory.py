@@ -4,7 +4,7 @@ streaming mode (whose engine keeps no slot caches between calls); every pretrain
 one 8xH100 host with 10% headroom."""
 import pytest
 
-from ada_jax import host_memory, learn, memory, train
+from ada_jax import collect, host_memory, learn, memory, train
 from configs import base
 from tests.test_train import _config
 
@@ -91,13 +91,13 @@ def test_slots_are_capped_at_what_a_step_can_hold():
         c.unlock()
         c.rl.prompts_per_step = 8
         c.adaptive.update(slots=1024, **adaptive)
-        return train.engine_config(c)[0].slots
+        return collect.engine_config(c)[0].slots
     assert slots("grpo") == 8 * 4
     assert slots("ada_balance", samples_per_round=4, max_rounds=4) == 8 * 16
     assert slots("ada_est", est=dict(budget_per_prompt=8)) == 8 * 32
     assert slots("grpo", mode="stream", stream=dict(max_lag=2)) == 3 * 8 * 4
     c = base.get_config("algo=grpo,task=embedded")  # fewer slots than that: unchanged
-    assert train.engine_config(c)[0].slots == min(c.adaptive.slots, c.rl.prompts_per_step * 4)
+    assert collect.engine_config(c)[0].slots == min(c.adaptive.slots, c.rl.prompts_per_step * 4)
 
 
 SMOLLM2_CONFIG = dict(  # SmolLM2-135M-Instruct's config.json (the fields the estimate reads)

@@ -159,7 +159,7 @@ def test_a_new_policy_is_one_module_and_one_registry_row(tmp_path, monkeypatch):
     monkeypatch.setitem(config_check._CHOICES, "adaptive.policy",
                         config_check._CHOICES["adaptive.policy"] + ("toy",))
     c = _config("grpo", **{"adaptive.policy": "toy", "rl.steps": 1, "rl.minibatches": 1})
-    engine, group, rows = train.engine_config(c)
+    engine, group, rows = collect.engine_config(c)
     assert (engine.keep, engine.samples_per_round, engine.max_rounds, group, rows) == (
         3, 3, 1, 3, 3)
     assert engine.slots == min(c.adaptive.slots, 3 * c.rl.prompts_per_step)

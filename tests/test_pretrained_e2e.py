@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from ada_jax import convert, evaluate, sampling, train
+from ada_jax import collect, convert, evaluate, sampling, train
 from ada_jax import tokenizer as tok_lib
 from ada_jax.config_check import validate
 from ada_jax.tasks import load_split
@@ -115,7 +115,7 @@ def test_smoke_works_for_every_pretrained_model(name, stand_in):
     if name == "hf":
         c.model.init_from = stand_in("qwen2")
     validate(c)
-    engine, _, rows_per_prompt = train.engine_config(c)
+    engine, _, rows_per_prompt = collect.engine_config(c)
     train.check_batches(c, rows_per_prompt)
     assert c.sampling.max_prompt_len + c.sampling.max_new_tokens <= 512
     assert c.rl.steps == 2 and c.adaptive.slots == 16

@@ -44,7 +44,7 @@ A policy module defines (`tests/test_policy_registry.py` fails where one is miss
   flat names of older runs' config.json (`adaptive.knapsack_n_min`; Pilot-Commit's `pc_*`)
   are moved into the groups when such a file is read and refused, naming the new field, on
   the command line (config_check.FORMER).
-- What it asks of the engine (`collect.engine_fields`; train.engine_config builds the engine
+- What it asks of the engine (`collect.engine_fields`; collect.engine_config builds the engine
   from it and names no policy): `group_size(config) -> (G, training rows per prompt)`, required
   of every `adaptive.policy` choice (G: kept samples per prompt); by default a prompt gets G
   samples in one round, all kept, so G is also its largest budget. `engine_fields(config) ->
