@@ -92,11 +92,20 @@ def test_logits_match_transformers(saved, mesh):
     assert cfg.rope_scaling == ("llama3" if family == "llama" else "none")
     q = params["blocks"]["attn"]["q"][...]  # really placed on the mesh
     assert q.sharding.spec == PartitionSpec(None, "fsdp", "tensor", None)
+    if family == "gemma3_text":  # Gemma's extra norms: [L, D] over fsdp, [L, E] replicated
+        blocks = params["blocks"]
+        for norm in (blocks["post_attn_norm"], blocks["post_mlp_norm"], blocks["mlp_norm"]):
+            assert norm["scale"][...].sharding.spec == PartitionSpec(None, "fsdp")
+        for norm in (blocks["attn"]["q_norm"], blocks["attn"]["k_norm"]):
+            assert norm["scale"][...].sharding.spec == PartitionSpec(None, None)
 
     toks, mask = _batch()
     diff, scale = logit_diff_vs_hf(graphdef, params, hf, toks, mask)
     print(f"{family}: max |logit diff| = {diff:.2e} (logits up to {scale:.1f})")
     assert diff < 1e-4
+    # the same through one scan over the layers (Gemma's local / global: scanned inputs)
+    _, graphdef, params = convert.load_hf_checkpoint(path, mesh, RULES, scan_layers=True)
+    assert logit_diff_vs_hf(graphdef, params, hf, toks, mask)[0] < 1e-4
 
 
 def test_greedy_generation_matches_transformers(saved, mesh):
