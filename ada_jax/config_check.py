@@ -22,7 +22,7 @@ _CHOICES = {
     "task.name": TASKS,
     "task.reward": ("verifier", "reading", "synthetic"),
     "task.answer": ("boxed", "last_number"),
-    "task.template": ("embedded", "qwen_math", "llama3_chat", "chat"),
+    "task.template": ("embedded", "qwen_math", "llama3_chat", "chat", "plain"),
     "task.on_bad_row": ("error", "skip"),
     "task.family_set": ("rl", "hard", "every"),
     "adaptive.exit_rule": ("none", "pos", "balance"),

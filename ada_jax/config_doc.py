@@ -118,8 +118,9 @@ FIELDS = {
     "task.answer": ("the answer the math verifier reads: boxed (the last \\boxed{}) or "
                     "last_number (the last number written: models that state a result but never "
                     "box it)", "reward function's extractor"),
-    "task.template": ("prompt template: embedded, qwen_math, llama3_chat, or chat (the "
-                      "checkpoint's own Jinja chat template)",
+    "task.template": ("prompt template: embedded, qwen_math, llama3_chat, chat (the "
+                      "checkpoint's own Jinja chat template) or plain (a base model's "
+                      "'Question: ...\\nAnswer:')",
                       "data.apply_chat_template / chat template"),
     "task.system_prompt": ("system message of the chat templates (\"\" = none: the template's "
                            "default)", "data.system_prompt / system message"),

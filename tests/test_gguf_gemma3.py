@@ -66,7 +66,7 @@ def write_tiny_gemma3(path: str) -> dict[str, np.ndarray]:
     w = gguf.GGUFWriter(path, "gemma3")
     w.add_name("tiny gemma3")
     w.add_block_count(L)
-    w.add_context_length(256)
+    w.add_context_length(1024)
     w.add_embedding_length(D)
     w.add_feed_forward_length(F)
     w.add_head_count(H)
@@ -208,3 +208,22 @@ def test_unsupported_architecture_is_refused_from_the_header(tmp_path, monkeypat
     assert str(e.value) == (f"{file}: architecture 'qwen2' is not supported; supported: "
                             f"llama, gemma3")
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_base_model_without_chat_template_gets_the_plain_prompt(converted):
+    """model=hf on the folder (no chat template): the plain "Question: ...\\nAnswer:" prompt
+    after BOS, stopping at <eos>."""
+    from ada_jax.config_check import validate
+    _, out, _ = converted
+    c = base.get_config("model=hf,task=files,smoke=True")
+    c.model.init_from = out
+    c.task.files = "unused.jsonl"
+    validate(c)
+    assert (c.task.template, c.model.eos_token, c.model.extra_eos_tokens) == ("plain", "<eos>",
+                                                                              ())
+    assert (c.model.sliding_window, c.model.qk_norm, c.model.mlp_act) == (WINDOW, True,
+                                                                          "gelu_tanh")
+    tok = tok_lib.load_tokenizer(c)
+    assert tok_lib.prompt_text(tok, "what is 12?", "plain") == "Question: what is 12?\nAnswer:"
+    ids = tok_lib.encode_prompt(tok, "what is 12?", "plain")
+    assert ids[0] == 2 and tok.decode(ids[1:]) == "Question: what is 12?\nAnswer:"
