@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from ada_jax.tasks import TASKS, task_of
+from ada_jax.model import GEMMA_FIELDS
 from ada_jax.tasks.embedded import MAX_LEVEL
 
 log = logging.getLogger(__name__)
@@ -17,11 +18,12 @@ log = logging.getLogger(__name__)
 _CHOICES = {
     "model.param_dtype": ("float32", "bfloat16"),
     "model.dtype": ("float32", "bfloat16", "auto"),
-    "model.rope_scaling": ("none", "llama3"),
+    "model.rope_scaling": ("none", "llama3", "linear"),
+    "model.mlp_act": ("silu", "gelu_tanh"),
     "task.name": TASKS,
     "task.reward": ("verifier", "reading", "synthetic"),
     "task.answer": ("boxed", "last_number"),
-    "task.template": ("embedded", "qwen_math", "llama3_chat", "chat"),
+    "task.template": ("embedded", "qwen_math", "llama3_chat", "chat", "plain"),
     "task.on_bad_row": ("error", "skip"),
     "task.family_set": ("rl", "hard", "every"),
     "adaptive.exit_rule": ("none", "pos", "balance"),
@@ -141,7 +143,7 @@ def _finite(v) -> bool:
 HF_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "head_dim",
              "rope_base", "qkv_bias", "tie_embeddings", "norm_eps", "rope_scaling",
              "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-             "rope_original_max_len")
+             "rope_original_max_len", *GEMMA_FIELDS)
 HF_SIZES = HF_FIELDS[:7]  # 0 until read: a size set on the command line is checked, not replaced
 
 

@@ -44,8 +44,8 @@ FIELDS = {
     "model.d_ff": ("SwiGLU inner size", "intermediate_size"),
     "model.head_dim": ("size of one head", "head_dim"),
     "model.rope_base": ("RoPE base frequency", "rope_theta"),
-    "model.rope_scaling": ("RoPE scaling: none or llama3", "rope_scaling.rope_type"),
-    "model.rope_scaling_factor": ("llama3 RoPE scaling factor", "rope_scaling.factor"),
+    "model.rope_scaling": ("RoPE scaling: none, llama3 or linear", "rope_scaling.rope_type"),
+    "model.rope_scaling_factor": ("llama3 / linear RoPE scaling factor", "rope_scaling.factor"),
     "model.rope_low_freq_factor": ("llama3 RoPE low-frequency factor",
                                    "rope_scaling.low_freq_factor"),
     "model.rope_high_freq_factor": ("llama3 RoPE high-frequency factor",
@@ -53,6 +53,24 @@ FIELDS = {
     "model.rope_original_max_len": ("llama3 RoPE original context length",
                                     "rope_scaling.original_max_position_embeddings"),
     "model.qkv_bias": ("biases on the q/k/v projections (Qwen2)", "attention_bias"),
+    "model.sliding_window": ("local layers attend to the last this many positions (0: no "
+                             "local layers; Gemma 3)", "sliding_window"),
+    "model.sliding_window_pattern": ("every n-th layer global, the others local (0: all local)",
+                                     "layer_types / sliding_window_pattern"),
+    "model.rope_local_base": ("RoPE base of the local layers", "rope_local_base_freq"),
+    "model.qk_norm": ("RMSNorm of each head's queries and keys (Gemma 3)", "q_norm / k_norm"),
+    "model.post_norms": ("RMSNorm after attention and after the MLP (Gemma 3)",
+                         "post_attention_layernorm / post_feedforward_layernorm"),
+    "model.norm_plus_one": ("norms scale by 1 + w (Gemma)", "Gemma3RMSNorm"),
+    "model.mlp_act": ("gated MLP activation: silu (SwiGLU) or gelu_tanh (GeGLU)",
+                      "hidden_act / hidden_activation"),
+    "model.embed_scale": ("embeddings times sqrt(d_model) (Gemma)", "Gemma3TextScaledWordEmbedding"),
+    "model.query_pre_attn_scalar": ("attention scores times its ** -0.5 (0: head_dim)",
+                                    "query_pre_attn_scalar"),
+    "model.attn_logit_softcap": ("attention scores soft-capped at this (0: off)",
+                                 "attn_logit_softcapping"),
+    "model.final_logit_softcap": ("output logits soft-capped at this (0: off)",
+                                  "final_logit_softcapping"),
     "model.tie_embeddings": ("output layer shares the embedding", "tie_word_embeddings"),
     "model.norm_eps": ("RMSNorm epsilon", "rms_norm_eps"),
     "model.max_len": ("longest sequence (prompt + response) the model takes",
@@ -100,8 +118,9 @@ FIELDS = {
     "task.answer": ("the answer the math verifier reads: boxed (the last \\boxed{}) or "
                     "last_number (the last number written: models that state a result but never "
                     "box it)", "reward function's extractor"),
-    "task.template": ("prompt template: embedded, qwen_math, llama3_chat, or chat (the "
-                      "checkpoint's own Jinja chat template)",
+    "task.template": ("prompt template: embedded, qwen_math, llama3_chat, chat (the "
+                      "checkpoint's own Jinja chat template) or plain (a base model's "
+                      "'Question: ...\\nAnswer:')",
                       "data.apply_chat_template / chat template"),
     "task.system_prompt": ("system message of the chat templates (\"\" = none: the template's "
                            "default)", "data.system_prompt / system message"),

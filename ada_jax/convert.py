@@ -1,4 +1,5 @@
-"""Hugging Face checkpoints <-> the NNX Transformer, for the Qwen2/Qwen2.5 and Llama-3 families.
+"""Hugging Face checkpoints <-> the NNX Transformer, for the Qwen2/Qwen2.5, Llama-3 and Gemma 3
+(text) families.
 
 Import streams: the model is created abstractly (`nnx.eval_shape`), its mesh shardings come from
 `sharding.state_shardings`, and each safetensors tensor is read (one at a time, file by file),
@@ -12,7 +13,10 @@ folder raises one `CheckpointError` naming the file and the field or tensor.
 
 Layouts (HF torch Linear weights are [out, in]): q/k/v [H*E, D] <-> [D, H, E]; o [D, H*E] <->
 [H, E, D]; gate/up [F, D] <-> [D, F]; down [D, F] <-> [F, D]; lm_head [V, D] <-> [D, V];
-q/k/v biases [H*E] <-> [H, E]; embeddings and norm scales unchanged.
+q/k/v biases [H*E] <-> [H, E]; embeddings and norm scales unchanged. Gemma 3's
+post_attention_layernorm is the norm after attention (ours: post_attn_norm), its
+pre/post_feedforward_layernorm the norms around the MLP (mlp_norm, post_mlp_norm); Llama's
+post_attention_layernorm is the norm before the MLP (mlp_norm).
 """
 import contextlib
 import dataclasses
@@ -34,7 +38,10 @@ from ada_jax import sharding
 
 log = logging.getLogger(__name__)
 
-ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
+ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM",
+                 "gemma3_text": "Gemma3ForCausalLM"}
+# config.json's activation -> ModelConfig.mlp_act
+ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 # ModelConfig fields a caller may set when loading; everything else comes from config.json.
 RUNTIME_FIELDS = ("dtype", "remat", "scan_layers", "max_len")
 SINGLE_FILE = "model.safetensors"
@@ -91,10 +98,32 @@ def _sliding_layers(hf: dict, n_layers: int) -> list[int]:
     return [i for i, t in enumerate(types) if t == "sliding_attention"]
 
 
+def _gemma_layers(hf: dict, n_layers: int, source: str) -> dict:
+    """Gemma 3's local / global layers (layer_types, else every sliding_window_pattern-th layer
+    global) as ModelConfig fields; CheckpointError when they follow no such pattern."""
+    if hf.get("use_bidirectional_attention"):
+        raise CheckpointError(f"{source}: unsupported use_bidirectional_attention=True")
+    types = hf.get("layer_types") or [
+        "full_attention" if (i + 1) % hf.get("sliding_window_pattern", 6) == 0 else
+        "sliding_attention" for i in range(n_layers)]
+    if len(types) != n_layers:
+        raise CheckpointError(f"{source}: {len(types)} layer_types for {n_layers} layers")
+    full = [i for i, t in enumerate(types) if t != "sliding_attention"]
+    fields = dict(sliding_window=_field(hf, "sliding_window", source),
+                  sliding_window_pattern=full[0] + 1 if full else 0)
+    if list(model_lib.local_layers(model_lib.ModelConfig(
+            1, 1, n_layers, 1, 1, 1, 1, **fields))) != [t == "sliding_attention" for t in types]:
+        raise CheckpointError(f"{source}: layer_types {types} are not every n-th layer global")
+    return fields
+
+
 def _rope(hf: dict, source: str) -> tuple[float, dict | None]:
     """(rope_theta, scaling dict or None) from either config.json format: Hub checkpoints use
-    `rope_theta` + `rope_scaling`, transformers >= 5 writes one `rope_parameters` dict."""
+    `rope_theta` + `rope_scaling`, transformers >= 5 writes one `rope_parameters` dict (Gemma 3:
+    one per layer type; this reads the global layers', "full_attention")."""
     params = dict(hf.get("rope_parameters") or {})
+    if "full_attention" in params:
+        params = dict(params["full_attention"] or {})
     theta = _field(params, "rope_theta", f"{source} rope_parameters", float,
                    _field(hf, "rope_theta", source, float, 10_000.0))
     params.pop("rope_theta", None)
@@ -108,12 +137,17 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
                          **overrides) -> model_lib.ModelConfig:
     """ModelConfig for a Hugging Face config.json dict (read from `source`, named in errors);
     CheckpointError for a missing or bad field or a variant we cannot run."""
+    if isinstance(hf.get("text_config"), dict):  # a multimodal Gemma 3 config: its text model's
+        hf = dict(hf["text_config"], model_type=hf["text_config"].get("model_type",
+                                                                      "gemma3_text"))
     model_type = hf.get("model_type")
     if model_type not in ARCHITECTURES:
         raise CheckpointError(f"{source}: unsupported architecture model_type={model_type!r} "
                               f"({hf.get('architectures')}); supported: {sorted(ARCHITECTURES)}")
-    if hf.get("hidden_act", "silu") != "silu":
-        raise CheckpointError(f"{source}: unsupported hidden_act={hf['hidden_act']!r} (only silu)")
+    act = hf.get("hidden_activation") or hf.get("hidden_act") or "silu"
+    if act not in ACTIVATIONS:
+        raise CheckpointError(f"{source}: unsupported hidden_act={act!r}; supported: "
+                              f"{sorted(ACTIVATIONS)}")
     if hf.get("mlp_bias"):
         raise CheckpointError(f"{source}: unsupported mlp_bias=True")
     if model_type == "llama" and hf.get("attention_bias"):
@@ -126,7 +160,8 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
     if "dtype" in overrides:
         overrides["dtype"] = _dtype(model_lib.compute_dtype(overrides["dtype"]), "dtype")
     n_layers = _field(hf, "num_hidden_layers", source)
-    window = _sliding_layers(hf, n_layers)
+    gemma = model_type == "gemma3_text"
+    window = [] if gemma else _sliding_layers(hf, n_layers)
     if window:
         raise CheckpointError(f"{source}: unsupported sliding window attention in layers "
                               f"{window} (use_sliding_window=True, sliding_window="
@@ -135,15 +170,16 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
     rope = {}
     if scaling is not None:
         kind = scaling.get("rope_type", scaling.get("type"))
-        if kind != "llama3":
-            raise CheckpointError(f"{source}: unsupported rope scaling {kind!r} (only llama3)")
         where = f"{source} rope_scaling"
-        rope = dict(rope_scaling="llama3",
-                    rope_scaling_factor=_field(scaling, "factor", where, float),
-                    rope_low_freq_factor=_field(scaling, "low_freq_factor", where, float),
-                    rope_high_freq_factor=_field(scaling, "high_freq_factor", where, float),
-                    rope_original_max_len=_field(scaling, "original_max_position_embeddings",
-                                                 where))
+        if kind not in ("llama3", "linear"):
+            raise CheckpointError(f"{source}: unsupported rope scaling {kind!r} (only llama3, "
+                                  f"linear)")
+        rope = dict(rope_scaling=kind, rope_scaling_factor=_field(scaling, "factor", where, float))
+        if kind == "llama3":
+            rope.update(
+                rope_low_freq_factor=_field(scaling, "low_freq_factor", where, float),
+                rope_high_freq_factor=_field(scaling, "high_freq_factor", where, float),
+                rope_original_max_len=_field(scaling, "original_max_position_embeddings", where))
     d_model = _field(hf, "hidden_size", source)
     heads = _field(hf, "num_attention_heads", source)
     fields = dict(
@@ -152,10 +188,23 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
         d_ff=_field(hf, "intermediate_size", source),
         head_dim=_field(hf, "head_dim", source, default=d_model // heads), rope_base=theta,
         qkv_bias=model_type == "qwen2",
-        tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", gemma)),
         norm_eps=_field(hf, "rms_norm_eps", source, float, 1e-6),
         max_len=_field(hf, "max_position_embeddings", source, default=4096),
-        param_dtype=param_dtype, dtype=param_dtype, **rope)
+        param_dtype=param_dtype, dtype=param_dtype, mlp_act=ACTIVATIONS[act], **rope)
+    if gemma:
+        local = (hf.get("rope_parameters") or {}).get("sliding_attention") or {}
+        if local.get("rope_type", "default") != "default":
+            raise CheckpointError(f"{source}: unsupported rope scaling "
+                                  f"{local['rope_type']!r} of the sliding-window layers")
+        fields.update(
+            _gemma_layers(hf, n_layers, source), qk_norm=True, post_norms=True,
+            norm_plus_one=True, embed_scale=True,
+            rope_local_base=_field(local, "rope_theta", source, float, _field(
+                hf, "rope_local_base_freq", source, float, 10_000.0)),
+            query_pre_attn_scalar=_field(hf, "query_pre_attn_scalar", source, float, 256.0),
+            attn_logit_softcap=_field(hf, "attn_logit_softcapping", source, float, 0.0),
+            final_logit_softcap=_field(hf, "final_logit_softcapping", source, float, 0.0))
     return model_lib.ModelConfig(**{**fields, **overrides})
 
 
@@ -168,8 +217,10 @@ def architecture(cfg: model_lib.ModelConfig) -> dict:
 
 def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | None = None,
                                 dtype: str | None = None) -> dict:
-    """A config.json dict (Hub format) for cfg; model_type defaults to qwen2 iff qkv_bias."""
-    model_type = model_type or ("qwen2" if cfg.qkv_bias else "llama")
+    """A config.json dict (Hub format) for cfg; model_type defaults to gemma3_text for Gemma's
+    norms (post_norms), else qwen2 iff qkv_bias."""
+    model_type = model_type or ("gemma3_text" if cfg.post_norms else
+                                "qwen2" if cfg.qkv_bias else "llama")
     if model_type not in ARCHITECTURES:
         raise ValueError(f"unsupported model_type {model_type!r}; choose from "
                          f"{sorted(ARCHITECTURES)}")
@@ -182,14 +233,32 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
               vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
               num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
               num_key_value_heads=cfg.n_kv_heads, intermediate_size=cfg.d_ff,
-              head_dim=cfg.head_dim, hidden_act="silu", rms_norm_eps=cfg.norm_eps,
+              head_dim=cfg.head_dim, rms_norm_eps=cfg.norm_eps,
+              hidden_act={v: k for k, v in ACTIVATIONS.items()}[cfg.mlp_act],
               max_position_embeddings=cfg.max_len, rope_theta=cfg.rope_base,
               tie_word_embeddings=cfg.tie_embeddings, torch_dtype=dtype or cfg.param_dtype,
               rope_scaling=None)
-    if model_type == "llama":
+    if model_type == "gemma3_text":
+        if cfg.qkv_bias or not (cfg.qk_norm and cfg.norm_plus_one and cfg.embed_scale):
+            raise ValueError("gemma3_text has QK-norm, (1 + w) norms, scaled embeddings and no "
+                             "q/k/v biases; this config differs")
+        hf.update(hidden_activation=hf.pop("hidden_act"), attention_bias=False,
+                  sliding_window=cfg.sliding_window or None,
+                  layer_types=["sliding_attention" if local else "full_attention"
+                               for local in model_lib.local_layers(cfg)],
+                  rope_local_base_freq=cfg.rope_local_base,
+                  query_pre_attn_scalar=_int_if_whole(cfg.query_pre_attn_scalar or cfg.head_dim),
+                  attn_logit_softcapping=cfg.attn_logit_softcap or None,
+                  final_logit_softcapping=cfg.final_logit_softcap or None)
+    elif cfg.post_norms or cfg.qk_norm or cfg.norm_plus_one:
+        raise ValueError(f"{model_type} has no QK-norm, post norms or (1 + w) norms; export "
+                         f"this config as model_type='gemma3_text'")
+    elif model_type == "llama":
         hf.update(attention_bias=False, mlp_bias=False)
     else:
         hf.update(use_sliding_window=False)
+    if cfg.rope_scaling == "linear":
+        hf["rope_scaling"] = dict(rope_type="linear", factor=cfg.rope_scaling_factor)
     if cfg.rope_scaling == "llama3":
         hf["rope_scaling"] = dict(
             rope_type="llama3", factor=cfg.rope_scaling_factor,
@@ -197,6 +266,10 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
             high_freq_factor=cfg.rope_high_freq_factor,
             original_max_position_embeddings=cfg.rope_original_max_len)
     return hf
+
+
+def _int_if_whole(x: float) -> int | float:
+    return int(x) if float(x).is_integer() else x
 
 
 def tensor_names(cfg: model_lib.ModelConfig) -> dict[str, tuple[tuple, str, int | None]]:
@@ -207,14 +280,21 @@ def tensor_names(cfg: model_lib.ModelConfig) -> dict[str, tuple[tuple, str, int 
     for i in range(cfg.n_layers):
         pre, path = f"model.layers.{i}.", ("blocks",)
         names[pre + "input_layernorm.weight"] = (path + ("attn_norm", "scale"), "copy", i)
+        if cfg.qk_norm:
+            for p in "qk":
+                names[pre + f"self_attn.{p}_norm.weight"] = (path + ("attn", f"{p}_norm",
+                                                                     "scale"), "copy", i)
         for p in "qkv":
             names[pre + f"self_attn.{p}_proj.weight"] = (path + ("attn", p), "in", i)
             if cfg.qkv_bias:
                 names[pre + f"self_attn.{p}_proj.bias"] = (path + ("attn", f"{p}_bias"), "flat",
                                                            i)
         names[pre + "self_attn.o_proj.weight"] = (path + ("attn", "o"), "out", i)
-        names[pre + "post_attention_layernorm.weight"] = (path + ("mlp_norm", "scale"), "copy",
-                                                          i)
+        norms = ({"post_attention_layernorm": "post_attn_norm", "pre_feedforward_layernorm":
+                  "mlp_norm", "post_feedforward_layernorm": "post_mlp_norm"} if cfg.post_norms
+                 else {"post_attention_layernorm": "mlp_norm"})
+        for hf_name, ours in norms.items():
+            names[pre + f"{hf_name}.weight"] = (path + (ours, "scale"), "copy", i)
         for p in ("gate", "up", "down"):
             names[pre + f"mlp.{p}_proj.weight"] = (path + ("mlp", p), "T", i)
     names["model.norm.weight"] = (("final_norm", "scale"), "copy", None)

@@ -6,13 +6,17 @@ transformers) load: config.json from the architecture's metadata, model.safetens
 tokenizer.json rebuilt from the tokenizer metadata with `tokenizers`, tokenizer_config.json
 (special tokens, the chat template) and generation_config.json (bos / eos / pad ids).
 
-Supported: the llama architecture (Llama, SmolLM2, Mistral-style dense models) with a byte-level
-BPE vocabulary (tokenizer.ggml.model "gpt2"). llama.cpp stores the q and k projections with the
-rows of each head permuted for its RoPE (HF's rotate-half pairs (i, i + E/2) become adjacent
-rows): `unpermute` undoes it, as transformers' own GGUF loader does.
+Supported (ARCHITECTURES): llama (Llama, SmolLM2, Mistral-style dense models) with a byte-level
+BPE vocabulary (tokenizer.ggml.model "gpt2"), and gemma3 (Gemma 3 text models) with its
+sentencepiece-style vocabulary (tokenizer.ggml.model "llama"). llama.cpp stores llama's q and k
+projections with the rows of each head permuted for its RoPE (HF's rotate-half pairs (i, i + E/2)
+become adjacent rows): `unpermute` undoes it, as transformers' own GGUF loader does; it stores
+Gemma's norm weights w as 1 + w: the converter subtracts the 1 again (transformers does too).
+Another architecture is refused from the file's header, before its tensors are read.
 """
 import json
 import os
+import struct
 
 import numpy as np
 
@@ -22,6 +26,13 @@ LAYER_TENSORS = {
     "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
     "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj"}
+# gemma3: the same names, but its ffn_norm is the norm before the MLP and it has four more norms
+GEMMA3_LAYER_TENSORS = {
+    **LAYER_TENSORS, "ffn_norm": "pre_feedforward_layernorm", "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm", "post_attention_norm": "post_attention_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm"}
+ARCHITECTURES = {"llama": LAYER_TENSORS, "gemma3": GEMMA3_LAYER_TENSORS}
+GEMMA3_PATTERN = 6  # every 6th layer global, the others local (llama.cpp's and transformers')
 GLOBAL_TENSORS = {"token_embd.weight": "model.embed_tokens.weight",
                   "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
 # llama.cpp's pre-tokenizer names -> how the text is split before byte-level BPE (the regex of
@@ -44,6 +55,59 @@ def _fields(reader) -> dict:
     return {k: f.contents() for k, f in reader.fields.items() if not k.startswith("GGUF.")}
 
 
+# GGUF metadata value types (gguf's GGUFValueType) -> struct format of a fixed-size value
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",
+            12: "d"}
+_STRING, _ARRAY = 8, 9
+
+
+def read_architecture(file: str) -> str | None:
+    """general.architecture from a GGUF file's header, reading the metadata only up to it (it
+    comes first in files llama.cpp writes): a refusal need not parse the whole file."""
+    with open(file, "rb") as f:
+        def read(fmt):
+            return struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]
+
+        def string():
+            return f.read(read("Q")).decode("utf-8", "replace")
+
+        def skip(kind):
+            if kind == _STRING:
+                f.seek(read("Q"), 1)
+            elif kind == _ARRAY:
+                item, n = read("I"), read("Q")
+                if item in _SCALARS:
+                    f.seek(n * struct.calcsize(_SCALARS[item]), 1)
+                else:
+                    for _ in range(n):
+                        skip(item)
+            elif kind in _SCALARS:
+                f.seek(struct.calcsize(_SCALARS[kind]), 1)
+            else:
+                raise GGUFError(f"{file}: unknown metadata value type {kind}")
+
+        if f.read(4) != b"GGUF":
+            raise GGUFError(f"{file}: not a GGUF file (no GGUF magic)")
+        version = read("I")
+        count = "I" if version == 1 else "Q"
+        read(count)  # tensors
+        for _ in range(read(count)):
+            key, kind = string(), read("I")
+            if key == "general.architecture" and kind == _STRING:
+                return string()
+            skip(kind)
+    return None
+
+
+def check_architecture(file: str) -> str:
+    """The file's architecture; GGUFError in one line naming it and the supported ones."""
+    arch = read_architecture(file)
+    if arch not in ARCHITECTURES:
+        raise GGUFError(f"{file}: architecture {arch!r} is not supported; supported: "
+                        f"{', '.join(ARCHITECTURES)}")
+    return arch
+
+
 def unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
     """The HF row order of a q or k projection [n_heads * E, D] that llama.cpp's converter
     permuted: within each head, rows (2j, 2j + 1) hold HF's rows (j, j + E/2)."""
@@ -56,77 +120,148 @@ def permute(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 
 def hf_config(meta: dict, tied: bool) -> dict:
-    """config.json (LlamaForCausalLM) from a llama GGUF's metadata."""
+    """config.json (LlamaForCausalLM, Gemma3ForCausalLM) from a GGUF's metadata."""
     arch = meta.get("general.architecture")
-    if arch != "llama":
-        raise GGUFError(f"architecture {arch!r}: only 'llama' GGUF files are supported")
+    if arch not in ARCHITECTURES:
+        raise GGUFError(f"architecture {arch!r} is not supported; supported: "
+                        f"{', '.join(ARCHITECTURES)}")
 
     def get(key, default=None):
-        value = meta.get(f"llama.{key}", default)
+        value = meta.get(f"{arch}.{key}", default)
         if value is None:
-            raise GGUFError(f"metadata llama.{key} is missing")
+            raise GGUFError(f"metadata {arch}.{key} is missing")
         return value
-    if meta.get("llama.rope.scaling.type", "none") not in ("none", "linear") or meta.get(
-            "llama.rope.scaling.factor", 1.0) != 1.0:
-        raise GGUFError(f"RoPE scaling {meta.get('llama.rope.scaling.type')!r} is not supported")
+    scaling, factor = get("rope.scaling.type", "none"), get("rope.scaling.factor", 1.0)
+    rope_scaling = None
+    if arch == "gemma3" and scaling == "linear" and factor != 1.0:
+        rope_scaling = dict(rope_type="linear", factor=float(factor))
+    elif scaling not in ("none", "linear") or factor != 1.0:
+        raise GGUFError(f"RoPE scaling {scaling!r} is not supported")
     d, heads = int(get("embedding_length")), int(get("attention.head_count"))
-    vocab = int(meta.get("llama.vocab_size") or len(meta["tokenizer.ggml.tokens"]))
+    head_dim = int(meta.get(f"{arch}.attention.key_length") or meta.get(
+        f"{arch}.rope.dimension_count") or d // heads)
+    vocab = int(meta.get(f"{arch}.vocab_size") or len(meta["tokenizer.ggml.tokens"]))
     ids = {k: meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("bos", "eos", "padding")}
     eps = float(str(np.float32(get("attention.layer_norm_rms_epsilon"))))  # 1e-05, not 9.99e-06
-    return dict(
+    layers = int(get("block_count"))
+    config = dict(
         architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=vocab,
         hidden_size=d, intermediate_size=int(get("feed_forward_length")),
-        num_hidden_layers=int(get("block_count")), num_attention_heads=heads,
-        num_key_value_heads=int(get("attention.head_count_kv", heads)),
-        head_dim=int(meta.get("llama.attention.key_length") or meta.get(
-            "llama.rope.dimension_count") or d // heads),
+        num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=int(get("attention.head_count_kv", heads)), head_dim=head_dim,
         hidden_act="silu", rms_norm_eps=eps,
-        rope_theta=float(get("rope.freq_base", 10_000.0)), rope_scaling=None,
+        rope_theta=float(get("rope.freq_base", 10_000.0)), rope_scaling=rope_scaling,
         max_position_embeddings=int(get("context_length")), tie_word_embeddings=tied,
         attention_bias=False, mlp_bias=False, torch_dtype="float32",
         bos_token_id=ids["bos"], eos_token_id=ids["eos"], pad_token_id=ids["padding"])
+    if arch == "gemma3":
+        del config["mlp_bias"], config["hidden_act"]
+        config.update(
+            architectures=["Gemma3ForCausalLM"], model_type="gemma3_text",
+            hidden_activation="gelu_pytorch_tanh", sliding_window=int(get("attention.sliding_window")),
+            layer_types=["full_attention" if (i + 1) % GEMMA3_PATTERN == 0 else
+                         "sliding_attention" for i in range(layers)],
+            rope_local_base_freq=10_000.0, query_pre_attn_scalar=head_dim,
+            attn_logit_softcapping=None, final_logit_softcapping=None)
+    return config
 
 
 def hf_tensors(reader, config: dict) -> dict[str, np.ndarray]:
     """HF name -> float32 array in HF layout ([out, in] for projections), dequantized."""
     from gguf import quants
     heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
+    gemma = config["model_type"] == "gemma3_text"
+    layer_tensors = GEMMA3_LAYER_TENSORS if gemma else LAYER_TENSORS
     out = {}
     for t in reader.tensors:
         name = GLOBAL_TENSORS.get(t.name)
         if name is None:
             parts = t.name.split(".")
-            if len(parts) != 4 or parts[0] != "blk" or parts[2] not in LAYER_TENSORS:
-                raise GGUFError(f"tensor {t.name!r} has no place in a llama model")
-            name = f"model.layers.{parts[1]}.{LAYER_TENSORS[parts[2]]}.{parts[3]}"
+            if len(parts) != 4 or parts[0] != "blk" or parts[2] not in layer_tensors:
+                raise GGUFError(f"tensor {t.name!r} has no place in a "
+                                f"{config['model_type']} model")
+            name = f"model.layers.{parts[1]}.{layer_tensors[parts[2]]}.{parts[3]}"
         shape = tuple(int(n) for n in reversed(t.shape))  # ggml lists the fastest axis first
         try:
             w = np.asarray(quants.dequantize(t.data, t.tensor_type), np.float32).reshape(shape)
         except NotImplementedError as e:
             raise GGUFError(f"tensor {t.name!r}: gguf cannot dequantize {t.tensor_type.name} "
                             f"({e})") from e
-        if ".attn_q." in t.name:
+        if gemma and t.name.endswith("norm.weight"):
+            w = w - np.float32(1)  # llama.cpp stores Gemma's 1 + w
+        elif not gemma and ".attn_q." in t.name:
             w = unpermute(w, heads)
-        elif ".attn_k." in t.name:
+        elif not gemma and ".attn_k." in t.name:
             w = unpermute(w, kv)
         out[name] = np.ascontiguousarray(w)
     return out
 
 
 def hf_tokenizer(meta: dict):
-    """A `tokenizers` Tokenizer from a GGUF's byte-level BPE metadata: its vocabulary (ids in
-    file order), merges, the split its pre-tokenizer name stands for, and its control tokens
-    as special added tokens (user-defined ones as plain added tokens)."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-    from tokenizers import processors
-    kind, pre = meta.get("tokenizer.ggml.model"), meta.get("tokenizer.ggml.pre", "default")
-    if kind != "gpt2":
-        raise GGUFError(f"tokenizer.ggml.model={kind!r}: only byte-level BPE ('gpt2') is "
-                        f"supported")
+    """A `tokenizers` Tokenizer from a GGUF's tokenizer metadata: byte-level BPE (`bpe_tokenizer`)
+    or, for gemma3, its sentencepiece-style BPE (`gemma_tokenizer`); its control tokens as
+    special added tokens, user-defined ones of the vocabulary as plain added tokens (as
+    transformers' GGUF tokenizer)."""
+    from tokenizers import AddedToken
+    kind = meta.get("tokenizer.ggml.model")
+    if kind == "gpt2":
+        tok = bpe_tokenizer(meta)
+    elif kind == "llama" and meta.get("general.architecture") == "gemma3":
+        tok = gemma_tokenizer(meta)
+    else:
+        raise GGUFError(f"tokenizer.ggml.model={kind!r}: supported: byte-level BPE ('gpt2'), "
+                        f"and gemma3's sentencepiece vocabulary ('llama')")
+    tokens = meta["tokenizer.ggml.tokens"]
+    types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t, k in zip(tokens, types) if k == CONTROL])
+    vocab = tok.get_vocab()  # (gemma's user-defined tokens of spaces are respelled there)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                    for t, k in zip(tokens, types) if k == USER_DEFINED and t in vocab])
+    return tok
+
+
+def gemma_tokenizer(meta: dict):
+    """Gemma's sentencepiece BPE (byte fallback, spaces as "▁", no prefix space) as
+    transformers builds it from a GGUF file: tokens of spaces only respelled with "▁", and the
+    merges (the file has none) rebuilt from the vocabulary, ranked by the merged token's place
+    in the file (`vocab_merges`)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+    tokens = ["\u2581" * len(t) if " " in t and not t.strip() else t
+              for t in meta["tokenizer.ggml.tokens"]]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    unk = tokens[int(meta.get("tokenizer.ggml.unknown_token_id", 3))]
+    tok = Tokenizer(models.BPE(vocab, vocab_merges(vocab, {t: -i for i, t in enumerate(tokens)}),
+                               fuse_unk=True, unk_token=unk, byte_fallback=True, dropout=None))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                     decoders.Fuse()])
+    return tok
+
+
+def vocab_merges(vocab: dict[str, int], scores: dict[str, float]) -> list[tuple[str, str]]:
+    """BPE merges implied by a vocabulary: every split of a token into two tokens, best merged
+    token (highest score) first, longer left then right parts first among equals
+    (transformers' `generate_merges`)."""
+    merges = []
+    for merged, score in scores.items():
+        local = [(merged[:i], merged[i:], score) for i in range(1, len(merged))
+                 if merged[:i] in vocab and merged[i:] in vocab]
+        merges.extend(sorted(local, key=lambda m: (vocab[m[0]], vocab[m[1]])))
+    merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
+    return [(left, right) for left, right, _ in merges]
+
+
+def bpe_tokenizer(meta: dict):
+    """Byte-level BPE: the vocabulary (ids in file order), merges and the split the file's
+    pre-tokenizer name stands for."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    pre = meta.get("tokenizer.ggml.pre", "default")
     if pre not in PRE_TOKENIZERS:
         raise GGUFError(f"tokenizer.ggml.pre={pre!r}: unknown pre-tokenizer; known: "
                         f"{sorted(PRE_TOKENIZERS)}")
-    tokens, types = meta["tokenizer.ggml.tokens"], meta.get("tokenizer.ggml.token_type")
+    tokens = meta["tokenizer.ggml.tokens"]
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
     tok = Tokenizer(models.BPE({t: i for i, t in enumerate(tokens)}, merges,
                                ignore_merges=False))
@@ -141,11 +276,6 @@ def hf_tokenizer(meta: dict):
                                  byte_level]))
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    types = types or [1] * len(tokens)
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t, k in zip(tokens, types) if k == CONTROL])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False)
-                    for t, k in zip(tokens, types) if k == USER_DEFINED])
     return tok
 
 
@@ -154,6 +284,7 @@ def gguf_to_hf(file: str, out_dir: str) -> dict:
     the parameter count and the tensor types the file held."""
     import gguf
     from safetensors.numpy import save_file
+    check_architecture(file)  # before the (slow) full read
     reader = gguf.GGUFReader(file)
     meta = _fields(reader)
     names = {t.name for t in reader.tensors}

@@ -1,4 +1,8 @@
-"""Decoder-only transformer (Flax NNX): RMSNorm, RoPE, grouped-query attention, SwiGLU.
+"""Decoder-only transformer (Flax NNX): RMSNorm, RoPE, grouped-query attention, SwiGLU;
+with config fields for Gemma 3 (local sliding-window and global layers with their own RoPE
+bases, RMS-normed queries and keys, norms after attention and the MLP, (1 + w) norm scales,
+GeGLU, embeddings scaled by sqrt(d), soft-capped logits). Every such field's default leaves
+Llama / Qwen2 as they are.
 
 Shapes: B batch, T query length, S key/cache length, D model, H query heads, K kv heads,
 G = H // K query heads per kv head, E head dim, F mlp hidden, V vocab, L layers.
@@ -12,6 +16,7 @@ engine's slot refill) all go through the same code. The blocks' weights are stor
 `ada_jax.sharding` maps to the device mesh.
 """
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -48,6 +53,19 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype; "auto": `compute_dtype`, resolved here
     remat: bool = False
     scan_layers: bool = False
+    # Gemma 3. Local layers attend to the keys at most sliding_window - 1 positions back
+    # (0: no local layers); every sliding_window_pattern-th layer is global (0: none is).
+    sliding_window: int = 0
+    sliding_window_pattern: int = 0
+    rope_local_base: float = 10_000.0  # local layers' RoPE base (rope_base: global layers')
+    qk_norm: bool = False  # RMSNorm over each head's queries and keys before RoPE
+    post_norms: bool = False  # RMSNorm of the attention's and the MLP's outputs
+    norm_plus_one: bool = False  # norms scale by 1 + w (w stored, initialised to 0)
+    mlp_act: str = "silu"  # "silu" (SwiGLU) | "gelu_tanh" (GeGLU)
+    embed_scale: bool = False  # embeddings times sqrt(d_model)
+    query_pre_attn_scalar: float = 0.0  # attention scores times its ** -0.5 (0: head_dim's)
+    attn_logit_softcap: float = 0.0  # scores -> cap * tanh(scores / cap) (0: none)
+    final_logit_softcap: float = 0.0  # the same for the output logits
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", compute_dtype(self.dtype))
@@ -56,6 +74,12 @@ class ModelConfig:
     def from_config(cls, model_config) -> "ModelConfig":
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in dict(model_config).items() if k in fields})
+
+
+# The Gemma 3 fields above (a checkpoint's config.json sets them; ModelConfig's defaults: off)
+GEMMA_FIELDS = ("sliding_window", "sliding_window_pattern", "rope_local_base", "qk_norm",
+                "post_norms", "norm_plus_one", "mlp_act", "embed_scale", "query_pre_attn_scalar",
+                "attn_logit_softcap", "final_logit_softcap")
 
 
 def compute_dtype(name: str, platform: str | None = None) -> str:
@@ -80,21 +104,44 @@ def _param(rng, shape, axes, dtype, scale=None, init="normal"):
 
 
 class RMSNorm(nnx.Module):
-    def __init__(self, dim: int, eps: float, param_dtype):
-        self.scale = _param(None, (dim,), ("embed",), param_dtype, init="ones")
-        self.eps = eps
+    """RMS norm in float32, scaled by w (or by 1 + w: `plus_one`, Gemma's)."""
+
+    def __init__(self, dim: int, eps: float, param_dtype, plus_one: bool = False,
+                 axis: str = "embed"):
+        self.scale = _param(None, (dim,), (axis,), param_dtype,
+                            init="zeros" if plus_one else "ones")
+        self.eps, self.plus_one = eps, plus_one
 
     def __call__(self, x):
         x32 = x.astype(jnp.float32)
         x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return (x32 * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+        scale = self.scale[...].astype(jnp.float32)
+        return (x32 * (1.0 + scale if self.plus_one else scale)).astype(x.dtype)
 
 
-def rope_frequencies(cfg: ModelConfig) -> jax.Array:
-    """Inverse frequencies [E/2], with Llama-3.1 style scaling when configured."""
-    inv = 1.0 / (cfg.rope_base ** (jnp.arange(0, cfg.head_dim, 2, dtype=jnp.float32)
-                                  / cfg.head_dim))
-    if cfg.rope_scaling == "llama3":
+def _norm(cfg: ModelConfig, dim: int | None = None, axis: str = "embed") -> RMSNorm:
+    return RMSNorm(dim or cfg.d_model, cfg.norm_eps, jnp.dtype(cfg.param_dtype),
+                   cfg.norm_plus_one, axis)
+
+
+def local_layers(cfg: ModelConfig) -> tuple[bool, ...]:
+    """Per layer: whether it attends within the sliding window (Gemma 3's pattern: every
+    sliding_window_pattern-th layer global, the others local)."""
+    n = cfg.sliding_window_pattern
+    return tuple(bool(cfg.sliding_window) and (not n or (i + 1) % n != 0)
+                 for i in range(cfg.n_layers))
+
+
+def rope_frequencies(cfg: ModelConfig, local: bool = False) -> jax.Array:
+    """Inverse frequencies [E/2] of the global layers (with Llama-3.1 style or linear scaling
+    when configured), or of the local ones (rope_local_base, unscaled)."""
+    base = cfg.rope_local_base if local else cfg.rope_base
+    inv = 1.0 / (base ** (jnp.arange(0, cfg.head_dim, 2, dtype=jnp.float32) / cfg.head_dim))
+    if local:
+        return inv
+    if cfg.rope_scaling == "linear":
+        inv = inv / cfg.rope_scaling_factor
+    elif cfg.rope_scaling == "llama3":
         wavelen = 2 * math.pi / inv
         low_wavelen = cfg.rope_original_max_len / cfg.rope_low_freq_factor
         high_wavelen = cfg.rope_original_max_len / cfg.rope_high_freq_factor
@@ -142,6 +189,8 @@ class Attention(nnx.Module):
             self.q_bias = _param(None, (H, E), ("heads", "head_dim"), pd, init="zeros")
             self.k_bias = _param(None, (K, E), ("kv_heads", "head_dim"), pd, init="zeros")
             self.v_bias = _param(None, (K, E), ("kv_heads", "head_dim"), pd, init="zeros")
+        if cfg.qk_norm:
+            self.q_norm, self.k_norm = _norm(cfg, E, "head_dim"), _norm(cfg, E, "head_dim")
         self.cfg = cfg
 
     def __call__(self, x_BTD, positions_BT, inv_freq, kv_mask_BTS, layer_cache):
@@ -152,6 +201,8 @@ class Attention(nnx.Module):
         if cfg.qkv_bias:
             q, k, v = (q + self.q_bias[...].astype(dt), k + self.k_bias[...].astype(dt),
                        v + self.v_bias[...].astype(dt))
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q, positions_BT, inv_freq)
         k = apply_rope(k, positions_BT, inv_freq)
         B, T, H, E = q.shape
@@ -168,13 +219,21 @@ class Attention(nnx.Module):
         else:
             k, v, layer_cache = _write_cache(layer_cache, k.transpose(0, 2, 3, 1), v)
             scores = jnp.einsum("bkqe,bkes->bkqs", q, k)
-        scores = scores.astype(jnp.float32) / math.sqrt(E)
+        scores = scores.astype(jnp.float32)
+        scores = (scores * cfg.query_pre_attn_scalar ** -0.5 if cfg.query_pre_attn_scalar else
+                  scores / math.sqrt(E))
+        if cfg.attn_logit_softcap:
+            scores = softcap(scores, cfg.attn_logit_softcap)
         scores = scores.reshape(B, K, G, T, -1)
         scores = jnp.where(kv_mask_BTS[:, None, None], scores, _NEG_INF)
         probs = jax.nn.softmax(scores, axis=-1).astype(dt).reshape(B, K, G * T, -1)
         out = jnp.einsum("bkqs,bkse->bkqe", probs, v).reshape(B, K, G, T, E)
         out = out.transpose(0, 3, 1, 2, 4).reshape(B, T, H, E)
         return dense(out, self.o[...].astype(dt), n_in=2), layer_cache
+
+
+def softcap(x, cap: float):
+    return jnp.tanh(x / cap) * cap
 
 
 # The positions' axis of each layer's cached keys [B,K,E,S] and values [B,K,S,E] (`init_cache`).
@@ -205,28 +264,36 @@ class MLP(nnx.Module):
         self.up = _param(rngs.params(), (D, F), ("embed", "mlp"), pd, 1.0 / math.sqrt(D))
         self.down = _param(rngs.params(), (F, D), ("mlp", "embed"), pd,
                            1.0 / math.sqrt(F * cfg.n_layers))
+        if cfg.mlp_act not in ("silu", "gelu_tanh"):
+            raise ValueError(f"mlp_act={cfg.mlp_act!r}: choose from ('silu', 'gelu_tanh')")
+        self.act = cfg.mlp_act
 
     def __call__(self, x_BTD):
         dt = x_BTD.dtype
         g = dense(x_BTD, self.gate[...].astype(dt))
         u = dense(x_BTD, self.up[...].astype(dt))
-        h = sharding.constrain(jax.nn.silu(g) * u, ("batch", "length", "mlp"))
+        act = jax.nn.silu if self.act == "silu" else functools.partial(jax.nn.gelu,
+                                                                          approximate=True)
+        h = sharding.constrain(act(g) * u, ("batch", "length", "mlp"))
         return dense(h, self.down[...].astype(dt))
 
 
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        pd = jnp.dtype(cfg.param_dtype)
-        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
+        self.attn_norm = _norm(cfg)
         self.attn = Attention(cfg, rngs)
-        self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
+        self.mlp_norm = _norm(cfg)
         self.mlp = MLP(cfg, rngs)
+        if cfg.post_norms:
+            self.post_attn_norm, self.post_mlp_norm = _norm(cfg), _norm(cfg)
+        self.post_norms = cfg.post_norms
 
     def __call__(self, x_BTD, positions_BT, inv_freq, kv_mask_BTS, layer_cache):
         h, layer_cache = self.attn(self.attn_norm(x_BTD), positions_BT, inv_freq, kv_mask_BTS,
                                    layer_cache)
-        x_BTD = x_BTD + h
-        x_BTD = x_BTD + self.mlp(self.mlp_norm(x_BTD))
+        x_BTD = x_BTD + (self.post_attn_norm(h) if self.post_norms else h)
+        h = self.mlp(self.mlp_norm(x_BTD))
+        x_BTD = x_BTD + (self.post_mlp_norm(h) if self.post_norms else h)
         return sharding.constrain(x_BTD, ("batch", "length", "embed")), layer_cache
 
 
@@ -237,7 +304,7 @@ class Transformer(nnx.Module):
         self.embed = _param(rngs.params(), (cfg.vocab_size, cfg.d_model), ("vocab", "embed"),
                             pd, 1.0 / math.sqrt(cfg.d_model))
         self.blocks = stack_layers([Block(cfg, rngs) for _ in range(cfg.n_layers)])
-        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pd)
+        self.final_norm = _norm(cfg)
         if not cfg.tie_embeddings:
             self.lm_head = _param(rngs.params(), (cfg.d_model, cfg.vocab_size),
                                   ("embed", "vocab"), pd, 1.0 / math.sqrt(cfg.d_model))
@@ -266,13 +333,16 @@ class Transformer(nnx.Module):
         """
         cfg = self.cfg
         dt = jnp.dtype(cfg.dtype)
-        x = self.embed[...][tokens_BT].astype(dt)  # gather, then cast: no [V, D] copy
+        x = self.embed[...][tokens_BT]  # gather, then cast: no [V, D] copy
+        if cfg.embed_scale:  # in the weights' dtype, as transformers' Gemma
+            x = x * jnp.asarray(cfg.d_model ** 0.5, x.dtype)
+        x = x.astype(dt)
         x = sharding.constrain(x, ("batch", "length", "embed"))
-        inv_freq = rope_frequencies(cfg)
         T = tokens_BT.shape[1]
         if cache is None:
             causal = jnp.tril(jnp.ones((T, T), bool))
             kv_mask = causal[None] & mask_BT[:, None, :]
+            key_pos_BS = positions_BT
         else:
             S = cache["valid"].shape[1]
             pos_B = cache["pos"]
@@ -280,19 +350,27 @@ class Transformer(nnx.Module):
             valid = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, (i,)))(
                 cache["valid"], mask_BT, pos_B)
             kv_mask = valid[:, None, :] & (jnp.arange(S)[None, None, :] <= idx_BT[:, :, None])
+            key_pos_BS = jnp.cumsum(valid, axis=1) - 1  # a valid key's position
+        # per layer kind (global, local): RoPE inverse frequencies and the keys' mask
+        rope = {False: rope_frequencies(cfg)}
+        masks = {False: kv_mask}
+        if cfg.sliding_window:
+            rope[True] = rope_frequencies(cfg, local=True)
+            masks[True] = kv_mask & (positions_BT[:, :, None] - key_pos_BS[:, None, :]
+                                     < cfg.sliding_window)
         remat = cfg.remat and cache is None if remat is None else remat
         scan = cfg.scan_layers and cache is None if scan is None else scan
         if scan:
             if isinstance(self.blocks, nnx.List):
                 raise ValueError("a scan over the layers needs the stacked model, not per_layer's")
-            x, new_layers = _scan_blocks(*nnx.split(self.blocks), x, positions_BT, inv_freq,
-                                         kv_mask, cache, remat)
+            x, new_layers = _scan_blocks(*nnx.split(self.blocks), x, positions_BT, rope, masks,
+                                         local_layers(cfg), cache, remat)
         else:
             new_layers = []
-            for i, block in enumerate(layers(self)):
+            for i, (block, local) in enumerate(zip(layers(self), local_layers(cfg))):
                 lc = None if cache is None else {"k": cache["k"][i], "v": cache["v"][i],
                                                   "pos": cache["pos"]}
-                x, lc = _block_call(block, x, positions_BT, inv_freq, kv_mask, lc, remat)
+                x, lc = _block_call(block, x, positions_BT, rope[local], masks[local], lc, remat)
                 new_layers.append(lc)
         if logits_slice is not None:
             x = x[:, logits_slice[0]:logits_slice[1]]
@@ -309,7 +387,9 @@ class Transformer(nnx.Module):
     def head(self, x_BTD):
         """Logits [..., V] in the compute dtype from final-normed hidden states [..., D]."""
         w = self.embed[...].T if self.cfg.tie_embeddings else self.lm_head[...]
-        return dense(x_BTD, w.astype(jnp.dtype(self.cfg.dtype)))
+        logits = dense(x_BTD, w.astype(jnp.dtype(self.cfg.dtype)))
+        cap = self.cfg.final_logit_softcap
+        return softcap(logits, cap) if cap else logits
 
 
 def _block_call(block, x, positions_BT, inv_freq, kv_mask, layer_cache, remat: bool):
@@ -355,7 +435,7 @@ def layers(model: "Transformer") -> list[Block]:
 
     def layer(i):
         def one(path, w):
-            norm = any(getattr(k, "key", None) in ("attn_norm", "mlp_norm") for k in path)
+            norm = any(getattr(k, "key", None) == "scale" for k in path)  # an RMSNorm's
             return w[i] if norm else w[i].astype(dt)
         return nnx.merge(graphdef, jax.tree_util.tree_map_with_path(one, stacked))
     return [layer(i) for i in range(model.cfg.n_layers)]
@@ -374,18 +454,26 @@ def per_layer(model: "Transformer") -> "Transformer":
     return out
 
 
-def _scan_blocks(graphdef, stacked, x, positions_BT, inv_freq, kv_mask, cache, remat: bool):
+def _scan_blocks(graphdef, stacked, x, positions_BT, rope, masks, local_L, cache,
+                 remat: bool):
     """The blocks as one `lax.scan` over their stacked weights (and the cache's per-layer keys
-    / values stacked likewise): (x, per-layer caches or Nones)."""
+    / values stacked likewise): (x, per-layer caches or Nones). rope / masks: per layer kind
+    (False: global, True: local) as `Transformer.__call__` makes them; local_L says each
+    layer's kind, a scanned input when there are local layers."""
     def body(x, layer):
-        state, k, v = layer
+        state, k, v, local = layer
+        inv_freq, kv_mask = rope[False], masks[False]
+        if local is not None:
+            inv_freq = jnp.where(local, rope[True], inv_freq)
+            kv_mask = jnp.where(local, masks[True], kv_mask)
         lc = None if k is None else {"k": k, "v": v, "pos": cache["pos"]}
         x, lc = _block_call(nnx.merge(graphdef, state), x, positions_BT, inv_freq, kv_mask, lc,
                             remat)
         return x, (None, None) if lc is None else (lc["k"], lc["v"])
 
     kv = (None, None) if cache is None else (jnp.stack(cache["k"]), jnp.stack(cache["v"]))
-    x, (k_L, v_L) = jax.lax.scan(body, x, (stacked,) + kv)
+    local = jnp.asarray(local_L) if any(local_L) else None
+    x, (k_L, v_L) = jax.lax.scan(body, x, (stacked,) + kv + (local,))
     n_layers = jax.tree.leaves(stacked)[0].shape[0]
     if cache is None:
         return x, [None] * n_layers

@@ -26,7 +26,9 @@ BOXED, CLOSE = "\\boxed{", "}"
 EMBEDDED_SYMBOLS = (BOXED, CLOSE, "\n", *"0123456789", "+", "-", "*", "=")
 
 SYSTEM_MATH = "Please reason step by step, and put your final answer within \\boxed{}."
-TEMPLATES = ("embedded", "qwen_math", "llama3_chat", "chat")  # chat: the tokenizer's own
+# chat: the tokenizer's own; plain: a pretrained base model's (no chat template), "Question: ...
+# \nAnswer:" after BOS
+TEMPLATES = ("embedded", "qwen_math", "llama3_chat", "chat", "plain")
 # "Today Date" of llama3_chat's system preamble: Llama-3.2-Instruct's template falls back to this
 # date when rendered without strftime_now; transformers passes today's unless given date_string.
 LLAMA3_DATE = "26 Jul 2024"
@@ -41,6 +43,7 @@ CHAT_FAMILIES = {
                   extra_eos_tokens=("<|endoftext|>",)),
     "llama": dict(template="llama3_chat", eos_token="<|eot_id|>",
                   extra_eos_tokens=("<|end_of_text|>",)),
+    "gemma3_text": dict(template="plain", eos_token="<eos>", extra_eos_tokens=()),
 }
 
 
@@ -294,6 +297,8 @@ def render_prompt(question: str, template: str, hint: str = "",
     """
     if template == "embedded":
         return f"{question}\n" + (f"Hint:\n{hint}\n" if hint else "")
+    if template == "plain":  # a base model continues text: no system or chat turns
+        return f"Question: {question}\n" + (f"Hint: {hint}\n" if hint else "") + "Answer:"
     user = f"{question}\n\nHint: {hint}" if hint else question
     if template == "chat":
         if not chat_template:

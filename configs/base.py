@@ -9,6 +9,7 @@
 import ml_collections
 
 from ada_jax.tasks import TASKS, task_of
+from ada_jax.model import GEMMA_FIELDS, ModelConfig
 from ada_jax.tokenizer import CHAT_FAMILIES, SYSTEM_MATH
 
 MODELS = {
@@ -36,6 +37,13 @@ MODELS = {
                                  n_kv_heads=8, d_ff=8192, head_dim=128, rope_base=500_000.0,
                                  qkv_bias=False, tie_embeddings=True, norm_eps=1e-5,
                                  max_len=131_072, rope_scaling="llama3"),
+    # Gemma 3 270M (base): 5 local layers (window 512, RoPE base 1e4) to each global one
+    "gemma3_270m": dict(vocab_size=262_144, d_model=640, n_layers=18, n_heads=4, n_kv_heads=1,
+                        d_ff=2048, head_dim=256, rope_base=1_000_000.0, qkv_bias=False,
+                        tie_embeddings=True, norm_eps=1e-6, max_len=32_768, sliding_window=512,
+                        sliding_window_pattern=6, rope_local_base=10_000.0, qk_norm=True,
+                        post_norms=True, norm_plus_one=True, mlp_act="gelu_tanh",
+                        embed_scale=True, query_pre_attn_scalar=256.0),
 }
 # Pretrained models: what differs per model. template, eos_token, extra_eos_tokens: the family's
 # prompt format and stop tokens (tokenizer.CHAT_FAMILIES); slots: decode slots (global), sized
@@ -96,6 +104,7 @@ def _model_config(name):
         rope_high_freq_factor=4.0, rope_original_max_len=8192,
         param_dtype="float32", dtype="float32", remat=False, scan_layers=False, init_from="", tokenizer="",
         eos_token="", pad_token="", extra_eos_tokens=(),
+        **{f: ModelConfig.__dataclass_fields__[f].default for f in GEMMA_FIELDS},
     ))
     # model=hf: placeholders of the right types, filled from init_from (config_check.resolve_hf)
     m.update(MODELS[name] if name != HF else {

