@@ -33,7 +33,8 @@ ARMS.update({
     "conformal": ("algo=grpo", {"adaptive.policy": "conformal"}),
     "ada_balance_stream": ("algo=ada_balance", {"adaptive.mode": "stream"}),
     "ada_balance_rounds": ("algo=ada_balance", {"adaptive.mode": "rounds"}),
-    "grpo_sage": ("algo=grpo", {"rl.hints": "sage"}),
+    "grpo_sage": ("algo=grpo", {"rl.hints": "sage", "sampling.max_prompt_len": 96,
+                                "model.max_len": 128}),  # room for the hints
 })
 INTS = ("samples_total", "samples_launched", "samples_trained", "generated_tokens")
 FLOATS = ("adv_sum", "adv_abs_sum", "loss", "grad_norm", "reward_mean")
