@@ -9,7 +9,7 @@ setup(
     description="Reinforce-Ada style adaptive sampling for RLVR in JAX/Flax",
     python_requires=">=3.10",
     packages=find_packages(include=["ada_jax", "ada_jax.*"]),
-    package_data={"ada_jax": ["assets/*"]},
+    package_data={"ada_jax": ["assets/*", "assets/bases/**/*"]},
     install_requires=[
         "jax>=0.4.35,<0.11",
         "flax>=0.10.2,<0.14",

@@ -5,8 +5,10 @@
   imported by ada_jax/convert.py after checking that its config.json describes config.model;
 - the random init of config.model, when sft.steps is 0 (tests, benchmarks);
 - else an SFT base (ada_jax/sft.py trains it) from its directory (`base_dir`): sft.base_dir
-  when set (a shipped or shared base); else `<workdir>/base` when a run made before the cache
-  has one; else the cache, `$ADA_JAX_CACHE/bases/<key>` (default `~/.cache/ada_jax`; on
+  when set (a shared base); else `<workdir>/base` when a run made before the cache has one;
+  else the base shipped in the package for this SFT config (`SHIPPED`: the family task's
+  default, so the main job starts RL at once and every CPU starts from the same weights);
+  else the cache, `$ADA_JAX_CACHE/bases/<key>` (default `~/.cache/ada_jax`; on
   several processes only when $ADA_JAX_CACHE is set), where `key` hashes what the base
   depends on (`sft_fingerprint`: model, SFT task and its training problems, sft.*, sequence
   lengths, template, tokenizer, seed). So every workdir with the same SFT config reuses one
@@ -36,9 +38,10 @@ _NOT_SFT = {"sft": ("base_dir", "checkpoint_every"),  # fields SFT's result does
             "task": ("reward", "verifier_workers", "verifier_timeout")}
 
 
-def load(config, workdir: str, mesh, tokenizer):
+def load(config, workdir: str, mesh, tokenizer, shipped: bool = True):
     """(graphdef, params) of the run's starting policy (module doc): the pretrained folder,
-    the random init, or the SFT base (loaded, or trained first)."""
+    the random init, or the SFT base (loaded, or trained first). shipped=False passes over a
+    base shipped in the package (scripts/sft.py: make one)."""
     if config.model.init_from:
         return pretrained(config, mesh)
     graphdef, params = init_params(config, mesh, config.seed)
@@ -46,8 +49,15 @@ def load(config, workdir: str, mesh, tokenizer):
         log.info("starting policy: the random init of model=%s (sft.steps=0)",
                  config.model.name)
         return graphdef, params
-    out_dir, fingerprint = _where(config, workdir, tokenizer)
-    cached = fingerprint is not None
+    out_dir, fingerprint, kind = _where(config, workdir, tokenizer, shipped)
+    if kind == "shipped":  # read only: no lock, nothing written beside it
+        restored = Checkpointer(out_dir, keep=1).restore_latest(abstract_like({"params": params}))
+        if restored is None:
+            raise FileNotFoundError(f"{out_dir}: the shipped base holds no checkpoint")
+        log.info("starting policy: the SFT base shipped for this SFT config, %s (no SFT to "
+                 "run)", out_dir)
+        return graphdef, restored[1]["params"]
+    cached = kind == "cache"
     where = f"{out_dir} (the cached base of this SFT config)" if cached else out_dir
     # The cache or sft.base_dir may be wanted by another run at the same time: one trains,
     # the others wait and load its base.
@@ -137,24 +147,47 @@ def sft_key(fingerprint: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def base_dir(config, workdir: str, tokenizer=None) -> str:
+def base_dir(config, workdir: str, tokenizer=None, shipped: bool = True) -> str:
     """Where the base policy lives (module doc): sft.base_dir, else an existing
-    `<workdir>/base`, else the cache entry of this SFT config (needs the tokenizer). On
-    several processes the cache is used only when $ADA_JAX_CACHE names one (every process
-    must see the same files, and ~/.cache is per host on a TPU pod): else `<workdir>/base`."""
-    return _where(config, workdir, tokenizer)[0]
+    `<workdir>/base`, else the base shipped in the package for this SFT config, else the cache
+    entry of this SFT config (these two need the tokenizer). On several processes the cache
+    is used only when $ADA_JAX_CACHE names one (every process must see the same files, and
+    ~/.cache is per host on a TPU pod): else `<workdir>/base`."""
+    return _where(config, workdir, tokenizer, shipped)[0]
 
 
-def _where(config, workdir: str, tokenizer):
-    """(`base_dir`, the fingerprint of its cache entry, or None when it is not the cache)."""
+# Bases shipped in the package, one folder per SFT config (named by its `sft_key`): an orbax
+# checkpoint of the params, sft_config.json (the fingerprint) and made_by.json (the commit,
+# CPU and JAX that trained it), so a run whose SFT config matches starts RL at once, and
+# every run from it starts from the same weights whatever CPU it runs on.
+SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "assets", "bases")
+
+
+def shipped_dir(fingerprint: dict) -> str | None:
+    """The base shipped for this SFT config, or None."""
+    d = os.path.join(SHIPPED, sft_key(fingerprint))
+    return d if os.path.isfile(os.path.join(d, "sft_config.json")) else None
+
+
+def _is_shipped(path: str) -> bool:
+    return os.path.abspath(path).startswith(SHIPPED + os.sep)
+
+
+def _where(config, workdir: str, tokenizer, shipped: bool = True):
+    """(`base_dir`, the fingerprint of its cache entry or None, and which it is: "named"
+    (sft.base_dir), "workdir", "shipped" or "cache")."""
     if config.sft.get("base_dir", ""):
-        return config.sft.base_dir, None
+        path = config.sft.base_dir
+        return path, None, "shipped" if _is_shipped(path) else "named"
     own = os.path.join(workdir, "base")
-    if (os.path.isdir(own) or tokenizer is None
-            or (jax.process_count() > 1 and not os.environ.get("ADA_JAX_CACHE"))):
-        return own, None
+    if os.path.isdir(own) or tokenizer is None:
+        return own, None, "workdir"
     fingerprint = sft_fingerprint(config, tokenizer)
-    return os.path.join(cache_dir(), "bases", sft_key(fingerprint)), fingerprint
+    if shipped and (found := shipped_dir(fingerprint)) is not None:
+        return found, None, "shipped"
+    if jax.process_count() > 1 and not os.environ.get("ADA_JAX_CACHE"):
+        return own, None, "workdir"
+    return os.path.join(cache_dir(), "bases", sft_key(fingerprint)), fingerprint, "cache"
 
 
 def check_base_dir(config, workdir: str) -> None:
@@ -163,7 +196,7 @@ def check_base_dir(config, workdir: str) -> None:
     sft.base_dir and, while it holds no base yet, the folder itself; the cache's folder (each
     base and its lock go there). Nothing to check when no SFT runs (init_from, sft.steps 0) or
     the workdir holds its own base."""
-    if config.model.init_from or not config.sft.steps:
+    if config.model.init_from or not config.sft.steps or _is_shipped(config.sft.base_dir):
         return
     if config.sft.get("base_dir", ""):
         what, path = f"config.sft.base_dir={config.sft.base_dir!r}", config.sft.base_dir

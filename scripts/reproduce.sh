@@ -22,6 +22,9 @@ TRAIN_SIZE=${TRAIN_SIZE:-20000}
 EVAL_EVERY=${EVAL_EVERY:-5}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
+# The base: BASE if given, else the one the package ships for this SFT config (the family
+# task's), else a new one SFT'd into OUT/base.
+BASE=${BASE:-$(python scripts/sft.py --config=configs/base.py:task=$TASK --print_shipped 2>/dev/null | tail -n 1)}
 BASE=${BASE:-"$OUT/base"}
 [ -d "$BASE" ] || python scripts/sft.py --config=configs/base.py:task=$TASK --workdir="$OUT" \
   --config.sft.base_dir="$BASE" --config.log.progress=False

@@ -2,6 +2,9 @@
 
   python scripts/sft.py --workdir=workdir   # the base (+ pass_rates.json) in the SFT cache
                                             # (ada_jax/base_policy.py), or sft.base_dir when set
+  python scripts/sft.py --print_shipped     # the base shipped for this SFT config, if any
+
+It trains a base even where the package ships one for the config (base_policy.SHIPPED).
 """
 import json
 import os
@@ -22,6 +25,8 @@ _CONFIG = config_flags.DEFINE_config_file(
     "Config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", "workdir", "Run directory (its base/ if it has one).")
 _K = flags.DEFINE_integer("k", 16, "Samples per eval prompt for the pass-rate report.")
+_PRINT_SHIPPED = flags.DEFINE_bool("print_shipped", False, "Print the folder of the base "
+                                   "shipped for this SFT config (nothing if none) and exit.")
 
 
 def main(argv):
@@ -31,8 +36,11 @@ def main(argv):
     validate(config)
     mesh = sharding.make_mesh(config.mesh)
     tokenizer = load_tokenizer(config)
-    out_dir = base_policy.base_dir(config, _WORKDIR.value, tokenizer)
-    graphdef, params = base_policy.load(config, _WORKDIR.value, mesh, tokenizer)
+    if _PRINT_SHIPPED.value:
+        print(base_policy.shipped_dir(base_policy.sft_fingerprint(config, tokenizer)) or "")
+        return
+    out_dir = base_policy.base_dir(config, _WORKDIR.value, tokenizer, shipped=False)
+    graphdef, params = base_policy.load(config, _WORKDIR.value, mesh, tokenizer, shipped=False)
     with sharding.activate(mesh, config.sharding_rules):
         report = base_policy.report(config, graphdef, params, tokenizer, _K.value)
     base_policy.write_report(report, out_dir)
