@@ -8,7 +8,7 @@ import time
 
 import jax
 
-from ada_jax import base_policy, sft
+from ada_jax import base_policy, sft, sharding
 from ada_jax.tokenizer import load_tokenizer
 from tests.test_sft import TINY, _assert_equal, _tiny
 from tests.test_train import _config
@@ -100,3 +100,36 @@ def test_environment_names_what_a_base_depends_on_besides_its_config():
     assert env["backend"] == jax.default_backend() == "cpu"
     assert env["device"] == jax.devices()[0].device_kind and env["cpu"]
     json.dumps(env)  # goes into pass_rates.json
+
+
+def test_the_family_task_default_starts_from_the_shipped_base(tmp_path, monkeypatch):
+    """The main job's SFT config (and any algorithm's: RL fields are not in the key) has a
+    base in the package; it loads read-only, with no SFT and nothing written beside it; a
+    changed SFT field goes to the cache; scripts/sft.py (shipped=False) passes over it."""
+    from configs import base
+
+    monkeypatch.setenv("ADA_JAX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(sft, "train_base", lambda *a, **k: (_ for _ in ()).throw(
+        AssertionError("SFT ran")))
+    c = base.get_config("")
+    tok = load_tokenizer(c)
+    where, _, kind = base_policy._where(c, str(tmp_path / "wd"), tok)
+    assert kind == "shipped" and os.path.dirname(where) == base_policy.SHIPPED
+    with open(os.path.join(where, "sft_config.json")) as f:
+        assert base_policy.sft_key(json.load(f)) == os.path.basename(where)
+    with open(os.path.join(where, "made_by.json")) as f:
+        made = json.load(f)
+    assert made["commit"] and made["cpu"] and made["sft_steps"] == c.sft.steps
+    other = base.get_config("algo=grpo")
+    assert base_policy._where(other, str(tmp_path / "wd"), tok)[0] == where
+    before = sorted(os.listdir(where))
+    c.unlock()
+    c.mesh.update(data=1, fsdp=1, tensor=1)
+    mesh = sharding.make_mesh(c.mesh, jax.devices()[:1])
+    _, params = base_policy.load(c, str(tmp_path / "wd"), mesh, tok)
+    assert sorted(os.listdir(where)) == before and not os.path.exists(where + ".lock")
+    leaves = jax.tree.leaves(params)
+    assert leaves and all(bool(jax.numpy.isfinite(x).all()) for x in leaves)
+    assert base_policy._where(c, str(tmp_path / "wd"), tok, shipped=False)[2] == "cache"
+    c.sft.steps += 1
+    assert base_policy._where(c, str(tmp_path / "wd"), tok)[2] == "cache"

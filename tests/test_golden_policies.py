@@ -52,6 +52,7 @@ def _run(arm: str, workdir: str, monkeypatch) -> list[dict]:
 
     def capture(self, step, metrics, histograms=None):
         if step > 0:
+            assert 0 <= metrics["careful_share"] <= 1  # the task's own metric (Task.train_metrics)
             rec = {k: metrics[k] for k in INTS} | {k: float(metrics[k]) for k in FLOATS}
             rec |= {k: [int(x) for x in np.asarray(histograms[k])] for k in LISTS}
             records.append(rec)
