@@ -18,12 +18,15 @@ uniform's score on the same objective and batch:
                     visit is predicted p = 1e-6, and the allocation loses to uniform
   knapsack_beta, vip_beta   the same solvers fed the Ada-Est Beta(1, 16) posterior (how they
                     were run before: the solved prompt looks like p ≈ 0.36), for comparison
-  pilot_commit      pilot 4 samples on 3·B prompts, commit B, 8 fresh samples each: share of
-                    the trained groups that are mixed, E[1 - p^8 - (1-p)^8] (higher), vs uniform
-                    n = 8 on a batch of B; and mixed groups per sample spent
+  pilot_commit      pilot 4 samples on 3·B prompts, commit B, 8 fresh samples each, a committed
+                    prompt's 4 + 8 samples its training group: share of the trained groups that
+                    are mixed (higher) vs uniform groups of 12 on a batch of B; and mixed groups
+                    per sample generated
   conformal         calibrated on 64 held-out prompts (grid 2, 4, 8, 16; auto δ): samples per
-                    prompt (lower) vs sampling every prompt to the grid's top, and the coverage
-                    P(score <= q̂) on fresh prompts at the first level (>= 1 - δ)
+                    trained prompt (lower), the calibration's 64 x 16 samples shared over the
+                    prompts a RUN_BUDGET run trains, vs sampling every prompt to the grid's top;
+                    the samples in training alone; and the coverage P(score <= q̂) on fresh
+                    prompts at the first level (>= 1 - δ)
 Every row also gives the share of the method's samples on prompts with p <= 0.1 and >= 0.9.
 A method that loses to uniform on its own objective has a defect (tests/test_bench_allocation.py).
 
@@ -47,6 +50,7 @@ from ada_jax.tasks.problem import Problem  # noqa: E402
 from configs import base  # noqa: E402
 
 MEAN, VISIT = 8, 8
+RUN_BUDGET = 12_288  # samples generated + trained: the side by side's runs (conformal's calibration)
 RL_FAMILIES = [i + 1 for i, f in enumerate(families.FAMILIES) if not f.control]
 
 
@@ -115,28 +119,50 @@ def allocation_rows(reps: int, B: int = 16, seed: int = 0) -> dict:
 
 
 def pilot_commit_row(reps: int, B: int = 16, seed: int = 1) -> dict:
-    """Mixed share of the trained groups (the commit's 8 fresh samples) vs uniform n = 8."""
+    """Mixed share of the trained groups (a committed prompt's pilot and commit samples) vs
+    uniform groups of the same size, and mixed groups per sample generated."""
     rng = np.random.default_rng(seed)
     a = base.get_config("algo=grpo").adaptive.pilot_commit
+    G = pilot_commit.group_size(base.get_config("algo=grpo"))[0]
     mixed = lambda p, n: 1 - p ** n - (1 - p) ** n  # noqa: E731
     got, uni, spent, sh = [], [], [], []
     for _ in range(reps):
         p = np.asarray([base_rate(lv) for lv in rng.choice(RL_FAMILIES, a.pilot_batches * B)])
         pos = rng.binomial(a.pilot, p)
         chosen = pilot_commit.commit(pos, np.full(len(p), a.pilot), B, a.p_low, a.p_high)
-        got.append(mixed(p[chosen], a.commit).mean())
-        uni.append(mixed(p[:B], MEAN).mean())
+        pc, kc = p[chosen], pos[chosen]
+        if a.train_pilot:  # mixed in the pilot, or the commit adds the missing outcome
+            m = np.where(kc == 0, 1 - (1 - pc) ** a.commit,
+                         np.where(kc == a.pilot, 1 - pc ** a.commit, 1.0))
+        else:
+            m = mixed(pc, a.commit)
+        got.append(m.mean())
+        uni.append(mixed(p[:B], G).mean())
         spent.append(a.pilot * len(p) + a.commit * B)
         n = np.full(len(p), a.pilot)
         n[chosen] += a.commit
         sh.append(_shares(n, p))
     per_sample = np.mean(got) * B / np.mean(spent)
-    return dict(objective="mixed share of trained groups", better="higher",
+    return dict(objective=f"mixed share of trained groups ({G} samples)", better="higher",
                 method=float(np.mean(got)), uniform=float(np.mean(uni)),
                 mixed_per_sample=float(per_sample),
-                mixed_per_sample_uniform=float(np.mean(uni) / MEAN),
+                mixed_per_sample_uniform=float(np.mean(uni) / G),
                 share_p_le_0_1=float(np.mean([s[0] for s in sh])),
                 share_p_ge_0_9=float(np.mean([s[1] for s in sh])))
+
+
+def run_steps(used: float, B: int, a) -> tuple[int, int]:
+    """(steps, calibration samples) of a conformal run until RUN_BUDGET samples generated +
+    trained (the training loop's stop): calibration (calib_prompts to the grid's top,
+    generated, not trained) before step 1 and every refit_every steps, then `used` samples a
+    prompt, each generated and trained."""
+    spent, calib, steps = 0.0, 0, 0
+    while spent < RUN_BUDGET:
+        refit = a.calib_prompts * max(a.grid) if steps % a.refit_every == 0 else 0
+        spent += refit + 2 * used * B
+        calib += refit
+        steps += 1
+    return steps, calib
 
 
 def conformal_row(reps: int, B: int = 16, seed: int = 2) -> dict:
@@ -166,8 +192,12 @@ def conformal_row(reps: int, B: int = 16, seed: int = 2) -> dict:
         cover.append((conformal.score(s[0], grid[0]) <= q[0] + conformal.TIE).mean())
         deltas.append(d)
         sh.append(_shares(n, p))
-    return dict(objective="samples per prompt", better="lower", method=float(np.mean(used)),
-                uniform=float(grid[-1]), coverage_first_level=float(np.mean(cover)),
+    steps, calib = run_steps(float(np.mean(used)), B, a)
+    per_prompt = calib / (steps * B)
+    return dict(objective="samples per trained prompt, calibration included", better="lower",
+                method=float(np.mean(used)) + per_prompt, uniform=float(grid[-1]),
+                in_training=float(np.mean(used)), calibration_per_prompt=per_prompt,
+                run_steps=steps, coverage_first_level=float(np.mean(cover)),
                 delta=float(np.mean(deltas)),
                 share_p_le_0_1=float(np.mean([x[0] for x in sh])),
                 share_p_ge_0_9=float(np.mean([x[1] for x in sh])))
@@ -206,6 +236,9 @@ def main():
     pc, cf = rows["pilot_commit"], rows["conformal"]
     print(f"pilot_commit: mixed groups per sample spent {pc['mixed_per_sample']:.4f} vs uniform "
           f"{pc['mixed_per_sample_uniform']:.4f}")
+    print(f"conformal: {cf['in_training']:.2f} samples a prompt in training + "
+          f"{cf['calibration_per_prompt']:.2f} of calibration over a {cf['run_steps']}-step run "
+          f"of {RUN_BUDGET:,} samples")
     print(f"conformal: coverage at the first level {cf['coverage_first_level']:.3f} "
           f"(target >= 1 - δ, mean δ {cf['delta']:.3f})")
     print(json.dumps({m: {k: v for k, v in r.items() if k not in ("objective", "better")}
