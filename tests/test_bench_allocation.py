@@ -37,6 +37,12 @@ def test_the_inverted_inputs_lose_and_the_authors_rules_spend_on_hard_prompts(ro
     assert rows["vip"]["variance"] <= rows["vip"]["variance_uniform"]
 
 
+def test_vip_on_a_fresh_stream_moves_budgets_only_when_keyed_on_labels(rows):
+    """By question text a fresh prompt is near no observed one, so VIP stays uniform; by the
+    family labels each fresh prompt is predicted from its family's visits."""
+    assert rows["vip"]["fresh_budgets_changed"] < 2 < 8 < rows["vip_labels"]["fresh_budgets_changed"]
+
+
 def test_conformal_counts_its_calibration_samples(rows):
     """In training it stops at most at the grid's top; its figure adds the held-out 64 x 16
     samples, shared over the prompts the run trains (more than uniform's 16 at these rates)."""

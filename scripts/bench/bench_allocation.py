@@ -11,9 +11,11 @@ uniform's score on the same objective and batch:
 
   knapsack          Knapsack-RL (last visit's raw p, the authors' rule): Σ V(N_i, p_i),
                     V = (1 - p^N - (1-p)^N)·p(1-p)²  (higher is better)
-  vip               VIP (Gaussian process over prompts, γ·log(p)·n program, floor 4): the
-                    program's value Σ p(1-p)/(N-1) + γ·log(p)·N  (lower is better); the plain
-                    variance Σ p(1-p)/(N-1) beside it
+  vip               VIP (Gaussian process over prompts by their question text, γ·log(p)·n
+                    program, floor 4): the program's value Σ p(1-p)/(N-1) + γ·log(p)·N  (lower
+                    is better); the plain variance Σ p(1-p)/(N-1) beside it
+  vip_labels        the same with the distance read from the family / tier labels
+                    (vip.features labels): a prompt's family informs it
   vip_raw           the same with the authors' raw last-visit rate (vip.smoothing 0): a 0/8
                     visit is predicted p = 1e-6, and the allocation loses to uniform
   knapsack_beta, vip_beta   the same solvers fed the Ada-Est Beta(1, 16) posterior (how they
@@ -37,6 +39,7 @@ The last stdout line is one JSON object of the headline figures.
 import argparse
 import json
 import os
+import random
 import sys
 
 import numpy as np
@@ -61,7 +64,10 @@ def base_rate(level: int) -> float:
 
 
 def _draw(rng, levels, start_id):
-    probs = [Problem(start_id + i, "q", "a", level=int(lv)) for i, lv in enumerate(levels)]
+    """Prompts of the given families, each a question of its family (the text VIP reads)."""
+    texts = random.Random(start_id)
+    probs = [Problem(start_id + i, families.make_problem(texts, int(lv) - 1).question, "a",
+                     level=int(lv)) for i, lv in enumerate(levels)]
     return probs, np.asarray([base_rate(lv) for lv in levels])
 
 
@@ -77,19 +83,24 @@ def allocation_rows(reps: int, B: int = 16, seed: int = 0) -> dict:
     a_v, a_k = c_vip.adaptive.vip, c_kn.adaptive.knapsack
     c_raw = base.get_config("algo=vip")
     c_raw.adaptive.vip.smoothing = 0.0
-    acc = {m: [] for m in ("knapsack", "vip", "vip_raw", "knapsack_beta", "vip_beta")}
+    c_lab = base.get_config("algo=vip")
+    c_lab.adaptive.vip.features = "labels"
+    acc = {m: [] for m in ("knapsack", "vip", "vip_labels", "vip_raw", "knapsack_beta",
+                           "vip_beta")}
     for r in range(reps):
         others, p_o = _draw(rng, rng.choice(RL_FAMILIES, 3 * B), 10_000_000 * (r + 1))
         probs, p = _draw(rng, rng.choice(RL_FAMILIES, B), 10_000_000 * (r + 1) + 5_000_000)
         visits = {}
         for pr, pp in zip(others + probs, np.concatenate([p_o, p])):
             visits[str(pr.id)] = [VISIT, int(rng.binomial(VISIT, pp)), pr.level]
+        texts = {str(pr.id): pr.question for pr in others + probs}
         pos = np.asarray([visits[str(pr.id)][1] for pr in probs], np.float64)
         total = MEAN * B
         uni = np.full(B, MEAN)
         n_kn = knapsack.budgets_for(c_kn, probs, visits)
-        n_vip = vip.budgets_for(c_vip, probs, visits)
-        n_vipr = vip.budgets_for(c_raw, probs, visits)
+        n_vip = vip.budgets_for(c_vip, probs, visits, texts)
+        n_vipl = vip.budgets_for(c_lab, probs, visits, texts)
+        n_vipr = vip.budgets_for(c_raw, probs, visits, texts)
         p_hat, s2_hat = A.beta_moments(np.full(B, float(VISIT)), pos, 1.0, 16.0)
         n_knb = A.knapsack_allocation(p_hat, total, a_k.n_min, a_k.n_max)
         n_vipb = A.vip_allocation(s2_hat, total, 2, a_v.n_max)
@@ -100,6 +111,8 @@ def allocation_rows(reps: int, B: int = 16, seed: int = 0) -> dict:
         acc["vip_raw"].append((vo(n_vipr), vo(uni), *_shares(n_vipr, p), var(n_vipr), var(uni)))
         acc["knapsack_beta"].append((kv(n_knb), kv(uni), *_shares(n_knb, p)))
         acc["vip"].append((vo(n_vip), vo(uni), *_shares(n_vip, p), var(n_vip), var(uni)))
+        acc["vip_labels"].append((vo(n_vipl), vo(uni), *_shares(n_vipl, p), var(n_vipl),
+                                  var(uni)))
         acc["vip_beta"].append((vo(n_vipb), vo(uni), *_shares(n_vipb, p), var(n_vipb),
                                 var(uni)))
     rows = {}
@@ -203,14 +216,40 @@ def conformal_row(reps: int, B: int = 16, seed: int = 2) -> dict:
                 share_p_ge_0_9=float(np.mean([x[1] for x in sh])))
 
 
+def vip_fresh_row(reps: int, B: int = 16, steps: int = 6, seed: int = 3) -> dict:
+    """VIP on a fresh stream (no prompt recurs): per features setting, the mean number of the
+    B budgets that differ from uniform 8 on steps 2..steps (step 1 has no history: uniform)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for feat in ("text", "labels"):
+        c = base.get_config("algo=vip")
+        c.adaptive.vip.features = feat
+        changed = []
+        for r in range(max(reps // 10, 1)):
+            visits, texts = {}, {}
+            for t in range(steps):
+                probs, p = _draw(rng, rng.choice(RL_FAMILIES, B), 10_000_000 * (r + 1) + 1000 * t)
+                n = vip.budgets_for(c, probs, visits, texts)
+                if t:
+                    changed.append(int((n != MEAN).sum()))
+                for pr, n_i, pp in zip(probs, n, p):
+                    visits[str(pr.id)] = [int(n_i), int(rng.binomial(n_i, pp)), pr.level]
+                    texts[str(pr.id)] = pr.question
+        out[feat] = float(np.mean(changed))
+    return out
+
+
 def bench(reps: int) -> dict:
     rows = allocation_rows(reps)
     rows["pilot_commit"] = pilot_commit_row(reps)
     rows["conformal"] = conformal_row(reps)
+    fresh = vip_fresh_row(reps)
     for r in rows.values():
         if r["method"] is not None:
             sign = 1 if r["better"] == "higher" else -1
             r["beats_uniform"] = bool(sign * (r["method"] - r["uniform"]) >= 0)
+    rows["vip"]["fresh_budgets_changed"] = fresh["text"]
+    rows["vip_labels"]["fresh_budgets_changed"] = fresh["labels"]
     return rows
 
 
@@ -230,9 +269,12 @@ def main():
         print(f"| {m} | {r['objective']} ({r['better']}) | {f(r['method'])} | "
               f"{f(r['uniform'])} | {r['share_p_le_0_1']:.2f} | {r['share_p_ge_0_9']:.2f} | "
               f"{r.get('beats_uniform', '-')} |")
-    for m in ("vip", "vip_raw", "vip_beta"):
+    for m in ("vip", "vip_labels", "vip_raw", "vip_beta"):
         print(f"{m}: plain variance {rows[m]['variance']:.4f} vs uniform "
               f"{rows[m]['variance_uniform']:.4f}")
+    print(f"vip on a fresh stream: {rows['vip']['fresh_budgets_changed']:.1f} of 16 budgets "
+          f"off uniform a step after the first (labels: "
+          f"{rows['vip_labels']['fresh_budgets_changed']:.1f})")
     pc, cf = rows["pilot_commit"], rows["conformal"]
     print(f"pilot_commit: mixed groups per sample spent {pc['mixed_per_sample']:.4f} vs uniform "
           f"{pc['mixed_per_sample_uniform']:.4f}")
