@@ -225,6 +225,7 @@ def test_vip_predicts_unseen_prompts_from_their_family():
     from ada_jax.policies import vip
     from ada_jax.tasks.problem import Problem
     c = base.get_config("algo=vip")
+    c.adaptive.vip.features = "labels"
     visits = {"1": [8, 0, 3], "2": [8, 8, 70]}  # family 3 (very hard) 0/8, family 70 8/8
     probs = [Problem(10, "q", "a", level=3), Problem(11, "q", "a", level=70),
              Problem(12, "q", "a", level=50), Problem(13, "q", "a", level=51)]
@@ -232,6 +233,28 @@ def test_vip_predicts_unseen_prompts_from_their_family():
     assert p[0] < 0.1 and p[1] > 0.9  # 0/8 and 8/8, observed with add-half smoothing
     n = vip.budgets_for(c, probs, visits)
     assert n.sum() == 32 and n[0] > n[1] == n.min()
+
+
+def test_vip_text_features_read_the_question_not_the_labels():
+    """The default distance is between embeddings of the question text: the same text is at
+    0, texts sharing no word part at sqrt(2); a prompt seen before is predicted from its own
+    visit, an unseen one with a new text stays near the prior whatever its label says."""
+    from ada_jax.policies import vip
+    from ada_jax.tasks.problem import Problem
+    c = base.get_config("algo=vip")
+    assert c.adaptive.vip.features == "text"
+    d = vip.distance(c, ([1, 2, 3], [0, 0, 0], ["A 4+4-3", "A 4+4-3", "xyz"]),
+                     ([1], [0], ["A 4+4-3"]))
+    np.testing.assert_allclose(d[:, 0], [0.0, 0.0, np.sqrt(2)], atol=1e-6)
+    visits = {"1": [8, 0, 3], "2": [8, 8, 3]}  # same label, different questions
+    texts = {"1": "E 4+3-2", "2": "QO 5-1+1"}
+    probs = [Problem(1, "E 4+3-2", "a", level=3), Problem(2, "QO 5-1+1", "a", level=3),
+             Problem(3, "ZZ 7-7+7", "a", level=3)]
+    p = vip.predict(c, probs, visits, texts)
+    assert p[0] < 0.1 and p[1] > 0.9
+    assert abs(p[2] - 1 / (1 + np.exp(1.0))) < 0.02  # the prior, logit -1
+    c.adaptive.vip.features = "labels"  # the labels tie the three prompts together
+    assert vip.predict(c, probs, visits, texts)[2] != pytest.approx(p[2], abs=0.02)
 
 
 # --------------------------------------------------------------------------- config
@@ -296,6 +319,7 @@ def test_resume_is_exact(algo, tmp_path):
     for x, y in zip(jax.tree.leaves(arr_a), jax.tree.leaves(arr_b)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert meta_a["last_visit"] == meta_b["last_visit"]
+    assert meta_a["vip_questions"] == meta_b["vip_questions"]
     with open(os.path.join(run, "metrics.jsonl")) as f, open(os.path.join(ref, "metrics.jsonl")) \
             as g:
         got, want = [json.loads(line) for line in f], [json.loads(line) for line in g]

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ada_jax import collect, generators, train
-from ada_jax.policies import conformal, greso, pilot_commit
+from ada_jax import collect, generators, selection, train
+from ada_jax.policies import conformal, greso, pilot_commit, pools
 from tests.test_train import _config, _restore
 
 
@@ -80,6 +80,42 @@ def test_pilot_commit_always_commits_a_full_batch():
         p = pos / 4
         inside = (p >= 0.25) & (p <= 0.75)  # every band prompt before any outside one
         assert inside[got].sum() == min(B, inside.sum())
+
+
+def _fake_batch(reward_BG, mask_BG):
+    B, G = reward_BG.shape
+    return selection.Batch(
+        tokens_BGN=jnp.zeros((B, G, 2), jnp.int32), logp_BGN=jnp.zeros((B, G, 2)),
+        len_BG=jnp.ones((B, G), jnp.int32), reward_BG=jnp.asarray(reward_BG, jnp.float32),
+        mask_BG=jnp.asarray(mask_BG), pool_n_B=jnp.asarray(mask_BG.sum(1)),
+        pool_pos_B=jnp.asarray((reward_BG * mask_BG).sum(1).astype(np.int32)),
+        version_BG=jnp.zeros((B, G), jnp.int32))
+
+
+def test_pilot_commit_trains_each_committed_prompts_own_pilot_samples():
+    """The committed prompts' pilot rows (in commit order) join their commit samples: group
+    of pilot + commit, pool counters of both calls."""
+    G, pilot, commit = 6, 2, 4
+    pilot_R = np.zeros((5, G))
+    pilot_R[:, :pilot] = np.arange(5)[:, None] + 10  # piloted prompt i's rewards: 10 + i
+    pilot_M = np.zeros((5, G), bool)
+    pilot_M[:, :pilot] = True
+    commit_M = np.zeros((2, G), bool)
+    commit_M[:, :commit] = True
+    chosen = np.array([1, 3])
+    got = pools.merge([pools.take_rows(_fake_batch(pilot_R, pilot_M), chosen),
+                       _fake_batch(np.zeros((2, G)), commit_M)])
+    np.testing.assert_array_equal(np.asarray(got.mask_BG).sum(1), [pilot + commit] * 2)
+    np.testing.assert_array_equal(np.asarray(got.reward_BG)[:, :pilot], [[11, 11], [13, 13]])
+    np.testing.assert_array_equal(np.asarray(got.pool_n_B), [pilot + commit] * 2)
+
+
+def test_pilot_commit_group_counts_the_pilot_unless_told_not_to():
+    c = _config("grpo", **{"adaptive.policy": "pilot_commit"})
+    a = c.adaptive.pilot_commit
+    assert pilot_commit.group_size(c) == (a.pilot + a.commit,) * 2
+    c.adaptive.pilot_commit.train_pilot = False
+    assert pilot_commit.group_size(c) == (a.commit,) * 2
 
 
 # ----------------------------------------------------------------------------- conformal
@@ -163,10 +199,10 @@ def test_one_training_step_end_to_end(policy, tmp_path):
     assert np.isfinite(m["loss"]) and m["samples_total"] > 0
     _, _, meta = _restore(str(tmp_path))
     assert {"greso_history", "conformal_calibration"} <= set(meta)
-    if policy == "pilot_commit":  # pilot 2 on 3·B prompts, commit 4 on B, only those trained
+    if policy == "pilot_commit":  # pilot 2 on 3·B prompts, commit 4 on B; B groups of 2 + 4
         B = c.rl.prompts_per_step
         assert m["samples_total"] == 2 * 3 * B + 4 * B and m["pc_piloted"] == 3 * B
-        assert m["samples_trained"] == 4 * B
+        assert m["samples_trained"] == (2 + 4) * B
     if policy == "conformal":  # calibrated before the step: 4 held-out prompts x 4 samples
         assert m["conformal_calib_samples"] == 4 * 4
         assert m["samples_trained"] == m["samples_total"] - 16

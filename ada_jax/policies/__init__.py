@@ -12,11 +12,11 @@ live in `rollout.py`.
 | `gvm.py` | 'gvm': a pilot call, then gradient-variance budgets |
 | `dapo.py` | 'dapo': more prompt batches until B mixed groups |
 | `knapsack.py` | 'knapsack' (Knapsack-RL): the authors' rule on each prompt's last visit |
-| `vip.py` | 'vip' (VIP): a Gaussian process over prompts, the authors' γ·log(p)·n program |
+| `vip.py` | 'vip' (VIP): a Gaussian process over prompts (by question text), the authors' γ·log(p)·n program |
 | `hints.py` | rl.hints 'sage' / 'sage_light' (over seq / uniform): collapsed groups re-rolled |
 | `stream.py` | adaptive.mode 'stream' (over seq / uniform): one persistent engine across steps |
 | `greso.py` | 'greso': DAPO with prompts skipped before rollout after zero-variance visits |
-| `pilot_commit.py` | 'pilot_commit': a pilot on 3·B prompts, B committed and trained |
+| `pilot_commit.py` | 'pilot_commit': a pilot on 3·B prompts, B committed, their pilot and commit samples trained |
 | `conformal.py` | 'conformal': a budget grid, stopped by a test calibrated on held-out prompts |
 | `pools.py` | (helper) several engine calls' samples per prompt as one batch |
 | `settings.py` | (helper) `Setting`: how a module declares the config fields it owns |

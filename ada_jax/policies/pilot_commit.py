@@ -4,10 +4,12 @@ each of pilot_batches·B prompts (the paper's 3·B) estimates each prompt's pass
 B prompts to train on are committed, those with p̂ in [p_low, p_high] (theirs: the
 diversity band 0.25..0.75) first, nearest p̂ = 1/2 first, then the rest nearest 1/2, so
 every step trains a full batch of B; each committed prompt gets `commit` fresh samples, and
-those are its training group (the pilot's samples are exploration: counted in the cost, not
-trained). Settings: adaptive.pilot_commit.*. No state across steps. docs/theory.md, "The
-field's allocation methods as their authors run them", says what differs (the authors' replay
-buffer of passing prompts).
+its training group is its pilot samples and those (theirs: n_explore_effective + n_commit per
+prompt, one GRPO group; `train_pilot` False trains the commit samples only). The pilot
+samples of the prompts not committed are exploration: counted in the cost, not trained.
+Settings: adaptive.pilot_commit.*. No state across steps. docs/theory.md, "The field's
+allocation methods as their authors run them", says what differs (the authors' replay buffer
+of passing prompts).
 
 On several processes the whole pilot draw is gathered in batch order (the one-process order)
 and every process ranks it alike from the replicated pilot counters; each samples its share
@@ -30,6 +32,9 @@ SETTINGS = {
                              "3·B); B of them committed", "—", "positive_int"),
     "p_low": Setting(0.25, "Pilot-Commit: commit prompts with pilot pass rate >= this first",
                      "diversity_threshold_lower", "unit"),
+    "train_pilot": Setting(True, "Pilot-Commit: a committed prompt's pilot samples join its "
+                           "training group (theirs: n_explore_effective + n_commit)",
+                           "— (exploration.n_effective)", "bool"),
     "p_high": Setting(0.75, "Pilot-Commit: commit prompts with pilot pass rate <= this first",
                       "1 - diversity_threshold_upper", "unit"),
 }
@@ -44,8 +49,11 @@ def check(config) -> None:
 
 
 def group_size(config) -> tuple[int, int]:
-    """(G, training rows per prompt): the commit samples."""
-    return config.adaptive.pilot_commit.commit, config.adaptive.pilot_commit.commit
+    """(G, training rows per prompt): the pilot and commit samples (the commit samples alone
+    without train_pilot)."""
+    a = config.adaptive.pilot_commit
+    G = a.commit + (a.pilot if a.train_pilot else 0)
+    return G, G
 
 
 def rank(pilot_pos, pilot_n, p_low: float, p_high: float) -> np.ndarray:
@@ -75,10 +83,12 @@ def collect(ctx, params, iterator, key, state) -> rollout.Collected:
     committed = rollout.own_share([piloted[i] for i in chosen])
     got = rollout.run_engine(ctx, params, committed, jax.random.fold_in(key, 1),
                              np.full(len(committed), a.commit))
-    met = pools.step_metrics([got.metrics, pilot.metrics], got.batch)
+    batch = (pools.merge([pools.take_rows(pilot.batch, chosen), got.batch]) if a.train_pilot
+             else got.batch)
+    met = pools.step_metrics([got.metrics, pilot.metrics], batch)
     p = pos / np.maximum(n, 1)
     inside = (p >= a.p_low) & (p <= a.p_high)
     met.update(pc_piloted=len(n), pc_in_band=int(inside.sum()),
                pc_committed_in_band=int(inside[chosen].sum()),
                pc_pilot_samples=pilot.metrics["samples_total"])
-    return rollout.Collected(got.problems, got.batch, got.prompt_BP, got.mask_BP, met)
+    return rollout.Collected(got.problems, batch, got.prompt_BP, got.mask_BP, met)

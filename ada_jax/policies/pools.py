@@ -42,6 +42,17 @@ def merge(batches: list, keep_B=None) -> selection.Batch:
     return selection.readable_batch(_merge(list(batches), jnp.asarray(keep_B)))
 
 
+@jax.jit
+def _take(batch, rows):
+    return jax.tree.map(lambda x: x[rows], batch)
+
+
+def take_rows(batch: selection.Batch, rows) -> selection.Batch:
+    """The batch's rows `rows` (whole-batch indices, alike on every process), in that order:
+    an earlier call's samples of the prompts a later call samples again."""
+    return _take(batch, jnp.asarray(rows))
+
+
 def step_metrics(calls: list, batch: selection.Batch) -> dict:
     """The metrics of several engine calls' dicts as one step's: costs (rollout.SUMMED) add
     up, the kept-group shares and per-prompt sample counts are the merged batch's, the

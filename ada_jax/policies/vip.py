@@ -9,9 +9,13 @@ success_rate_prediction/gaussian_process.py):
   turns into p = 1e-6, log p = −13.8, and the program then spends on it at any cost: at the
   family task's pass rates that allocation loses to uniform on VIP's own objective at the
   true p, scripts/bench/bench_allocation.py),
-  so a prompt never seen is predicted from the prompts near it. The distance
-  (`distance`): 0 for the same prompt; on the family task 0.1 within a family (other
-  operands), 0.6 within a tier, 1 across tiers; elsewhere 0.2 + 0.2·|level difference|.
+  so a prompt never seen is predicted from the prompts near it. The distance (`distance`,
+  the setting `features`): 'text' (default, the authors' kind: theirs is the Euclidean
+  distance between sentence embeddings of the question, all-MiniLM-L6-v2) is the Euclidean
+  distance between unit-length hashed bags of the question's words and character trigrams,
+  0 for the same prompt; 'labels' reads the task's labels instead, which the authors' prompts
+  do not carry: on the family task 0.1 within a family (other operands), 0.6 within a tier,
+  1 across tiers; elsewhere 0.2 + 0.2·|level difference|.
 - allocation: integers N_i in [n_min, n_max] (the authors' floor 4 and cap 32) minimising
   Σ_i v(N_i; a_i) + γ·log(p_i)·N_i with a_i = p_i(1-p_i), v = a/(n-1) (estimator 'rloo',
   γ = gamma) or a(n-1)/n² ('drgrpo'), under Σ N_i = budget_per_prompt·B
@@ -21,8 +25,13 @@ One engine call, every sample trained on (settings: adaptive.vip.*). docs/theory
 field's allocation methods as their authors run them", says what differs from the authors'
 code.
 
-State: knapsack.py's `state["last_visit"]` (checkpointed as `last_visit`): exact resume.
+State: knapsack.py's `state["last_visit"]` (checkpointed as `last_visit`) and
+`state["vip_questions"]`, the question text of the latest max_observed prompts observed
+(checkpointed as `vip_questions`): exact resume.
 """
+import functools
+import zlib
+
 import numpy as np
 
 from ada_jax import allocation
@@ -50,6 +59,10 @@ SETTINGS = {
                            "rate)", "prior_value", "any"),
     "max_observed": Setting(512, "VIP: the latest observed prompts the Gaussian process "
                             "conditions on", "—", "positive_int"),
+    "features": Setting("text", "VIP: what the distance between prompts reads: text = hashed "
+                        "words and character trigrams of the question (the authors' kind, an "
+                        "embedding of the prompt), labels = the task's family / tier or level "
+                        "labels", "— (embedding_model)", "choice:text/labels"),
     "smoothing": Setting(0.5, "VIP: a last visit of k in n observed as (k+s)/(n+2s); 0 = the "
                          "authors' raw rate (a 0/8 visit predicts p = 1e-6)", "—",
                          "non_negative"),
@@ -82,48 +95,97 @@ def group_size(config) -> tuple[int, int]:
     return v.n_max, v.budget_per_prompt
 
 
+def init_state(ctx, params) -> dict:
+    return {"vip_questions": {}}
+
+
+def checkpoint(state) -> dict:
+    return {"vip_questions": state["vip_questions"]}
+
+
+def restore(meta) -> dict:
+    return {"vip_questions": dict(meta.get("vip_questions", {}))}
+
+
 def collect(ctx, params, iterator, key, state) -> rollout.Collected:
-    return knapsack.collect_visited(ctx, params, iterator, key, state, budgets_for)[0]
+    texts = state["vip_questions"]
+
+    def budgets(config, problems, visits):  # problems: the whole batch, alike everywhere
+        n = budgets_for(config, problems, visits, texts)
+        texts.update({str(p.id): p.question for p in problems})
+        return n
+    got, _ = knapsack.collect_visited(ctx, params, iterator, key, state, budgets)
+    kept = set(list(state["last_visit"])[-ctx.config.adaptive.vip.max_observed:])
+    for k in [k for k in texts if k not in kept]:
+        del texts[k]
+    return got
 
 
-def distance(config, ids_a, levels_a, ids_b, levels_b) -> np.ndarray:
-    """[A, B] distance between prompts from their features (problem id, level = family
-    number on the family task)."""
-    ids_a, ids_b = np.asarray(ids_a)[:, None], np.asarray(ids_b)[None, :]
-    la, lb = np.asarray(levels_a)[:, None], np.asarray(levels_b)[None, :]
+EMBED_DIM = 1024  # hashed features of a question (collisions rare at a few hundred n-grams)
+
+
+@functools.lru_cache(maxsize=8192)
+def embed(text: str) -> np.ndarray:
+    """[EMBED_DIM] unit-length hashed counts of the text's words and of each word's character
+    trigrams (with boundary marks): texts sharing words and word parts are near."""
+    x = np.zeros(EMBED_DIM)
+    for w in text.split():
+        b = f"<{w}>"
+        for g in [w] + [b[i:i + 3] for i in range(len(b) - 2)]:
+            x[zlib.crc32(g.encode("utf-8", "surrogatepass")) % EMBED_DIM] += 1.0
+    return x / max(np.linalg.norm(x), 1e-12)
+
+
+def _text_distance(texts_a, texts_b) -> np.ndarray:
+    X = np.stack([embed(t) for t in texts_a]) if texts_a else np.zeros((0, EMBED_DIM))
+    Y = np.stack([embed(t) for t in texts_b]) if texts_b else np.zeros((0, EMBED_DIM))
+    return np.sqrt(np.maximum(2.0 - 2.0 * X @ Y.T, 0.0))
+
+
+def _labels_distance(config, la, lb) -> np.ndarray:
+    la, lb = np.asarray(la)[:, None], np.asarray(lb)[None, :]
     if config.task.name == "families":
         tier = np.vectorize(families.tier_of, otypes=[object])
-        ta, tb = tier(la), tier(lb)
-        d = np.where(la == lb, 0.1, np.where(ta == tb, 0.6, 1.0))
+        return np.where(la == lb, 0.1, np.where(tier(la) == tier(lb), 0.6, 1.0))
+    return 0.2 + 0.2 * np.abs(la - lb).astype(np.float64)
+
+
+def distance(config, a, b) -> np.ndarray:
+    """[A, B] distance between prompts a and b, each (ids, levels, question texts), by
+    adaptive.vip.features; 0 for the same prompt."""
+    if config.adaptive.vip.features == "text":
+        d = _text_distance(list(a[2]), list(b[2]))
     else:
-        d = 0.2 + 0.2 * np.abs(la - lb).astype(np.float64)
-    return np.where(ids_a == ids_b, 0.0, d)
+        d = _labels_distance(config, a[1], b[1])
+    return np.where(np.asarray(a[0])[:, None] == np.asarray(b[0])[None, :], 0.0, d)
 
 
-def predict(config, problems, visits) -> np.ndarray:
+def predict(config, problems, visits, texts=None) -> np.ndarray:
     """[B] predicted pass rates: the GP's posterior mean over the last max_observed prompts
-    observed."""
+    observed. `texts`: id -> question of the observed prompts (one without reads as a text
+    of its own, near no other)."""
     a = config.adaptive.vip
+    texts = texts or {}
     obs = list(visits.items())[-a.max_observed:]
-    ids_o = [k for k, _ in obs]
-    lv_o = [v[2] for _, v in obs]
+    seen = ([k for k, _ in obs], [v[2] for _, v in obs],
+            [texts.get(k, f"\x00{k}") for k, _ in obs])
     sm = a.smoothing  # 0: the authors' raw rate (clipped to [1e-6, 1 - 1e-6])
     p_o = np.asarray([(v[1] + sm) / (v[0] + 2 * sm) if v[0] + sm > 0 else 0.0
                       for _, v in obs], np.float64)
-    ids_q = [str(p.id) for p in problems]
-    lv_q = [p.level for p in problems]
+    query = ([str(p.id) for p in problems], [p.level for p in problems],
+             [p.question for p in problems])
 
     def kern(d):
         return np.exp(-0.5 * (d / a.length_scale) ** 2)
-    K_oo = kern(distance(config, ids_o, lv_o, ids_o, lv_o)) if obs else np.zeros((0, 0))
-    K_qo = kern(distance(config, ids_q, lv_q, ids_o, lv_o)) if obs else np.zeros((len(ids_q), 0))
+    K_oo = kern(distance(config, seen, seen)) if obs else np.zeros((0, 0))
+    K_qo = kern(distance(config, query, seen)) if obs else np.zeros((len(problems), 0))
     f = allocation.gp_logit_mean(K_oo, K_qo, p_o, a.prior_logit)
     return 1.0 / (1.0 + np.exp(-f))
 
 
-def budgets_for(config, problems, visits) -> np.ndarray:
+def budgets_for(config, problems, visits, texts=None) -> np.ndarray:
     v = config.adaptive.vip
-    p = np.clip(predict(config, problems, visits), 1e-6, 1 - 1e-6)
+    p = np.clip(predict(config, problems, visits, texts), 1e-6, 1 - 1e-6)
     return allocation.vip_allocation(p * (1 - p), v.budget_per_prompt * len(problems),
                                      v.n_min, v.n_max, v.estimator,
                                      linear=allocation.vip_gamma_term(p, v.gamma))

@@ -7,16 +7,20 @@ base pass rate is <= 0.1 and >= 0.9 (family task), and the seed-mean eval-vs-cos
       --step 8 --costs 2048,4096 --reference grpo_n4 --uniform grpo_n4,grpo_n8 \
       --out /tmp/side/pool/plots
 
-Runs are ROOT/<method>_s<seed> (scripts/reproduce.sh's layout). The FLOP-weighted column reads
-every run at the largest FLOP-weighted cost (cost_flop_tokens) that every run reached. A cell
-averages the seeds that reached it; where some did not it says "(k of n)", so no seed drops
-out unseen. The best uniform arm is the --uniform arm with the highest seed mean at the last
+Runs are ROOT/<method>_s<seed> (scripts/reproduce.sh's layout). A warning line on stderr
+names each seed an arm lacks that another has, each run that stopped short of its config's
+steps or cost budget, and each run with an empty metrics.jsonl (left out). The FLOP-weighted
+column reads every run at the largest FLOP-weighted cost (cost_flop_tokens) that every run
+which did not stop short reached, and says which run sets it; a short run counts there only if
+it got that far. A cell averages the seeds that reached it; where some did not it says
+"(k of n)", so no seed drops out unseen. The best uniform arm is the --uniform arm with the highest seed mean at the last
 matched cost; each arm counts the seeds (reached by both) where it beats that arm's same seed,
 at the last matched cost and, against the reference, at the FLOP-weighted cost.
 """
 import argparse
 import glob
 import os
+import sys
 
 import numpy as np
 
@@ -80,6 +84,44 @@ def _base_shares(recs) -> str:
     return (lo / tot, hi / tot) if tot else None
 
 
+def load_runs(runs: dict) -> tuple[dict, set, list]:
+    """({method: {seed: records}}, the (method, seed) of runs that stopped short, warning
+    lines): a seed some arm has and another lacks, a run that stopped short of its config's
+    steps or cost budget, and a run with no records (left out, also from `runs`) are each
+    named."""
+    metrics, short, warnings = {}, set(), []
+    for m, dirs in runs.items():
+        metrics[m] = {}
+        for d in list(dirs):
+            recs = plots.load_metrics(d)
+            if not recs:
+                warnings.append(f"warning: {d}/metrics.jsonl has no records: left out")
+                dirs.remove(d)
+                continue
+            seed = plots.run_seed(d)
+            metrics[m][seed] = recs
+            why = plots.stopped_short(d, recs)
+            if why:
+                short.add((m, seed))
+                warnings.append(f"warning: {d} {why} (cost {recs[-1].get('cost_samples', 0):,} "
+                                f"samples): its cells count only the costs it reached")
+    seeds = {s for by_seed in metrics.values() for s in by_seed}
+    for m, by_seed in metrics.items():
+        for s in sorted(seeds - set(by_seed), key=str):
+            warnings.append(f"warning: no run {m}_s{s} (other arms have seed {s})")
+    return metrics, short, warnings
+
+
+def common_cost(metrics: dict, short: set, key: str) -> tuple[float, str]:
+    """(the largest `key` every run that did not stop short reached, the run that ends
+    there as method_s<seed>); every run's when all stopped short."""
+    ends = [(recs[-1].get(key, 0), f"{m}_s{s}") for m, seeds in metrics.items()
+            for s, recs in seeds.items() if (m, s) not in short]
+    ends = ends or [(recs[-1].get(key, 0), f"{m}_s{s}") for m, seeds in metrics.items()
+                    for s, recs in seeds.items()]
+    return min(ends)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", required=True, help="folder holding <method>_s<seed> runs")
@@ -95,13 +137,17 @@ def main():
     ap.add_argument("--out", default="", help="write the seed-mean plots here")
     a = ap.parse_args()
     costs = [float(c) for c in a.costs.split(",")]
-    runs = {m: sorted(glob.glob(os.path.join(a.root, f"{m}_s[0-9]*")))
-            for m in a.methods.split(",")}
-    runs = {m: [d for d in ds if os.path.isdir(d)] for m, ds in runs.items()}
+    runs = {m: sorted(d for d in glob.glob(os.path.join(a.root, f"{m}_s[0-9]*"))
+                      if os.path.isdir(d)) for m in a.methods.split(",")}
     missing = [m for m, ds in runs.items() if not ds]
     if missing:
         ap.error(f"no runs under {a.root} for {', '.join(missing)}")
-    metrics = {m: {plots.run_seed(d): plots.load_metrics(d) for d in ds} for m, ds in runs.items()}
+    metrics, short, warnings = load_runs(runs)
+    for w in warnings:
+        print(w, file=sys.stderr)
+    empty = [m for m, seeds in metrics.items() if not seeds]
+    if empty:
+        ap.error(f"no run with metrics under {a.root} for {', '.join(empty)}")
     if a.train_weight != TRAIN_TOKEN_WEIGHT:  # the same cost with another weight on a trained token
         for seeds in metrics.values():
             for recs in seeds.values():
@@ -110,8 +156,14 @@ def main():
                         r["cost_flop_tokens"] = r["cum_generated_tokens"] + a.train_weight * (
                             r.get("cum_trained_tokens", 0) + r.get("cum_replay_tokens", 0))
     k = plots.eval_k(next(iter(next(iter(metrics.values())).values())))
-    flop = min(recs[-1]["cost_flop_tokens"] for seeds in metrics.values()
-               for recs in seeds.values())
+    flop, by = common_cost(metrics, short, "cost_flop_tokens")
+    print(f"FLOP-weighted column at {flop / 1e3:,.0f}k FLOP-tokens: the largest cost every "
+          f"full run reached (set by {by})", file=sys.stderr)
+    reach, by = common_cost(metrics, short, "cost_samples")
+    for c in costs:
+        if c > reach:
+            print(f"warning: {c:,.0f} samples is past {by}'s end ({reach:,.0f}): that column "
+                  f"averages the runs that reached it", file=sys.stderr)
     last = costs[-1]
     ref = metrics.get(a.reference, {})
     uniform = [m for m in a.uniform.split(",") if m in metrics]

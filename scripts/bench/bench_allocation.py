@@ -11,19 +11,24 @@ uniform's score on the same objective and batch:
 
   knapsack          Knapsack-RL (last visit's raw p, the authors' rule): Σ V(N_i, p_i),
                     V = (1 - p^N - (1-p)^N)·p(1-p)²  (higher is better)
-  vip               VIP (Gaussian process over prompts, γ·log(p)·n program, floor 4): the
-                    program's value Σ p(1-p)/(N-1) + γ·log(p)·N  (lower is better); the plain
-                    variance Σ p(1-p)/(N-1) beside it
+  vip               VIP (Gaussian process over prompts by their question text, γ·log(p)·n
+                    program, floor 4): the program's value Σ p(1-p)/(N-1) + γ·log(p)·N  (lower
+                    is better); the plain variance Σ p(1-p)/(N-1) beside it
+  vip_labels        the same with the distance read from the family / tier labels
+                    (vip.features labels): a prompt's family informs it
   vip_raw           the same with the authors' raw last-visit rate (vip.smoothing 0): a 0/8
                     visit is predicted p = 1e-6, and the allocation loses to uniform
   knapsack_beta, vip_beta   the same solvers fed the Ada-Est Beta(1, 16) posterior (how they
                     were run before: the solved prompt looks like p ≈ 0.36), for comparison
-  pilot_commit      pilot 4 samples on 3·B prompts, commit B, 8 fresh samples each: share of
-                    the trained groups that are mixed, E[1 - p^8 - (1-p)^8] (higher), vs uniform
-                    n = 8 on a batch of B; and mixed groups per sample spent
+  pilot_commit      pilot 4 samples on 3·B prompts, commit B, 8 fresh samples each, a committed
+                    prompt's 4 + 8 samples its training group: share of the trained groups that
+                    are mixed (higher) vs uniform groups of 12 on a batch of B; and mixed groups
+                    per sample generated
   conformal         calibrated on 64 held-out prompts (grid 2, 4, 8, 16; auto δ): samples per
-                    prompt (lower) vs sampling every prompt to the grid's top, and the coverage
-                    P(score <= q̂) on fresh prompts at the first level (>= 1 - δ)
+                    trained prompt (lower), the calibration's 64 x 16 samples shared over the
+                    prompts a RUN_BUDGET run trains, vs sampling every prompt to the grid's top;
+                    the samples in training alone; and the coverage P(score <= q̂) on fresh
+                    prompts at the first level (>= 1 - δ)
 Every row also gives the share of the method's samples on prompts with p <= 0.1 and >= 0.9.
 A method that loses to uniform on its own objective has a defect (tests/test_bench_allocation.py).
 
@@ -34,6 +39,7 @@ The last stdout line is one JSON object of the headline figures.
 import argparse
 import json
 import os
+import random
 import sys
 
 import numpy as np
@@ -47,6 +53,7 @@ from ada_jax.tasks.problem import Problem  # noqa: E402
 from configs import base  # noqa: E402
 
 MEAN, VISIT = 8, 8
+RUN_BUDGET = 12_288  # samples generated + trained: the side by side's runs (conformal's calibration)
 RL_FAMILIES = [i + 1 for i, f in enumerate(families.FAMILIES) if not f.control]
 
 
@@ -57,7 +64,10 @@ def base_rate(level: int) -> float:
 
 
 def _draw(rng, levels, start_id):
-    probs = [Problem(start_id + i, "q", "a", level=int(lv)) for i, lv in enumerate(levels)]
+    """Prompts of the given families, each a question of its family (the text VIP reads)."""
+    texts = random.Random(start_id)
+    probs = [Problem(start_id + i, families.make_problem(texts, int(lv) - 1).question, "a",
+                     level=int(lv)) for i, lv in enumerate(levels)]
     return probs, np.asarray([base_rate(lv) for lv in levels])
 
 
@@ -73,19 +83,24 @@ def allocation_rows(reps: int, B: int = 16, seed: int = 0) -> dict:
     a_v, a_k = c_vip.adaptive.vip, c_kn.adaptive.knapsack
     c_raw = base.get_config("algo=vip")
     c_raw.adaptive.vip.smoothing = 0.0
-    acc = {m: [] for m in ("knapsack", "vip", "vip_raw", "knapsack_beta", "vip_beta")}
+    c_lab = base.get_config("algo=vip")
+    c_lab.adaptive.vip.features = "labels"
+    acc = {m: [] for m in ("knapsack", "vip", "vip_labels", "vip_raw", "knapsack_beta",
+                           "vip_beta")}
     for r in range(reps):
         others, p_o = _draw(rng, rng.choice(RL_FAMILIES, 3 * B), 10_000_000 * (r + 1))
         probs, p = _draw(rng, rng.choice(RL_FAMILIES, B), 10_000_000 * (r + 1) + 5_000_000)
         visits = {}
         for pr, pp in zip(others + probs, np.concatenate([p_o, p])):
             visits[str(pr.id)] = [VISIT, int(rng.binomial(VISIT, pp)), pr.level]
+        texts = {str(pr.id): pr.question for pr in others + probs}
         pos = np.asarray([visits[str(pr.id)][1] for pr in probs], np.float64)
         total = MEAN * B
         uni = np.full(B, MEAN)
         n_kn = knapsack.budgets_for(c_kn, probs, visits)
-        n_vip = vip.budgets_for(c_vip, probs, visits)
-        n_vipr = vip.budgets_for(c_raw, probs, visits)
+        n_vip = vip.budgets_for(c_vip, probs, visits, texts)
+        n_vipl = vip.budgets_for(c_lab, probs, visits, texts)
+        n_vipr = vip.budgets_for(c_raw, probs, visits, texts)
         p_hat, s2_hat = A.beta_moments(np.full(B, float(VISIT)), pos, 1.0, 16.0)
         n_knb = A.knapsack_allocation(p_hat, total, a_k.n_min, a_k.n_max)
         n_vipb = A.vip_allocation(s2_hat, total, 2, a_v.n_max)
@@ -96,6 +111,8 @@ def allocation_rows(reps: int, B: int = 16, seed: int = 0) -> dict:
         acc["vip_raw"].append((vo(n_vipr), vo(uni), *_shares(n_vipr, p), var(n_vipr), var(uni)))
         acc["knapsack_beta"].append((kv(n_knb), kv(uni), *_shares(n_knb, p)))
         acc["vip"].append((vo(n_vip), vo(uni), *_shares(n_vip, p), var(n_vip), var(uni)))
+        acc["vip_labels"].append((vo(n_vipl), vo(uni), *_shares(n_vipl, p), var(n_vipl),
+                                  var(uni)))
         acc["vip_beta"].append((vo(n_vipb), vo(uni), *_shares(n_vipb, p), var(n_vipb),
                                 var(uni)))
     rows = {}
@@ -115,28 +132,50 @@ def allocation_rows(reps: int, B: int = 16, seed: int = 0) -> dict:
 
 
 def pilot_commit_row(reps: int, B: int = 16, seed: int = 1) -> dict:
-    """Mixed share of the trained groups (the commit's 8 fresh samples) vs uniform n = 8."""
+    """Mixed share of the trained groups (a committed prompt's pilot and commit samples) vs
+    uniform groups of the same size, and mixed groups per sample generated."""
     rng = np.random.default_rng(seed)
     a = base.get_config("algo=grpo").adaptive.pilot_commit
+    G = pilot_commit.group_size(base.get_config("algo=grpo"))[0]
     mixed = lambda p, n: 1 - p ** n - (1 - p) ** n  # noqa: E731
     got, uni, spent, sh = [], [], [], []
     for _ in range(reps):
         p = np.asarray([base_rate(lv) for lv in rng.choice(RL_FAMILIES, a.pilot_batches * B)])
         pos = rng.binomial(a.pilot, p)
         chosen = pilot_commit.commit(pos, np.full(len(p), a.pilot), B, a.p_low, a.p_high)
-        got.append(mixed(p[chosen], a.commit).mean())
-        uni.append(mixed(p[:B], MEAN).mean())
+        pc, kc = p[chosen], pos[chosen]
+        if a.train_pilot:  # mixed in the pilot, or the commit adds the missing outcome
+            m = np.where(kc == 0, 1 - (1 - pc) ** a.commit,
+                         np.where(kc == a.pilot, 1 - pc ** a.commit, 1.0))
+        else:
+            m = mixed(pc, a.commit)
+        got.append(m.mean())
+        uni.append(mixed(p[:B], G).mean())
         spent.append(a.pilot * len(p) + a.commit * B)
         n = np.full(len(p), a.pilot)
         n[chosen] += a.commit
         sh.append(_shares(n, p))
     per_sample = np.mean(got) * B / np.mean(spent)
-    return dict(objective="mixed share of trained groups", better="higher",
+    return dict(objective=f"mixed share of trained groups ({G} samples)", better="higher",
                 method=float(np.mean(got)), uniform=float(np.mean(uni)),
                 mixed_per_sample=float(per_sample),
-                mixed_per_sample_uniform=float(np.mean(uni) / MEAN),
+                mixed_per_sample_uniform=float(np.mean(uni) / G),
                 share_p_le_0_1=float(np.mean([s[0] for s in sh])),
                 share_p_ge_0_9=float(np.mean([s[1] for s in sh])))
+
+
+def run_steps(used: float, B: int, a) -> tuple[int, int]:
+    """(steps, calibration samples) of a conformal run until RUN_BUDGET samples generated +
+    trained (the training loop's stop): calibration (calib_prompts to the grid's top,
+    generated, not trained) before step 1 and every refit_every steps, then `used` samples a
+    prompt, each generated and trained."""
+    spent, calib, steps = 0.0, 0, 0
+    while spent < RUN_BUDGET:
+        refit = a.calib_prompts * max(a.grid) if steps % a.refit_every == 0 else 0
+        spent += refit + 2 * used * B
+        calib += refit
+        steps += 1
+    return steps, calib
 
 
 def conformal_row(reps: int, B: int = 16, seed: int = 2) -> dict:
@@ -166,21 +205,51 @@ def conformal_row(reps: int, B: int = 16, seed: int = 2) -> dict:
         cover.append((conformal.score(s[0], grid[0]) <= q[0] + conformal.TIE).mean())
         deltas.append(d)
         sh.append(_shares(n, p))
-    return dict(objective="samples per prompt", better="lower", method=float(np.mean(used)),
-                uniform=float(grid[-1]), coverage_first_level=float(np.mean(cover)),
+    steps, calib = run_steps(float(np.mean(used)), B, a)
+    per_prompt = calib / (steps * B)
+    return dict(objective="samples per trained prompt, calibration included", better="lower",
+                method=float(np.mean(used)) + per_prompt, uniform=float(grid[-1]),
+                in_training=float(np.mean(used)), calibration_per_prompt=per_prompt,
+                run_steps=steps, coverage_first_level=float(np.mean(cover)),
                 delta=float(np.mean(deltas)),
                 share_p_le_0_1=float(np.mean([x[0] for x in sh])),
                 share_p_ge_0_9=float(np.mean([x[1] for x in sh])))
+
+
+def vip_fresh_row(reps: int, B: int = 16, steps: int = 6, seed: int = 3) -> dict:
+    """VIP on a fresh stream (no prompt recurs): per features setting, the mean number of the
+    B budgets that differ from uniform 8 on steps 2..steps (step 1 has no history: uniform)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for feat in ("text", "labels"):
+        c = base.get_config("algo=vip")
+        c.adaptive.vip.features = feat
+        changed = []
+        for r in range(max(reps // 10, 1)):
+            visits, texts = {}, {}
+            for t in range(steps):
+                probs, p = _draw(rng, rng.choice(RL_FAMILIES, B), 10_000_000 * (r + 1) + 1000 * t)
+                n = vip.budgets_for(c, probs, visits, texts)
+                if t:
+                    changed.append(int((n != MEAN).sum()))
+                for pr, n_i, pp in zip(probs, n, p):
+                    visits[str(pr.id)] = [int(n_i), int(rng.binomial(n_i, pp)), pr.level]
+                    texts[str(pr.id)] = pr.question
+        out[feat] = float(np.mean(changed))
+    return out
 
 
 def bench(reps: int) -> dict:
     rows = allocation_rows(reps)
     rows["pilot_commit"] = pilot_commit_row(reps)
     rows["conformal"] = conformal_row(reps)
+    fresh = vip_fresh_row(reps)
     for r in rows.values():
         if r["method"] is not None:
             sign = 1 if r["better"] == "higher" else -1
             r["beats_uniform"] = bool(sign * (r["method"] - r["uniform"]) >= 0)
+    rows["vip"]["fresh_budgets_changed"] = fresh["text"]
+    rows["vip_labels"]["fresh_budgets_changed"] = fresh["labels"]
     return rows
 
 
@@ -200,12 +269,18 @@ def main():
         print(f"| {m} | {r['objective']} ({r['better']}) | {f(r['method'])} | "
               f"{f(r['uniform'])} | {r['share_p_le_0_1']:.2f} | {r['share_p_ge_0_9']:.2f} | "
               f"{r.get('beats_uniform', '-')} |")
-    for m in ("vip", "vip_raw", "vip_beta"):
+    for m in ("vip", "vip_labels", "vip_raw", "vip_beta"):
         print(f"{m}: plain variance {rows[m]['variance']:.4f} vs uniform "
               f"{rows[m]['variance_uniform']:.4f}")
+    print(f"vip on a fresh stream: {rows['vip']['fresh_budgets_changed']:.1f} of 16 budgets "
+          f"off uniform a step after the first (labels: "
+          f"{rows['vip_labels']['fresh_budgets_changed']:.1f})")
     pc, cf = rows["pilot_commit"], rows["conformal"]
     print(f"pilot_commit: mixed groups per sample spent {pc['mixed_per_sample']:.4f} vs uniform "
           f"{pc['mixed_per_sample_uniform']:.4f}")
+    print(f"conformal: {cf['in_training']:.2f} samples a prompt in training + "
+          f"{cf['calibration_per_prompt']:.2f} of calibration over a {cf['run_steps']}-step run "
+          f"of {RUN_BUDGET:,} samples")
     print(f"conformal: coverage at the first level {cf['coverage_first_level']:.3f} "
           f"(target >= 1 - δ, mean δ {cf['delta']:.3f})")
     print(json.dumps({m: {k: v for k, v in r.items() if k not in ("objective", "better")}
