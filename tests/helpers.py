@@ -116,3 +116,15 @@ def run(cmd, stall_s: float = STALL_S, check: bool = False, **kwargs):
     if check and rc:
         pytest.fail(f"{' '.join(map(str, cmd))[:300]} exited with {rc}:\n{done.stderr[-3000:]}")
     return done
+
+
+def load_script(relpath: str):
+    """A script of the repository (e.g. "scripts/tools/check_results.py") as a module."""
+    import importlib.util
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    name = os.path.splitext(os.path.basename(relpath))[0]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(root, relpath))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

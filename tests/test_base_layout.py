@@ -1,8 +1,5 @@
 """scripts/tools/convert_base_layout.py: a base in the per-layer block layout converts to the
 stacked one (which this code loads) and back, value for value."""
-import importlib.util
-import os
-
 import jax
 import numpy as np
 from flax import nnx
@@ -10,15 +7,9 @@ from flax import nnx
 from ada_jax.checkpoint import Checkpointer, abstract_like
 from tests import helpers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def _tool():
-    spec = importlib.util.spec_from_file_location(
-        "convert_base_layout", os.path.join(ROOT, "scripts", "tools", "convert_base_layout.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return helpers.load_script("scripts/tools/convert_base_layout.py")
 
 
 def test_per_layer_and_back_restores_the_same_params(tmp_path):

@@ -1,23 +1,19 @@
 """docs/results_index.json: every documented result names its commit and base, and a file it
 depends on changed since that commit fails the check unless declared (scripts/tools)."""
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
 
 import pytest
+from tests import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GIT = shutil.which("git") is not None and os.path.isdir(os.path.join(ROOT, ".git"))
+GIT = shutil.which("git") is not None and os.path.exists(os.path.join(ROOT, ".git"))
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location(
-        "check_results", os.path.join(ROOT, "scripts", "tools", "check_results.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return helpers.load_script("scripts/tools/check_results.py")
 
 
 @pytest.mark.skipif(not GIT, reason="needs git and the repository's history")

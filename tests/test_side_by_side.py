@@ -1,22 +1,15 @@
 """scripts/analysis/side_by_side.py on run folders written here: missing seeds, runs that
 stopped short and empty metrics files are named, and the FLOP-weighted column is read at a
 cost every full run reached."""
-import importlib.util
 import json
-import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
+from tests import helpers
 
 @pytest.fixture(scope="module")
 def side():
-    spec = importlib.util.spec_from_file_location(
-        "side_by_side", os.path.join(ROOT, "scripts", "analysis", "side_by_side.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return helpers.load_script("scripts/analysis/side_by_side.py")
 
 
 def _run(root, name, steps=10, planned=10, flop_per_step=300, acc=0.5):
