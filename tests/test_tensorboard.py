@@ -81,7 +81,8 @@ def test_a_run_logs_jsonl_keys_lr_histograms_and_samples(tmp_path, monkeypatch):
         assert records[s]["lr"] == train.learning_rate(c, s - 1) > 0
     hists = {(s, v.tag) for s, v in events if v.HasField("histo")}
     assert hists == {(s, f"hist/{k}") for s in (1, 2)
-                     for k in ("pass_rate", "samples_per_prompt", "response_length")}
+                     for k in ("pass_rate", "samples_per_prompt", "kept_per_prompt",
+                               "response_length")}
     texts = {s: v.tensor.string_val[0].decode() for s, v in events
              if v.tag == "eval/samples/text_summary"}
     assert sorted(texts) == [0, 2]

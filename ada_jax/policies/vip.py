@@ -11,9 +11,9 @@ success_rate_prediction/gaussian_process.py):
   true p, scripts/bench/bench_allocation.py),
   so a prompt never seen is predicted from the prompts near it. The distance (`distance`,
   the setting `features`): 'text' (default, the authors' kind: theirs is the Euclidean
-  distance between sentence embeddings of the question, all-MiniLM-L6-v2) is the Euclidean
-  distance between unit-length hashed bags of the question's words and character trigrams,
-  0 for the same prompt; 'labels' reads the task's labels instead, which the authors' prompts
+  distance between the question's embeddings by a MiniLM-L6 sentence encoder) is the
+  Euclidean distance between unit-length hashed bags of the question's words and character
+  trigrams, 0 for the same prompt; 'labels' reads the task's labels instead, which the authors' prompts
   do not carry: on the family task 0.1 within a family (other operands), 0.6 within a tier,
   1 across tiers; elsewhere 0.2 + 0.2·|level difference|.
 - allocation: integers N_i in [n_min, n_max] (the authors' floor 4 and cap 32) minimising
