@@ -13,6 +13,12 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 _CACHE = tempfile.mkdtemp(prefix="ada_jax_test_cache_")
 os.environ["ADA_JAX_CACHE"] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+# Compiled programs are kept on disk for the whole run and shared with the subprocesses tests
+# start: the suite compiles the same tiny models many times over (ADA_JAX_TEST_JIT_CACHE=0: off).
+if os.environ.get("ADA_JAX_TEST_JIT_CACHE", "1") != "0":
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_CACHE, "jit"))
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 import jax  # noqa: E402
 

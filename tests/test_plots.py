@@ -370,7 +370,8 @@ def _rl_run(root, name, seed, acc, steps=3, generated=100, trained=50):
         for step in range(1, steps + 1):
             f.write(json.dumps({"step": step, "generated_tokens": generated,
                                 "trained_tokens": trained, "time_sampling": 2.0,
-                                "time_learning": 1.0, "cum_samples_launched": 8 * step,
+                                "time_learning": 1.0, "cum_samples": 7 * step,
+                                "cum_samples_launched": 8 * step,
                                 "cost_samples": 12 * step,
                                 "cost_flop_tokens": (generated + 3 * trained) * step}) + "\n")
     (d / "heldout.json").write_text(json.dumps({**acc, "step": steps}))
@@ -391,9 +392,9 @@ def test_before_after_reads_levels_spend_and_per_seed_counts(tmp_path):
     text = before_after.tables(base, groups, reference="ref")
     lines = text.splitlines()
     assert lines[0].endswith("| all | level1 | level10 |")  # levels in numeric order
-    assert "| base | | | | | | | | | | 0.100 | 0.200 | 0.000 |" in lines
-    # 3 steps: 8 x 3 samples, cost 36, 900 generated tokens over 6 s, 150 trained over 3 s
-    assert ("| new | 0 | 3 | 24 | 36 | 900 | 150 | 1350 | 150.0 | 50.0 | 0.300 | 0.100 | 0.000 |"
+    assert "| base | | | | | | | | | | | 0.100 | 0.200 | 0.000 |" in lines
+    # 3 steps: 7 x 3 samples finished of 8 x 3 launched (the metrics' own), cost 36, 900 generated tokens over 6 s, 150 trained over 3 s
+    assert ("| new | 0 | 3 | 21 | 24 | 36 | 900 | 150 | 1350 | 150.0 | 50.0 | 0.300 | 0.100 | 0.000 |"
             in lines)
     change = {l.split("|")[1].strip(): [c.strip() for c in l.strip("|").split("|")[1:]]
               for l in lines[lines.index("| arm | all | level1 | level10 |") + 2:][:2]}

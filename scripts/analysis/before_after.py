@@ -10,8 +10,9 @@ policy's evaluation (`evaluate.py --base --out=…`).
       --groups grpo_n4=/tmp/rm/grpo_n4_s0,/tmp/rm/grpo_n4_s1 ada_pos=/tmp/rm/ada_pos_s0,… \
       --reference grpo_n4
 
-Prints markdown: one row per run (steps, samples generated, cost in samples generated +
-trained, generated and trained tokens, the FLOP-weighted cost (generated + 3 x trained tokens),
+Prints markdown: one row per run (steps, samples generated (finished: the metrics'
+cum_samples), samples launched (cut ones included: cum_samples_launched), cost in samples
+launched + trained, generated and trained tokens, the FLOP-weighted cost (generated + 3 x trained tokens),
 sampler and learner tokens per second, held-out accuracy
 overall and per level), then per arm and level the mean change from the base and on how many
 seeds it rose and fell, and with --reference the same against the reference's run of each
@@ -65,7 +66,8 @@ def run_row(workdir: str, budget: int | None = None) -> dict:
     total = lambda key: float(sum(r.get(key, 0) for r in recs))  # noqa: E731
     last = recs[-1]
     return {"seed": plots.load_config(workdir).get("seed"), "steps": last["step"],
-            "samples": last.get("cum_samples_launched", total("samples_launched")),
+            "samples": last.get("cum_samples", total("samples_total")),
+            "launched": last.get("cum_samples_launched", total("samples_launched")),
             "cost": last.get("cost_samples", float("nan")),
             "flop_tokens": last.get("cost_flop_tokens", float("nan")),
             "generated_tokens": total("generated_tokens"), "trained_tokens": total("trained_tokens"),
@@ -87,14 +89,14 @@ def tables(base: dict, groups, reference: str | None = None, budget: int | None 
     base_acc = accuracies(base)
     cols = list(base_acc)
     rows = {label: [run_row(d, budget) for d in dirs] for label, dirs in groups}
-    out = ["| arm | seed | steps | samples generated | cost (samples) | generated tokens | "
-           "trained tokens | FLOP-tokens | sampler tok/s | learner tok/s | "
-           + " | ".join(cols) + " |", "|" + "---|" * (10 + len(cols)),
-           "| base |" + " |" * 9 + " " + " | ".join(f"{base_acc[c]:.3f}" for c in cols) + " |"]
+    out = ["| arm | seed | steps | samples generated | launched (cut included) | cost (samples) | "
+           "generated tokens | trained tokens | FLOP-tokens | sampler tok/s | learner tok/s | "
+           + " | ".join(cols) + " |", "|" + "---|" * (11 + len(cols)),
+           "| base |" + " |" * 10 + " " + " | ".join(f"{base_acc[c]:.3f}" for c in cols) + " |"]
     for label, runs in rows.items():
         for r in runs:
             out.append(f"| {label} | {r['seed']} | {r['steps']}{' (' + r['short'] + ')' if r['short'] else ''} "
-                       f"| {r['samples']:.0f} | {r['cost']:.0f} | {r['generated_tokens']:.0f} | "
+                       f"| {r['samples']:.0f} | {r['launched']:.0f} | {r['cost']:.0f} | {r['generated_tokens']:.0f} | "
                        f"{r['trained_tokens']:.0f} | {r['flop_tokens']:.0f} | "
                        f"{r['sampler_tok_s']:.1f} | "
                        f"{r['learner_tok_s']:.1f} | "
