@@ -131,9 +131,10 @@ class Checkpointer:
                         self.directory, ", ".join(gone))
         return gone
 
-    def _restore(self, step: int, abstract_arrays):
+    def _restore(self, step: int, abstract_arrays, partial: bool = False):
         """(arrays, meta) of one step; CheckpointMismatch for other shapes, any other exception
-        for corruption."""
+        for corruption. `partial`: `abstract_arrays` names a part of what was saved (the
+        policy's params alone), only that part is read and checked."""
         try:
             meta = self.manager.restore(step, args=ocp.args.Composite(
                 meta=ocp.args.JsonRestore()))["meta"]
@@ -147,7 +148,7 @@ class Checkpointer:
             want = _shapes(abstract_arrays)
             diff = [f"{k}: saved {saved[k][:2] if k in saved else 'absent'}, "
                     f"expected {want[k] if k in want else 'absent'}"
-                    for k in sorted(saved.keys() | want.keys())
+                    for k in sorted(want.keys() if partial else saved.keys() | want.keys())
                     if k not in saved or k not in want or saved[k][:2] != want[k]]
             if diff:
                 per_layer = any(re.search(r"\['blocks'\]\[\d+\]", k) for k in saved)
@@ -160,8 +161,16 @@ class Checkpointer:
                     f"checkpoint {step} in {self.directory} holds other arrays than this config "
                     f"builds ({why}): " + "; ".join(diff[:5])
                     + (f"; … {len(diff) - 5} more" if len(diff) > 5 else ""))
-        arrays = self.manager.restore(step, args=ocp.args.Composite(
-            arrays=ocp.args.StandardRestore(abstract_arrays)))["arrays"]
+        if partial:  # a reader of its own: this manager's "arrays" handler is the saver's
+            read = ocp.args.PyTreeRestore(
+                abstract_arrays, partial_restore=True,
+                restore_args=ocp.checkpoint_utils.construct_restore_args(abstract_arrays))
+            with ocp.CheckpointManager(self.directory) as reader:
+                arrays = reader.restore(step, args=ocp.args.Composite(arrays=read))
+        else:
+            arrays = self.manager.restore(step, args=ocp.args.Composite(
+                arrays=ocp.args.StandardRestore(abstract_arrays)))
+        arrays = arrays["arrays"]
         if saved is not None:
             bad = [k for k, v in signature(arrays).items() if v[2] != saved[k][2]]
             if bad:
@@ -169,8 +178,18 @@ class Checkpointer:
                               + (f" and {len(bad) - 5} more arrays" if len(bad) > 5 else ""))
         return arrays, meta
 
-    def restore_latest(self, abstract_arrays, start_over: bool = False):
-        """(step, arrays, meta) of the newest readable checkpoint, or None if there is none.
+    def restore(self, step: int, abstract_arrays, partial: bool = False):
+        """(arrays, meta) of checkpoint `step` (FileNotFoundError naming the steps there if
+        it has none of that step); see _restore."""
+        steps = self.manager.all_steps()
+        if step not in steps:
+            raise FileNotFoundError(f"{self.directory}: no checkpoint of step {step} (has "
+                                    f"{sorted(steps)})")
+        return self._restore(step, abstract_arrays, partial)
+
+    def restore_latest(self, abstract_arrays, start_over: bool = False, partial: bool = False):
+        """(step, arrays, meta) of the newest readable checkpoint, or None if there is none;
+        `partial`: only the part of it `abstract_arrays` names (see _restore).
 
         Corrupted checkpoints newer than the one restored are moved aside. When checkpoints
         exist but none is readable: UnreadableCheckpoints, or with `start_over` move them all
@@ -180,7 +199,7 @@ class Checkpointer:
         found = None
         for step in sorted(self.manager.all_steps(), reverse=True):
             try:
-                found = (step,) + self._restore(step, abstract_arrays)
+                found = (step,) + self._restore(step, abstract_arrays, partial)
                 break
             except CheckpointMismatch:
                 raise

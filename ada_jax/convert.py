@@ -35,6 +35,7 @@ from safetensors.numpy import save_file
 
 from ada_jax import model as model_lib
 from ada_jax import sharding
+from ada_jax.checkpoint import Checkpointer
 
 log = logging.getLogger(__name__)
 
@@ -546,8 +547,8 @@ def _saved_config(workdir: str):
 def restore_params(workdir: str, step: int | None = None, mesh=None):
     """(config, ModelConfig, graphdef, params, step) of a training run's checkpoint (the latest,
     or `step`): the policy params only, placed on `mesh` (default: every device on fsdp) by the
-    run's sharding rules; the optimizer and engine state are not read."""
-    import orbax.checkpoint as ocp
+    run's sharding rules, checked against the checkpoint's checksums; the optimizer and engine
+    state are not read."""
     config = _saved_config(workdir)
     cfg = model_lib.ModelConfig.from_config(config.model)
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: model_lib.Transformer(cfg,
@@ -561,21 +562,20 @@ def restore_params(workdir: str, step: int | None = None, mesh=None):
                                            sharding=shardings[k])))
         for k, v in nnx.to_flat_state(abstract)])
     directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-    manager = ocp.CheckpointManager(directory)
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(f"{directory}: no checkpoint")
+    ckpt = Checkpointer(directory)
+    item = {"trainable": {"model": target}}  # the rest of the tree is left on disk
     try:
-        steps = manager.all_steps()
-        if not steps:
-            raise FileNotFoundError(f"{directory}: no checkpoint")
-        step = max(steps) if step is None else step
-        if step not in steps:
-            raise FileNotFoundError(f"{directory}: no checkpoint of step {step} (has "
-                                    f"{sorted(steps)})")
-        item = {"trainable": {"model": target}}  # the rest of the tree is left on disk
-        arrays = manager.restore(step, args=ocp.args.Composite(arrays=ocp.args.PyTreeRestore(
-            item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
-            partial_restore=True)))["arrays"]
+        if step is None:
+            got = ckpt.restore_latest(item, partial=True)
+            if got is None:
+                raise FileNotFoundError(f"{directory}: no checkpoint")
+            step, arrays = got[:2]
+        else:
+            arrays = ckpt.restore(step, item, partial=True)[0]
     finally:
-        manager.close()
+        ckpt.close()
     return config, cfg, graphdef, arrays["trainable"]["model"], step
 
 

@@ -257,6 +257,18 @@ def restore_checkpoint(ckpt: Checkpointer, trainable, opt_state, start_over: boo
     return step, arrays["trainable"], arrays["opt"], meta
 
 
+def restore_policy(ctx: Context, params, workdir: str):
+    """(step, params) of the policy in the workdir's newest readable checkpoint, or None if it
+    has none. Reads the params alone: an evaluation holds neither the optimizer's state (twice
+    the params under AdamW) nor the policies' arrays. `params`: the model's params as set up
+    (the layout to read into)."""
+    placed = sharding.place_on_mesh({"model": params}, ctx.mesh)
+    del params
+    restored = Checkpointer(os.path.join(workdir, "checkpoints")).restore_latest(
+        {"trainable": abstract_like(placed)}, partial=True)
+    return None if restored is None else (restored[0], restored[1]["trainable"]["model"])
+
+
 def train_and_evaluate(config, workdir: str) -> dict:
     """Train config.rl.steps steps (resuming the workdir's newest readable checkpoint); returns
     the last step's metrics. The workdir is checked first and locked for the run's life

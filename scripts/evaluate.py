@@ -13,8 +13,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 import ada_jax
-from ada_jax import collect, evaluate, run_config, sharding, train
-from ada_jax.checkpoint import Checkpointer
+from ada_jax import evaluate, run_config, sharding, train
 from ada_jax.config_check import parse_flags, refuse_bad_config, validate
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "base.py")
@@ -43,13 +42,10 @@ def main(argv):
     ctx, params = train.setup(config, _WORKDIR.value)
     step = 0
     if not _BASE.value:
-        _, trainable, opt_state = train.init_train_state(ctx, params)
-        restored = train.restore_checkpoint(
-            Checkpointer(os.path.join(_WORKDIR.value, "checkpoints")), trainable, opt_state,
-            state=collect.init_state(ctx, params))
+        restored = train.restore_policy(ctx, params, _WORKDIR.value)
         if restored is None:
             raise SystemExit(f"no checkpoint in {_WORKDIR.value}/checkpoints (use --base)")
-        step, params = restored[0], restored[1]["model"]
+        step, params = restored
     with sharding.activate(ctx.mesh, config.sharding_rules):
         out = evaluate.evaluate(ctx.graphdef, params, ctx.tokenizer, ctx.eval_problems, config,
                                 jax.random.key(config.seed + 99), _K.value, _SAMPLES.value)

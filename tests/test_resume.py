@@ -112,6 +112,44 @@ def test_flipped_bytes_fall_back_to_the_previous_checkpoint(tmp_path):
     assert "1" in os.listdir(d)
 
 
+def test_a_partial_restore_reads_and_checks_the_named_part_alone(tmp_path):
+    """The policy alone (evaluate, export): only the named arrays come back, checked against
+    their saved checksums (a wrong one falls back to the older step); a wrong checksum of a
+    part not read (the optimizer's) does not matter; other shapes of the part are a mismatch."""
+    from ada_jax.checkpoint import _META_SUM, _SIGNATURE, meta_checksum
+    d = str(tmp_path / "ckpt")
+    tree = {"trainable": {"model": {"w": jnp.arange(4096, dtype=jnp.float32).reshape(64, 64)}},
+            "opt": {"mu": jnp.arange(8192, dtype=jnp.float32) / 3}}
+    part = {"trainable": tree["trainable"]}
+    ckpt = Checkpointer(d)
+    ckpt.save(1, tree, {"step": 1})
+    ckpt.save(2, jax.tree.map(lambda x: x + 1, tree), {"step": 2})
+
+    def wrong_checksum(step, leaf):  # as if that array's bytes had changed on disk
+        def edit(meta):
+            meta[_SIGNATURE][leaf][2] += 1
+            meta.pop(_META_SUM)
+            meta[_META_SUM] = meta_checksum(meta)
+        _edit_meta(os.path.join(d, str(step), "meta", "metadata"), edit)
+
+    wrong_checksum(2, "['opt']['mu']")
+    step, arrays, _ = ckpt.restore_latest(abstract_like(part), partial=True)
+    assert step == 2 and jax.tree.structure(arrays) == jax.tree.structure(part)
+    np.testing.assert_array_equal(arrays["trainable"]["model"]["w"],
+                                  tree["trainable"]["model"]["w"] + 1)
+    with pytest.raises(CheckpointMismatch, match=r"\['w'\]: saved \[\[64, 64\]"):
+        ckpt.restore_latest({"trainable": {"model": {"w": jax.ShapeDtypeStruct(
+            (32, 64), jnp.float32, sharding=arrays["trainable"]["model"]["w"].sharding)}}},
+            partial=True)
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint of step 7 \(has \[1, 2\]\)"):
+        ckpt.restore(7, abstract_like(part), partial=True)
+    wrong_checksum(2, "['trainable']['model']['w']")
+    step, arrays, _ = ckpt.restore_latest(abstract_like(part), partial=True)
+    assert step == 1
+    np.testing.assert_array_equal(arrays["trainable"]["model"]["w"],
+                                  tree["trainable"]["model"]["w"])
+
+
 def test_a_checkpoint_of_per_layer_block_weights_is_refused_saying_so(tmp_path):
     """Block weights kept per layer (['blocks'][i]…) against the stacked layout: a mismatch
     that names the layout and what to do, not corruption."""

@@ -20,8 +20,7 @@ from flax import nnx
 from ml_collections import config_flags
 
 import ada_jax
-from ada_jax import collect, evaluate, model as model_lib, run_config, train
-from ada_jax.checkpoint import Checkpointer
+from ada_jax import evaluate, model as model_lib, run_config, train
 from ada_jax.tasks import families
 
 _DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "base.py")
@@ -120,12 +119,10 @@ def main(argv):
     if config.task.name != "families":
         raise SystemExit("control_drift.py reads the family task's markers: task=families only")
     ctx, base = train.setup(config, _WORKDIR.value)
-    _, trainable, opt_state = train.init_train_state(ctx, base)
-    restored = train.restore_checkpoint(Checkpointer(os.path.join(_WORKDIR.value, "checkpoints")),
-                                        trainable, opt_state, state=collect.init_state(ctx, base))
+    restored = train.restore_policy(ctx, base, _WORKDIR.value)
     if restored is None:
         raise SystemExit(f"no checkpoint in {_WORKDIR.value}/checkpoints")
-    step, rl = restored[0], restored[1]["model"]
+    step, rl = restored
     base_logits, rl_logits = decision_logits(ctx, base), decision_logits(ctx, rl)
     out = {"step": step, "base": right_marker_probability(ctx, base_logits),
            "rl": right_marker_probability(ctx, rl_logits)}
