@@ -128,7 +128,8 @@ def evaluate(graphdef, params, tokenizer, problems, config, key, k: int | None =
     completions per level (the first sample of the level's first prompts), each a dict of
     level, question, answer, completion and reward."""
     k = config.eval.k if k is None else k
-    texts, lengths = sample_completions(graphdef, params, tokenizer, problems, config, key, k)
+    texts, lengths = sample_completions(graphdef, params, tokenizer, problems, config, key, k,
+                                        batch_rows=config.eval.batch_rows)
     rewards_PK = score_completions(config, problems, texts)
     out = summarize(problems, rewards_PK, lengths)
     if (task_metrics := task_of(config).eval_metrics) is not None:

@@ -19,11 +19,14 @@ ARMS=${ARMS:-"grpo_n4 ada_pos ada_balance"}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 # One base for every arm: the checkpoint as converted, its own chat template and stop tokens,
-# an empty system turn (the template's default), answers read as the last number by default.
+# an empty system turn (the template's default), answers read as the last number by default;
+# the held-out evaluation decodes as many samples at once as a step's sampler has slots (its
+# memory stays within the run's).
 COMMON="--config.model.init_from=$MODEL --config.task.files=$TASK/train.jsonl \
  --config.task.eval_files=$TASK/eval.jsonl --config.task.answer=${ANSWER:-last_number} \
  --config.task.system_prompt= --config.sampling.max_prompt_len=128 \
  --config.sampling.max_new_tokens=${NEW_TOKENS:-48} --config.eval.prompts=100000 \
+ --config.eval.batch_rows=$(( ${PROMPTS:-8} * 4 )) \
  --config.rl.prompts_per_step=${PROMPTS:-8} --config.model.dtype=${DTYPE:-auto}"
 # Small steps for 2 cores: one optimiser update a step in micro-batches of 8 rows, no warm-up
 # (an arm with fewer, larger steps would otherwise spend its run warming up), Ada-Seq pools of

@@ -139,6 +139,49 @@ def test_evaluate_returns_sample_completions_per_level(monkeypatch):
     assert [s["completion"] for s in out["samples"]] == [texts[i * k] for i in firsts]
 
 
+def test_evaluate_decodes_eval_batch_rows_samples_at_once(monkeypatch):
+    """eval.batch_rows bounds the rows one sampler call decodes (its caches are the eval's
+    memory): 10 problems x k 3 at 8 rows a call are 4 calls of 8 rows (the last padded), each
+    row's text where it belongs; one call of 32 by default (no more rows than there are)."""
+    import numpy as np
+    from ada_jax import sampling
+    from ada_jax.tasks import EmbeddedSource
+    c = base.get_config("task=embedded,smoke=True")
+    problems = [EmbeddedSource("eval", 10, 0)[i] for i in range(10)]
+    calls = []
+
+    def fake_sample(graphdef, params, toks, mask, key, cfg):
+        calls.append(toks.shape[0])
+        first = len(calls) - 1
+        return sampling_result(np.arange(first * 100, first * 100 + toks.shape[0])[:, None],
+                               np.ones(toks.shape[0], np.int32))
+
+    class sampling_result:
+        def __init__(self, tokens, lengths):
+            self.tokens_BN, self.lengths_B = jax.numpy.asarray(tokens), jax.numpy.asarray(lengths)
+
+    class Tok:
+        def decode(self, ids):
+            return str(ids[0])
+
+    monkeypatch.setattr(sampling, "sample", fake_sample)
+    monkeypatch.setattr(evaluate, "encode_prompts",
+                        lambda tok, rows, tmpl, n: (np.zeros((len(rows), 4), np.int32),
+                                                    np.ones((len(rows), 4), bool)))
+    monkeypatch.setattr(evaluate, "sampling_config", lambda *a: None)
+    texts, lengths = evaluate.sample_completions(None, None, Tok(), problems, c,
+                                                 jax.random.key(0), 3, batch_rows=8)
+    assert calls == [8, 8, 8, 8] and lengths.shape == (10, 3)
+    assert texts == [str(100 * (r // 8) + r % 8) for r in range(30)]
+    calls.clear()
+    evaluate.sample_completions(None, None, Tok(), problems, c, jax.random.key(0), 3)
+    assert calls == [32]  # 30 rows, padded to the 8 devices' multiple
+    calls.clear()
+    c.eval.batch_rows = 16
+    evaluate.evaluate(None, None, Tok(), problems, c, jax.random.key(0), 3)
+    assert calls == [16, 16]  # the config's eval.batch_rows
+
+
 @pytest.mark.slow
 def test_resume_and_evaluate_from_the_workdir_alone(tmp_path):
     """Train 1 step with flags, then resume to 2 and evaluate naming only the workdir."""
