@@ -286,9 +286,11 @@ def _decode_chunk(cfg, gen_fn, params, prompt_state, st: EngineState, max_steps,
                                        s.slot_seq, key)
         col = jnp.where(live, s.slot_len, N)  # out of range for dead rows: dropped
         length = s.slot_len + live
-        stop = sampling.is_eos(token, getattr(gen_fn, "eos_ids", (gen_fn.eos_id,)))
+        tokens = s.slot_tokens.at[rows, col].set(token, mode="drop")
+        stop = sampling.is_eos(token, getattr(gen_fn, "eos_ids", (gen_fn.eos_id,))) \
+            | sampling.ends_with(tokens, length, getattr(gen_fn, "stop_seqs", ()))
         done = s.slot_done | (live & (stop | (length >= N)))
-        s = s.replace(slot_tokens=s.slot_tokens.at[rows, col].set(token, mode="drop"),
+        s = s.replace(slot_tokens=tokens,
                       slot_logp=s.slot_logp.at[rows, col].set(logp, mode="drop"),
                       slot_len=length, slot_done=done, gen=gen,
                       decode_steps=s.decode_steps + 1,

@@ -109,6 +109,12 @@ FIELDS = {
     "sampling.eval_temperature": ("evaluation sampling temperature",
                                   "rollout.val_kwargs.temperature / —"),
     "sampling.prefill_chunk": ("prompt rows per prefill call (0 = all at once)", "—"),
+    "sampling.stop_strings": ("text that ends a response once it ends with it (matched as the "
+                              "tokenizer encodes it; kept in the response, as a stop token "
+                              "is); () = the template's (plain: a base model's next question, "
+                              "\"\\nQuestion:\" or \"\\n\\nQuestion:\"; none "
+                              "otherwise), ('',) = none",
+                              "rollout.stop / — (generation_config stop_strings)"),
     # task
     "task.name": ("data (variant arg `task=`): families, embedded, files, tfds_embedded, "
                   "tfds_files", "—"),
@@ -282,6 +288,9 @@ FIELDS = {
     "eval.k": ("samples per eval prompt (avg@k, pass@k)", "rollout.val_kwargs.n / —"),
     "eval.prompts": ("held-out eval prompts", "— / (eval_dataset size)"),
     "eval.train_prompts": ("also evaluate on this many training prompts", "—"),
+    "eval.batch_rows": ("samples the evaluation decodes at once (their caches are its memory: "
+                        "at most the training sampler's rows keeps an evaluation within the "
+                        "run's memory; fewer is slower)", "— / per_device_eval_batch_size"),
     "checkpoint.every": ("checkpoint every this many steps (and at the end)",
                          "trainer.save_freq / save_steps"),
     "checkpoint.keep": ("checkpoints kept", "trainer.max_actor_ckpt_to_keep / "

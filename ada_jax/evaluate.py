@@ -13,7 +13,7 @@ import numpy as np
 from ada_jax import sampling, sharding
 from ada_jax.rewards.embedded import score_text
 from ada_jax.tasks import Problem, task_of
-from ada_jax.tokenizer import Tokenizer, encode_prompt, extra_eos_ids
+from ada_jax.tokenizer import Tokenizer, encode_prompt, extra_eos_ids, stop_sequences
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -37,13 +37,14 @@ def encode_prompts(tokenizer: Tokenizer, problems: Sequence[Problem], template: 
 
 
 def sampling_config(config, tokenizer, temperature: float) -> sampling.SamplingConfig:
-    """The sampler settings of a run (stop tokens from the tokenizer and config; ids past the
-    tokenizer's vocabulary masked)."""
+    """The sampler settings of a run (stop tokens and stop strings from the tokenizer and
+    config; ids past the tokenizer's vocabulary masked)."""
     s = config.sampling
     return sampling.SamplingConfig(
         max_new_tokens=s.max_new_tokens, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id,
         temperature=temperature, top_k=s.top_k, top_p=s.top_p,
         extra_eos_ids=extra_eos_ids(tokenizer, config), prefill_chunk=s.prefill_chunk,
+        stop_seqs=stop_sequences(tokenizer, config),
         vocab_size=sampling.token_limit(tokenizer.vocab_size, config.model.vocab_size))
 
 

@@ -37,6 +37,10 @@ class ModelGenerator:
         return self.sampling.eos_ids
 
     @property
+    def stop_seqs(self):
+        return self.sampling.stop_seqs
+
+    @property
     def pad_id(self):
         return self.sampling.pad_id
 

@@ -5,7 +5,8 @@ Shapes: B rows, P prompt length (left-padded), N max new tokens, S = P + N cache
 Prefill computes logits at each row's last prompt position only and can run the rows in
 chunks (`SamplingConfig.prefill_chunk`), so its float32 transients stay small: the attention
 scores of one chunk, never a [B,P,V] logits array. A row stops at `eos_id` or any of
-`extra_eos_ids` (e.g. Qwen's <|endoftext|> next to the chat turn's <|im_end|>). Ids the
+`extra_eos_ids` (e.g. Qwen's <|endoftext|> next to the chat turn's <|im_end|>), or once it ends
+with one of `stop_seqs` (stop strings as token sequences: a base model's next "\nQuestion:"). Ids the
 tokenizer does not have are never drawn: with `vocab_size` (the tokenizer's size) below the
 model's vocabulary (Qwen2.5 pads its embedding to a multiple of 128), the logits of ids >= it are
 masked before the draw, like a top-k truncation.
@@ -37,6 +38,9 @@ class SamplingConfig:
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1 = off
     extra_eos_ids: tuple[int, ...] = ()  # further stop tokens besides eos_id
+    # token sequences that end a row once it ends with one (stop strings, encoded: a base
+    # model's next "\nQuestion:"); kept in the response, as a stop token is
+    stop_seqs: tuple[tuple[int, ...], ...] = ()
     prefill_chunk: int = 0  # rows per prefill call (0 = all rows at once)
     vocab_size: int = 0  # ids >= it are never sampled (the tokenizer's size; 0 = no mask)
 
@@ -120,6 +124,17 @@ def is_eos(token_B, eos_ids) -> jax.Array:
     return done
 
 
+def ends_with(tokens_BN, length_B, seqs) -> jax.Array:
+    """True where a row's first length_B tokens end with one of the (static) token sequences."""
+    done = jnp.zeros(length_B.shape, bool)
+    for seq in seqs:
+        k = len(seq)
+        at = jnp.clip(length_B[:, None] - k + jnp.arange(k), 0, tokens_BN.shape[1] - 1)
+        tail = jnp.take_along_axis(tokens_BN, at, axis=1)
+        done = done | ((length_B >= k) & jnp.all(tail == jnp.asarray(seq, tokens_BN.dtype), 1))
+    return done
+
+
 def prefill_rows(model, tokens_BT, mask_BT, last_B, cache_len: int, chunk: int = 0):
     """(logits at position last_B [B,V] float32, cache of cache_len positions with the T
     tokens at 0..T-1): one forward pass over the rows. chunk > 0 runs `chunk` rows at a time
@@ -183,8 +198,8 @@ def decode_step(model, logits_BV, key, cache, next_pos_B, live_B, cfg: SamplingC
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "cfg"))
 def sample(graphdef, params, prompt_BP, prompt_mask_BP, key, *, cfg: SamplingConfig):
-    """Sample up to cfg.max_new_tokens per row; stops a row at any of cfg.eos_ids, the loop
-    when all rows have stopped."""
+    """Sample up to cfg.max_new_tokens per row; stops a row at any of cfg.eos_ids or once it
+    ends with one of cfg.stop_seqs, the loop when all rows have stopped."""
     model = model_lib.per_layer(nnx.merge(graphdef, params))  # sliced outside the loop
     B, P = prompt_BP.shape
     N = cfg.max_new_tokens
@@ -213,7 +228,8 @@ def sample(graphdef, params, prompt_BP, prompt_mask_BP, key, *, cfg: SamplingCon
         o = o.replace(tokens_BN=o.tokens_BN.at[:, s.step].set(token),
                       logp_BN=o.logp_BN.at[:, s.step].set(jnp.where(live, logp, 0.0)),
                       lengths_B=o.lengths_B + live.astype(jnp.int32), steps=s.step + 1)
-        done = s.done_B | (live & is_eos(token, cfg.eos_ids))
+        done = s.done_B | (live & (is_eos(token, cfg.eos_ids)
+                                   | ends_with(o.tokens_BN, o.lengths_B, cfg.stop_seqs)))
         return s.replace(step=s.step + 1, logits_BV=logits, next_pos_B=s.next_pos_B + live,
                          done_B=done, out=o, cache=cache)
 

@@ -188,6 +188,7 @@ def load_tokenizer(config) -> Tokenizer:
                          f" no chat_template in tokenizer_config.json): choose from {TEMPLATES}")
     tok.system_prompt = config.task.get("system_prompt", SYSTEM_MATH) or None
     extra_eos_ids(tok, config)  # fail now, not at the first sampling call
+    stop_sequences(tok, config)
     return tok
 
 
@@ -238,6 +239,26 @@ def extra_eos_ids(tokenizer: Tokenizer, config) -> tuple[int, ...]:
         if got[0] != tokenizer.eos_id and got[0] not in ids:
             ids.append(got[0])
     return tuple(ids)
+
+
+# Stop strings of a template while config.sampling.stop_strings is unset: a base model's plain
+# "Question: ...\nAnswer:" prompt goes on to write the next question.
+TEMPLATE_STOP_STRINGS = {"plain": ("\nQuestion:", "\n\nQuestion:")}
+
+
+def stop_sequences(tokenizer: Tokenizer, config) -> tuple[tuple[int, ...], ...]:
+    """config.sampling.stop_strings (unset: the template's, TEMPLATE_STOP_STRINGS), each as the
+    tokenizer encodes it, for `SamplingConfig.stop_seqs`; ('',) names none."""
+    strings = tuple(config.sampling.get("stop_strings", ())) or TEMPLATE_STOP_STRINGS.get(
+        config.task.get("template", ""), ())
+    seqs = []
+    for text in filter(None, strings):
+        got = tuple(tokenizer.encode(text))
+        if not got:
+            raise ValueError(f"config.sampling.stop_strings: {text!r} encodes as no tokens")
+        if got not in seqs:
+            seqs.append(got)
+    return tuple(seqs)
 
 
 def render_chat(chat_template: str, messages: list[dict], special_tokens: dict | None = None,

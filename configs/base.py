@@ -178,9 +178,12 @@ def get_config(arg: str = ""):
         enabled=False, coordinator_address="", num_processes=1, process_id=0,
         initialization_timeout_s=300, heartbeat_timeout_s=100, shutdown_timeout_s=300))
 
+    # stop_strings: text that ends a response once it ends with it (matched as the tokenizer
+    # encodes it, kept in the response as a stop token is); () = the template's (plain, a base
+    # model's: its next "\nQuestion:" or "\n\nQuestion:"; none for the others), ('',) = none
     c.sampling = ml_collections.ConfigDict(dict(
         temperature=1.0, top_k=0, top_p=1.0, max_prompt_len=48, max_new_tokens=112,
-        eval_temperature=1.0, prefill_chunk=0))
+        eval_temperature=1.0, prefill_chunk=0, stop_strings=()))
 
     c.task = ml_collections.ConfigDict(dict(
         name=args["task"], reward="verifier", answer="boxed", template="embedded",

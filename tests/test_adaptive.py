@@ -232,6 +232,36 @@ def test_model_engine_produces_valid_batches(mode, order):
     assert met["samples_total"] == int(np.asarray(st.n_samples).sum())
 
 
+def test_model_engine_stops_at_stop_sequences_as_the_sampler_does():
+    """Greedy decoding in the engine (every sample of a prompt the same) ends each response
+    where sampling.sample with the same stop sequences ends it, stop tokens kept."""
+    model = tiny_model(3)
+    graphdef, params = nnx.split(model)
+    N = 8
+    prompts, pmask = (jnp.asarray(a) for a in sampling.left_pad(
+        [[7, 8, 9], [10, 11], [12, 13, 14, 15], [9]], 4))
+    free = sampling.SamplingConfig(max_new_tokens=N, eos_id=-1, temperature=0.0)
+    ref = np.asarray(sampling.sample(graphdef, params, prompts, pmask, jax.random.key(0),
+                                     cfg=free).tokens_BN)
+    scfg = sampling.SamplingConfig(max_new_tokens=N, eos_id=-1, temperature=0.0,
+                                   stop_seqs=(tuple(int(t) for t in ref[0, 1:3]),
+                                              (int(ref[2, 4]),)))
+    want = sampling.sample(graphdef, params, prompts, pmask, jax.random.key(0), cfg=scfg)
+    assert int(want.lengths_B[0]) <= 3 and int(want.lengths_B[2]) <= 5
+    cfg = A.EngineConfig(slots=8, max_new_tokens=N, keep=2, exit_rule="none", mode="refill",
+                         chunk_len=2)
+    st = A.run(params, prompts, pmask, jnp.full((4,), 2, jnp.int32), {}, jax.random.key(0),
+               cfg=cfg, gen_fn=generators.ModelGenerator(graphdef, model.cfg, scfg),
+               reward_fn=_parity_reward, group=2)
+    batch = selection.select(st, 2)
+    for b in range(4):
+        L = int(want.lengths_B[b])
+        for g in range(2):
+            assert int(batch.len_BG[b, g]) == L, (b, g)
+            np.testing.assert_array_equal(np.asarray(batch.tokens_BGN)[b, g, :L],
+                                          np.asarray(want.tokens_BN)[b, :L])
+
+
 def test_engine_traces_once_per_shape():
     model = tiny_model(4)
     graphdef, params = nnx.split(model)

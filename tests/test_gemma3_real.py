@@ -78,7 +78,10 @@ def test_tensors_equal_transformers_gguf_load(folder):
 
 
 def test_logits_and_greedy_match_transformers(folder):
-    mesh = sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
+    # One device, as a CPU user runs it: on conftest's 8 fake devices a batch of one row is
+    # computed whole on each, eight [1, T, 262k] float32 logits at once (20.8 GB for the
+    # long prompt)
+    mesh = sharding.make_mesh(dict(data=1, fsdp=1, tensor=1), jax.devices()[:1])
     cfg, graphdef, params = convert.load_hf_checkpoint(folder, mesh,
                                                        base.get_config("").sharding_rules)
     assert (cfg.n_layers, cfg.sliding_window, cfg.sliding_window_pattern, cfg.vocab_size) == (

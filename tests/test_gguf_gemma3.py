@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from ada_jax import convert, gguf_import, sampling, sharding
+from ada_jax import convert, evaluate, gguf_import, sampling, sharding
 from ada_jax import tokenizer as tok_lib
 from configs import base
 
@@ -227,3 +227,11 @@ def test_a_base_model_without_chat_template_gets_the_plain_prompt(converted):
     assert tok_lib.prompt_text(tok, "what is 12?", "plain") == "Question: what is 12?\nAnswer:"
     ids = tok_lib.encode_prompt(tok, "what is 12?", "plain")
     assert ids[0] == 2 and tok.decode(ids[1:]) == "Question: what is 12?\nAnswer:"
+    # ... and stops where a base model writes its next question
+    stops = tok_lib.stop_sequences(tok, c)
+    assert [tok.decode(s) for s in stops] == ["\nQuestion:", "\n\nQuestion:"]
+    assert evaluate.sampling_config(c, tok, 1.0).stop_seqs == stops
+    c.sampling.stop_strings = ("",)  # what --config.sampling.stop_strings='' gives: none
+    assert tok_lib.stop_sequences(tok, c) == ()
+    c.sampling.stop_strings = (" the", "\n\nQuestion:")
+    assert [tok.decode(s) for s in tok_lib.stop_sequences(tok, c)] == [" the", "\n\nQuestion:"]

@@ -114,6 +114,39 @@ def test_eos_stops_rows_and_loop_exits_early():
     assert int(out.steps) == int(out.lengths_B.max())
 
 
+def test_ends_with_matches_each_rows_tail():
+    """ends_with: a row's first length tokens end with one of the sequences (not a later
+    position, not a row too short to hold it)."""
+    toks = jnp.asarray([[1, 2, 3, 0], [2, 3, 2, 3], [3, 9, 9, 9], [5, 2, 3, 7]])
+    got = sampling.ends_with(toks, jnp.asarray([3, 3, 1, 4]), ((2, 3), (9,)))
+    np.testing.assert_array_equal(got, [True, False, False, False])
+    got = sampling.ends_with(toks, jnp.asarray([2, 4, 3, 3]), ((2, 3), (9,)))
+    np.testing.assert_array_equal(got, [False, True, True, True])
+    assert not sampling.ends_with(toks, jnp.asarray([4, 4, 4, 4]), ()).any()
+
+
+def test_stop_sequences_end_rows_where_they_first_end():
+    """A row stops at the first step its response ends with a stop sequence, which it keeps
+    (as it keeps an EOS); the rest is padding; oracle: the unstopped greedy rows."""
+    graphdef, params, toks, mask = _setup()
+    N = 12
+    greedy = sampling.SamplingConfig(max_new_tokens=N, eos_id=-1, temperature=0.0)
+    ref = np.asarray(sampling.sample(graphdef, params, toks, mask, jax.random.key(0),
+                                     cfg=greedy).tokens_BN)
+    stops = (tuple(int(t) for t in ref[0, 2:4]), (int(ref[1, 5]),))
+    cfg = sampling.SamplingConfig(max_new_tokens=N, eos_id=-1, temperature=0.0, pad_id=0,
+                                  stop_seqs=stops)
+    out = sampling.sample(graphdef, params, toks, mask, jax.random.key(0), cfg=cfg)
+    for row in range(3):
+        ends = [i + 1 for i in range(N) for seq in stops
+                if i + 1 >= len(seq) and tuple(ref[row, i + 1 - len(seq):i + 1]) == seq]
+        want = min(ends, default=N)
+        assert out.lengths_B[row] == want, (row, ends)
+        np.testing.assert_array_equal(out.tokens_BN[row, :want], ref[row, :want])
+        assert np.all(np.asarray(out.tokens_BN[row, want:]) == 0)
+    assert int(out.lengths_B[0]) <= 4 and int(out.lengths_B[1]) <= 6
+
+
 def test_sampler_traces_once_per_shape():
     graphdef, params, toks, mask = _setup()
     cfg = sampling.SamplingConfig(max_new_tokens=4, eos_id=-1)
