@@ -485,6 +485,8 @@ def test_kept_metrics_shares_sum_to_one_with_dropped_groups():
     assert met["dropped_after"] == float(np.mean(np.asarray(drop))) >= 3 / 8
 
 
+@pytest.mark.slow  # 80 s; the engine's paths: the tests above and tests/test_stream.py; the
+# script's allocation rows: tests/test_allocation_policies.py
 def test_bench_adaptive_full_path_prints_json():
     """The documented full run (frontier, both GRPO-n4 variants, memory) at a toy size."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

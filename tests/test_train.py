@@ -77,8 +77,13 @@ def _metrics_without_timing(workdir):
             for r in recs]
 
 
-@pytest.mark.parametrize("extra", [(), pytest.param(
-    ("--config.adaptive.mode=stream",), marks=pytest.mark.slow, id="stream")])
+# Slow (70 s a case): a SIGKILL mid-save then a completed resume is
+# tests/test_reliability.py's kill test; a resume ending bitwise equal to an unbroken run, the
+# in-process resume tests (test_a_run_with_replay_resumes_bitwise, tests/test_resume.py,
+# tests/test_stream.py, the policies' resume tests).
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [(), ("--config.adaptive.mode=stream",)],
+                         ids=["extra0", "stream"])
 def test_resume_after_sigkill_is_bitwise_equal(tmp_path, extra):
     """Killed twice at random moments after a save, the run ends bitwise equal to an unbroken
     one; streaming too (its engine state, resident prompts and queue are in the checkpoint)."""
