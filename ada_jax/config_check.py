@@ -42,8 +42,8 @@ _POSITIVE_INTS = (
     "model.d_ff", "model.head_dim", "model.max_len", "sampling.max_prompt_len",
     "sampling.max_new_tokens", "rl.steps", "rl.prompts_per_step", "rl.n", "rl.ppo_epochs",
     "rl.minibatches", "rl.microbatches", "adaptive.samples_per_round", "adaptive.max_rounds",
-    "adaptive.slots", "adaptive.chunk_len", "eval.k", "eval.prompts", "eval.batch_rows", "checkpoint.keep",
-    "checkpoint.every", "model.rope_original_max_len", "sft.batch_size", "task.train_size",
+    "adaptive.slots", "adaptive.chunk_len", "eval.k", "eval.prompts", "eval.batch_rows",
+    "checkpoint.keep", "checkpoint.every", "model.rope_original_max_len", "sft.batch_size", "task.train_size",
     "task.eval_size", "task.verifier_workers", "loss.replay_rows",
 )
 _NON_NEGATIVE_INTS = (  # step counts and cadences (0 = none / off), counts

@@ -49,10 +49,11 @@ def sampling_config(config, tokenizer, temperature: float) -> sampling.SamplingC
 
 
 def sample_completions(graphdef, params, tokenizer, problems, config, key, k: int,
-                       batch_rows: int = 256, temperature: float | None = None):
+                       batch_rows: int | None = None, temperature: float | None = None):
     """k completions per problem: (texts in problem-major order, int[len(problems), k] lengths
-    in tokens)."""
+    in tokens), decoded `batch_rows` (default config.eval.batch_rows) rows at a time."""
     s = config.sampling
+    batch_rows = config.eval.batch_rows if batch_rows is None else batch_rows
     scfg = sampling_config(config, tokenizer,
                            s.eval_temperature if temperature is None else temperature)
     rows = [p for p in problems for _ in range(k)]
@@ -129,8 +130,7 @@ def evaluate(graphdef, params, tokenizer, problems, config, key, k: int | None =
     completions per level (the first sample of the level's first prompts), each a dict of
     level, question, answer, completion and reward."""
     k = config.eval.k if k is None else k
-    texts, lengths = sample_completions(graphdef, params, tokenizer, problems, config, key, k,
-                                        batch_rows=config.eval.batch_rows)
+    texts, lengths = sample_completions(graphdef, params, tokenizer, problems, config, key, k)
     rewards_PK = score_completions(config, problems, texts)
     out = summarize(problems, rewards_PK, lengths)
     if (task_metrics := task_of(config).eval_metrics) is not None:
