@@ -5,9 +5,12 @@ import json
 import os
 import sys
 
+import pytest
+
 from tests import helpers
 
 
+@pytest.mark.slow  # its sampler and learner: test_sampling.py, test_train.py, test_prefill.py
 def test_bench_peers_ada_jax_path_prints_json():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = helpers.run(

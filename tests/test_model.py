@@ -116,7 +116,7 @@ def test_remat_gives_same_gradients():
         def loss(p):
             logits, _ = nnx.merge(graphdef, p)(toks, model_lib.positions_from_mask(mask), mask)
             return jnp.mean(jax.nn.log_softmax(logits)[..., 3])
-        return jax.grad(loss)(params)
+        return jax.jit(jax.grad(loss))(params)
 
     g1 = grads(tiny_model(remat=False))
     g2 = grads(tiny_model(remat=True))
@@ -152,21 +152,23 @@ def test_scan_over_layers_equals_the_loop(remat, dtype):
     # loop jitted and not jitted differ as much: ~0.05 on logits of ~3)
     tol = 2e-5 if dtype == "float32" else 3e-2
     for f in (logits, shared):
-        want = f(graphdef, params)
-        np.testing.assert_allclose(f(scan_graphdef, params), want,
+        want = jax.jit(f, static_argnums=0)(graphdef, params)
+        np.testing.assert_allclose(jax.jit(f, static_argnums=0)(scan_graphdef, params), want,
                                    atol=tol * max(1.0, float(jnp.abs(want).max())))
         if dtype != "float32":
             continue  # bfloat16 gradients round too coarsely to compare leaf by leaf
         w = weight[:, :want.shape[1]]
-        g_loop = jax.grad(lambda p: jnp.sum(f(graphdef, p) * w))(params)
-        g_scan = jax.grad(lambda p: jnp.sum(f(scan_graphdef, p) * w))(params)
+        g_loop = jax.jit(jax.grad(lambda p: jnp.sum(f(graphdef, p) * w)))(params)
+        g_scan = jax.jit(jax.grad(lambda p: jnp.sum(f(scan_graphdef, p) * w)))(params)
         for a, b in zip(jax.tree.leaves(g_scan), jax.tree.leaves(g_loop)):
             assert a.dtype == b.dtype
             np.testing.assert_allclose(a, b, atol=tol * max(1.0, float(jnp.abs(b).max())))
     cache = model_lib.init_cache(loop.cfg, 3, 12)
     positions = model_lib.positions_from_mask(mask)
-    want, want_cache = nnx.merge(graphdef, params)(toks, positions, mask, cache)
-    got, got_cache = nnx.merge(scan_graphdef, params)(toks, positions, mask, cache, scan=True)
+    want, want_cache = jax.jit(lambda p, c: nnx.merge(graphdef, p)(toks, positions, mask, c))(
+        params, cache)
+    got, got_cache = jax.jit(lambda p, c: nnx.merge(scan_graphdef, p)(
+        toks, positions, mask, c, scan=True))(params, cache)
     np.testing.assert_allclose(got, want, atol=tol * max(1.0, float(jnp.abs(want).max())))
     for a, b in zip(jax.tree.leaves(got_cache), jax.tree.leaves(want_cache)):
         np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
@@ -203,9 +205,9 @@ def test_shared_prompt_logits_equal_the_whole_rows(variant, remat, new):
     def shared(p):
         return model_lib.shared_prompt_logits(nnx.merge(graphdef, p), tokens, mask,
                                               jnp.asarray(group), 4, P)
-    np.testing.assert_allclose(shared(params), whole(params), atol=2e-5)
-    g_whole = jax.grad(lambda p: jnp.sum(whole(p) * weight))(params)
-    g_shared = jax.grad(lambda p: jnp.sum(shared(p) * weight))(params)
+    np.testing.assert_allclose(jax.jit(shared)(params), jax.jit(whole)(params), atol=2e-5)
+    g_whole = jax.jit(jax.grad(lambda p: jnp.sum(whole(p) * weight)))(params)
+    g_shared = jax.jit(jax.grad(lambda p: jnp.sum(shared(p) * weight)))(params)
     for a, b in zip(jax.tree.leaves(g_shared), jax.tree.leaves(g_whole)):
         np.testing.assert_allclose(a, b, atol=2e-5 * max(1.0, float(jnp.abs(b).max())))
 
@@ -234,13 +236,14 @@ def test_head_logprobs_in_chunks_equal_the_whole_batch(tie, monkeypatch):
         logp, ent = model_lib.token_logprobs(logits, toks[:, 3:], temperature=0.7)
         return jnp.sum(logp * weight[0] + ent * weight[1]), (logp, ent)
 
-    (want, (want_logp, want_ent)), want_g = jax.value_and_grad(whole, has_aux=True)(params)
+    (want, (want_logp, want_ent)), want_g = jax.jit(jax.value_and_grad(whole, has_aux=True))(
+        params)
     row_bytes = 5 * tiny_model().cfg.vocab_size * 4
     # rows that fit in HEAD_CHUNK_BYTES -> chunks: all 6 at once; 2 a chunk; 4 fit, so 3 a
     # chunk (the largest divisor of 6)
     for fit, chunks in ((6, 1), (2, 3), (4, 2)):
         monkeypatch.setattr(model_lib, "HEAD_CHUNK_BYTES", fit * row_bytes)
-        (got, (logp, ent)), g = jax.value_and_grad(loss, has_aux=True)(params)
+        (got, (logp, ent)), g = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
         scan = jax.make_jaxpr(lambda p: loss(p)[1])(params).jaxpr.eqns
         lengths = [e.params["length"] for e in scan if e.primitive.name == "scan"]
         assert lengths == ([] if chunks == 1 else [chunks]), (fit, lengths)
