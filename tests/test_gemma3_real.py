@@ -4,9 +4,10 @@ $GEMMA3_GGUF (default /tmp/gemma-3-270m-q4_k_m.gguf). The converted folder equal
 own GGUF load tensor for tensor, its tokenizer gives transformers' GGUF tokenizer's ids on 50
 strings, and ada_jax computes transformers' next-token logits (float32, max abs <= 2e-4) at every
 real position of 8 prompts, one longer than the 512-token window, and its 64-token greedy
-continuations. Slow; skipped without the file."""
+continuations; the same for a trained run's export. Slow; skipped without the file."""
 import json
 import os
+import sys
 
 import jax
 import numpy as np
@@ -15,7 +16,7 @@ import pytest
 from ada_jax import convert, gguf_import, sampling, sharding
 from ada_jax import tokenizer as tok_lib
 from configs import base
-from tests import helpers
+from tests import helpers, standins
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("gguf", reason="needs the gguf package: pip install -e '.[real]'")
@@ -77,22 +78,21 @@ def test_tensors_equal_transformers_gguf_load(folder):
             np.testing.assert_array_equal(f.get_tensor(name), sd[name].numpy(), err_msg=name)
 
 
-def test_logits_and_greedy_match_transformers(folder):
-    # One device, as a CPU user runs it: on conftest's 8 fake devices a batch of one row is
-    # computed whole on each, eight [1, T, 262k] float32 logits at once (20.8 GB for the
-    # long prompt)
-    mesh = sharding.make_mesh(dict(data=1, fsdp=1, tensor=1), jax.devices()[:1])
-    cfg, graphdef, params = convert.load_hf_checkpoint(folder, mesh,
-                                                       base.get_config("").sharding_rules)
-    assert (cfg.n_layers, cfg.sliding_window, cfg.sliding_window_pattern, cfg.vocab_size) == (
-        18, 512, 6, 262_144)
+def _one_device():
+    return sharding.make_mesh(dict(data=1, fsdp=1, tensor=1), jax.devices()[:1])
+
+
+def _parity(graphdef, params, folder, hf_dir, questions, long=()):
+    """(report, greedy pairs): max |logit diff| against transformers loading hf_dir at every
+    real position, and greedy continuations of NEW tokens, for the short plain-text prompts of
+    `questions` as one batch and each of `long` alone."""
     tok = tok_lib.HFTokenizer(folder)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    short = [tok_lib.prompt_ids(tok, f"Question: {q}\nAnswer:") for q in QUESTIONS]
-    long = [tok_lib.prompt_ids(tok, LONG)]
-    assert len(long[0]) > 512 and len(short) + len(long) == 8
-    report, greedy = dict(long_prompt_tokens=len(long[0])), []
-    for name, ids in (("short", short), ("long", long)):
+    hf = transformers.AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    short = [tok_lib.prompt_ids(tok, f"Question: {q}\nAnswer:") for q in questions]
+    report, greedy = {}, []
+    for name, ids in (("short", short), ("long", [tok_lib.prompt_ids(tok, t) for t in long])):
+        if not ids:
+            continue
         toks, mask = (np.asarray(a) for a in sampling.left_pad(ids, max(map(len, ids)),
                                                                tok.pad_id))
         diff, scale = helpers.logit_diff_vs_hf(graphdef, params, hf, toks, mask)
@@ -110,6 +110,21 @@ def test_logits_and_greedy_match_transformers(folder):
         greedy.append((ours, ref))
         report[f"greedy_equal_rows_{name}"] = int((ours == ref).all(axis=1).sum())
     report["greedy"] = [tok.decode(r[r != tok.pad_id]) for r in greedy[0][0][:2]]
+    return report, greedy
+
+
+def test_logits_and_greedy_match_transformers(folder):
+    # One device, as a CPU user runs it: on conftest's 8 fake devices a batch of one row is
+    # computed whole on each, eight [1, T, 262k] float32 logits at once (20.8 GB for the
+    # long prompt)
+    cfg, graphdef, params = convert.load_hf_checkpoint(folder, _one_device(),
+                                                       base.get_config("").sharding_rules)
+    assert (cfg.n_layers, cfg.sliding_window, cfg.sliding_window_pattern, cfg.vocab_size) == (
+        18, 512, 6, 262_144)
+    tok = tok_lib.HFTokenizer(folder)
+    assert len(tok_lib.prompt_ids(tok, LONG)) > 512 and len(QUESTIONS) + 1 == 8
+    report, greedy = _parity(graphdef, params, folder, folder, QUESTIONS, [LONG])
+    report["long_prompt_tokens"] = len(tok_lib.prompt_ids(tok, LONG))
     print(json.dumps(report))
     assert report["max_abs_logit_diff_short"] <= TOL, report
     for ours, ref in greedy:
@@ -118,3 +133,46 @@ def test_logits_and_greedy_match_transformers(folder):
         pytest.xfail(f"the 1,135-token prompt: max |logit diff| "
                      f"{report['max_abs_logit_diff_long']:.3g} (measured 0.094; transformers' "
                      f"own float32 is 7.2e-3 from its float64 there, ada_jax's 0.10): open")
+
+
+def test_a_trained_run_exports_to_transformers(folder, tmp_path):
+    """Two GRPO steps from the base (the user's command in a subprocess on one CPU device:
+    plain-text prompts, the synthetic first-token reward at a high temperature and an entropy
+    bonus, so the weights move whatever the rewards), exported by scripts/convert_hf.py: the
+    export loads in transformers with the trained policy's logits (within 2e-4) and greedy
+    continuations, as a gemma3_text folder whose eos is <eos>."""
+    data = standins.write_math_jsonl(str(tmp_path / "math.jsonl"))
+    workdir, out = str(tmp_path / "run"), str(tmp_path / "export")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(
+        f for f in os.environ.get("XLA_FLAGS", "").split()
+        if not f.startswith("--xla_force_host_platform_device_count")))
+    flags = [f"--config.model.init_from={folder}", f"--config.task.files={data}",
+             "--config.task.reward=synthetic", "--config.model.dtype=float32",
+             "--config.sampling.max_prompt_len=64", "--config.sampling.max_new_tokens=8",
+             "--config.sampling.temperature=4.0", "--config.rl.prompts_per_step=2",
+             "--config.rl.n=4", "--config.adaptive.slots=8",
+             "--config.adaptive.samples_per_round=4", "--config.optim.lr=1e-4",
+             "--config.optim.warmup_steps=0", "--config.loss.entropy_coef=0.01",
+             "--config.eval.every=0", "--config.log.progress=False"]
+    helpers.run([sys.executable, os.path.join(standins.ROOT, "scripts", "train.py"),
+                 "--config=configs/base.py:algo=grpo,model=hf,task=files,smoke=True",
+                 f"--workdir={workdir}", "--plots=false", *flags], env=env,
+                cwd=standins.ROOT, check=True)
+    helpers.run([sys.executable, os.path.join(standins.ROOT, "scripts", "convert_hf.py"),
+                 f"--workdir={workdir}", f"--out={out}"], env=env, check=True)
+    _, _, graphdef, params, step = convert.restore_params(workdir, mesh=_one_device())
+    assert step == 2
+    base_params = convert.load_hf_checkpoint(folder, _one_device(),
+                                             base.get_config("").sharding_rules)[2]
+    moved = max(float(np.abs(np.asarray(a) - np.asarray(b)).max()) for a, b in zip(
+        jax.tree.leaves(params), jax.tree.leaves(base_params)))
+    assert moved > 0, "training did not change the weights"
+    with open(os.path.join(out, "config.json")) as f:
+        assert json.load(f)["model_type"] == "gemma3_text"
+    assert transformers.AutoTokenizer.from_pretrained(out).eos_token == "<eos>"
+    report, greedy = _parity(graphdef, params, out, out, QUESTIONS)
+    report.update(weights="trained run, exported", moved=moved)
+    print(json.dumps(report))
+    assert report["max_abs_logit_diff_short"] <= TOL, report
+    for ours, ref in greedy:
+        np.testing.assert_array_equal(ours, ref)

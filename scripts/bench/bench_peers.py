@@ -28,9 +28,11 @@ Every framework runs in its own subprocess (peers under --peer_python, so they m
 another environment: `pip install -e ".[peers]"`); a peer that cannot be imported is named in
 the output and skipped. Workers warm up first (JAX compiles; the first GRPO step is excluded for
 every framework), then the driver asks each for one timed repetition at a time in alternating
-order, so all see the same machine load. Reported: median wall and median process CPU time
-(`time.process_time`, all threads) per repetition, the load average, and ratios peer / ada_jax
-(> 1: ada_jax faster). On a shared machine the CPU-time ratio is the steadier one.
+order, so all see the same machine load. Reported: every repetition's wall and process CPU
+time (`time.process_time`, all threads), their min and median, the load average, and ratios
+peer / ada_jax of the medians (> 1: ada_jax faster). On a shared machine the CPU-time ratio is
+the steadier one; on an idle one XLA's thread pool (both frameworks on JAX) spins, and CPU time
+counts the spinning.
 
   python scripts/bench/bench_peers.py --quick                     # ~2 min idle: both sizes, 2 reps
   python scripts/bench/bench_peers.py                             # 5 reps, HF at 1 and 2 threads
@@ -644,11 +646,12 @@ class _Worker:
 
 
 def _summary(w):
-    """Medians of every per-rep number."""
+    """Min and median of every per-rep number, beside the repetitions themselves."""
     reps = w.get("reps") or []
-    out = {k: v for k, v in w.items() if k != "reps"}
+    out = dict(w)
     for k in (reps[0] if reps else {}):
         out[f"median_{k}"] = _median([r[k] for r in reps])
+        out[f"min_{k}"] = min(r[k] for r in reps)
     out["n_reps"] = len(reps)
     return out
 
