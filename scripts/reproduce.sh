@@ -24,7 +24,13 @@ cd "$(dirname "$0")/.."
 mkdir -p "$OUT"
 # The base: BASE if given, else the one the package ships for this SFT config (the family
 # task's), else a new one SFT'd into OUT/base.
-BASE=${BASE:-$(python scripts/sft.py --config=configs/base.py:task=$TASK --print_shipped 2>/dev/null | tail -n 1)}
+if [ -z "${BASE:-}" ]; then
+  ERR=$(mktemp)
+  BASE=$(python scripts/sft.py --config=configs/base.py:task=$TASK --print_shipped 2>"$ERR" \
+    | tail -n 1) || { cat "$ERR" >&2; echo "reproduce.sh: scripts/sft.py --print_shipped failed" \
+    "(is ada_jax installed? pip install -e .)" >&2; rm -f "$ERR"; exit 1; }
+  rm -f "$ERR"
+fi
 BASE=${BASE:-"$OUT/base"}
 [ -d "$BASE" ] || python scripts/sft.py --config=configs/base.py:task=$TASK --workdir="$OUT" \
   --config.sft.base_dir="$BASE" --config.log.progress=False
