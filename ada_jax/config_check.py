@@ -43,8 +43,8 @@ _POSITIVE_INTS = (
     "sampling.max_new_tokens", "rl.steps", "rl.prompts_per_step", "rl.n", "rl.ppo_epochs",
     "rl.minibatches", "rl.microbatches", "adaptive.samples_per_round", "adaptive.max_rounds",
     "adaptive.slots", "adaptive.chunk_len", "eval.k", "eval.prompts", "eval.batch_rows",
-    "checkpoint.keep", "checkpoint.every", "model.rope_original_max_len", "sft.batch_size", "task.train_size",
-    "task.eval_size", "task.verifier_workers", "loss.replay_rows",
+    "checkpoint.keep", "checkpoint.every", "model.rope_original_max_len", "sft.batch_size",
+    "task.train_size", "task.eval_size", "task.verifier_workers", "loss.replay_rows",
 )
 _NON_NEGATIVE_INTS = (  # step counts and cadences (0 = none / off), counts
     "optim.warmup_steps", "sft.steps", "sft.warmup_steps", "sft.checkpoint_every", "eval.every",

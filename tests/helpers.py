@@ -99,6 +99,13 @@ def stop(*procs) -> None:
             p.wait()
 
 
+def one_device_flags(*drop: str) -> str:
+    """conftest's XLA_FLAGS without its 8 fake devices (and without the flags starting with any
+    of `drop`): a subprocess that runs on one CPU device, as a user's command does."""
+    return " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
+                    if not f.startswith(("--xla_force_host_platform_device_count", *drop)))
+
+
 def run(cmd, stall_s: float = STALL_S, check: bool = False, **kwargs):
     """subprocess.run(cmd, capture_output=True, text=True, **kwargs), failing the test when
     the command writes nothing to stdout or stderr for `stall_s` seconds (not at a fixed

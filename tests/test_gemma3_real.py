@@ -143,9 +143,7 @@ def test_a_trained_run_exports_to_transformers(folder, tmp_path):
     continuations, as a gemma3_text folder whose eos is <eos>."""
     data = standins.write_math_jsonl(str(tmp_path / "math.jsonl"))
     workdir, out = str(tmp_path / "run"), str(tmp_path / "export")
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(
-        f for f in os.environ.get("XLA_FLAGS", "").split()
-        if not f.startswith("--xla_force_host_platform_device_count")))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=helpers.one_device_flags())
     flags = [f"--config.model.init_from={folder}", f"--config.task.files={data}",
              "--config.task.reward=synthetic", "--config.model.dtype=float32",
              "--config.sampling.max_prompt_len=64", "--config.sampling.max_new_tokens=8",

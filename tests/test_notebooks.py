@@ -121,9 +121,8 @@ def _kernel_env(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("ADA_JAX_WORKDIR", "ADA_JAX_RUNS", "ADA_JAX_CONFIG", "ADA_JAX_ROOT",
                         "MPLBACKEND")}
-    flags = [f for f in env.get("XLA_FLAGS", "").split()
-             if not f.startswith("--xla_force_host_platform_device_count")]
-    env.update(ADA_JAX_NOTEBOOK_SMOKE="1", JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(flags),
+    env.update(ADA_JAX_NOTEBOOK_SMOKE="1", JAX_PLATFORMS="cpu",
+               XLA_FLAGS=helpers.one_device_flags(),
                TMPDIR=str(tmp_path))
     return env
 

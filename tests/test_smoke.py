@@ -8,16 +8,15 @@ import sys
 
 import pytest
 
+from tests import helpers
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _smoke(workdir, *flags, variant="smoke=True"):
     # nor conftest's unoptimised code generation: it compiles faster, but this run computes
     # enough that optimised code is quicker overall (40 s against 49 s)
-    env = dict(os.environ, XLA_FLAGS=" ".join(
-        f for f in os.environ.get("XLA_FLAGS", "").split()
-        if not f.startswith(("--xla_force_host_platform_device_count",
-                             "--xla_backend_optimization_level"))))
+    env = dict(os.environ, XLA_FLAGS=helpers.one_device_flags("--xla_backend_optimization_level"))
     return subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"),
                            f"--config={ROOT}/configs/base.py:{variant}", f"--workdir={workdir}",
                            "--plots=false", "--config.log.progress=false", *flags],

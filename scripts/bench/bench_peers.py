@@ -383,7 +383,7 @@ def _tunix_model(folder):
     """tunix's own model for the folder's architecture (`tunix.models.qwen2`, `.llama3` or
     `.gemma3`) with the folder's safetensors, on a one-device ("fsdp", "tp") mesh of Auto axes
     (jax.make_mesh's default Explicit axes fail in the embedding gather), float32; the config
-    from the HF config.json. Returns (config, mesh, model, layers, kv heads, head dim)."""
+    from the HF config.json. Returns (mesh, model, layers, kv heads, head dim)."""
     jax, = _import_peer("tunix", ["jax"])
     with open(os.path.join(folder, "config.json")) as f:
         hf = json.load(f)
@@ -391,8 +391,9 @@ def _tunix_model(folder):
     arch = {"qwen2": "qwen2", "llama": "llama3", "gemma3_text": "gemma3"}.get(kind)
     if arch is None:
         raise Skip(f"tunix: this bench builds tunix's Qwen2, Llama 3 and Gemma 3, not {kind}")
-    lib, params = _import_peer("tunix", [f"tunix.models.{arch}.model", f"tunix.models.{arch}."
-                                         + ("params_safetensors" if arch == "gemma3" else "params")])
+    loader = "params_safetensors" if arch == "gemma3" else "params"
+    lib, params = _import_peer("tunix", [f"tunix.models.{arch}.model",
+                                         f"tunix.models.{arch}.{loader}"])
     shape = dict(num_layers=hf["num_hidden_layers"], embed_dim=hf["hidden_size"],
                  hidden_dim=hf["intermediate_size"], num_heads=hf["num_attention_heads"],
                  head_dim=hf["head_dim"], num_kv_heads=hf["num_key_value_heads"])
@@ -417,7 +418,7 @@ def _tunix_model(folder):
                          axis_types=(jax.sharding.AxisType.Auto,) * 2)
     model = params.create_model_from_safe_tensors(folder, cfg, mesh=mesh,
                                                   dtype=jax.numpy.float32)
-    return cfg, mesh, model, shape["num_layers"], shape["num_kv_heads"], shape["head_dim"]
+    return mesh, model, shape["num_layers"], shape["num_kv_heads"], shape["head_dim"]
 
 
 def _tunix_versions():
@@ -437,7 +438,7 @@ def worker_sample_tunix(a):
     tokenization and detokenization of the rows, as a user of `Sampler` pays them."""
     sampler_lib, transformers = _import_peer("tunix", ["tunix.generate.sampler", "transformers"])
     import numpy as np
-    _, mesh, model, layers, kv_heads, head_dim = _tunix_model(a.folder)
+    _, model, layers, kv_heads, head_dim = _tunix_model(a.folder)
     texts, ids, _ = prompts(a.folder, a.rows)
     P, N = max(map(len, ids)), a.new_tokens
     tok = transformers.AutoTokenizer.from_pretrained(a.folder)
@@ -483,7 +484,7 @@ def worker_grpo_tunix(a):
 
     from ada_jax.rewards.synthetic import thresholds
     from ada_jax.tasks.problem import problem_id
-    _, mesh, model, *_ = _tunix_model(a.folder)
+    mesh, model, *_ = _tunix_model(a.folder)
     embed0 = np.array(model.embedder.input_embedding.value)
     tok = transformers.AutoTokenizer.from_pretrained(a.folder)
     texts, _, qs = prompts(a.folder, 200)
