@@ -123,6 +123,10 @@ def sft_fingerprint(config, tokenizer) -> dict:
     for section, names in _NOT_SFT.items():
         for name in names:
             fields[section].pop(name, None)
+    # the few-shot file by its text, not its path (and absent while unset, as it was before
+    # the field existed: existing bases keep their key)
+    if fields["task"].pop("few_shot_file", "") and getattr(tokenizer, "few_shot", ""):
+        fields["task"]["few_shot"] = hashlib.sha256(tokenizer.few_shot.encode()).hexdigest()
     source = load_split(task, "train")
     h = hashlib.sha256()
     for i in range(len(source)):

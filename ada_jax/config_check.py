@@ -72,7 +72,7 @@ _IN_RANGE = {
     "loss.clip_low": (0, 1, False),  # the ratio's lower clip 1 - clip_low stays > 0
 }
 _STRINGS = ("model.init_from", "model.tokenizer", "model.eos_token", "model.pad_token",
-            "task.system_prompt",
+            "task.system_prompt", "task.few_shot_file",
             "task.files", "task.eval_files", "task.data_dir")
 
 # The model variants sized for the generated tasks (their own small tokenizers); every other

@@ -130,6 +130,9 @@ FIELDS = {
                       "data.apply_chat_template / chat template"),
     "task.system_prompt": ("system message of the chat templates (\"\" = none: the template's "
                            "default)", "data.system_prompt / system message"),
+    "task.few_shot_file": ("a text file written before every question of the plain template: "
+                           "solved examples in its form, 'Question: ...\\nAnswer: ...\\n\\n' "
+                           "('' = none)", "few-shot prompt / num_fewshot"),
     "task.min_level": ("embedded task: lowest difficulty level; family task: first family "
                        "number used (1-based)", "—"),
     "task.max_level": ("embedded task: highest difficulty level; family task: last family "

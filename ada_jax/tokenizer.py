@@ -187,9 +187,32 @@ def load_tokenizer(config) -> Tokenizer:
                          f"chat template, but tokenizer {path!r} has none (no chat_template.jinja,"
                          f" no chat_template in tokenizer_config.json): choose from {TEMPLATES}")
     tok.system_prompt = config.task.get("system_prompt", SYSTEM_MATH) or None
+    tok.few_shot = _few_shot(config)
     extra_eos_ids(tok, config)  # fail now, not at the first sampling call
     stop_sequences(tok, config)
     return tok
+
+
+def _few_shot(config) -> str:
+    """The text of config.task.few_shot_file ("" = none), written before every question of the
+    plain template: solved examples in its own form ("Question: ...\nAnswer: ...\n\n", as
+    `few_shot_text` writes them) for a base model to continue from."""
+    path = config.task.get("few_shot_file", "")
+    if not path:
+        return ""
+    template = config.task.get("template")
+    if template != "plain":
+        raise ValueError(f"config.task.few_shot_file is written before the questions of the "
+                         f"plain template (a base model's prompt), but config.task.template is "
+                         f"{template!r}: set --config.task.template=plain or drop the file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"config.task.few_shot_file={path!r}: {e}") from None
+    if not text.strip():
+        raise ValueError(f"config.task.few_shot_file={path!r} is empty")
+    return text
 
 
 def _load_file(path: str, m) -> Tokenizer:
@@ -303,7 +326,7 @@ def turn_end(chat_template: str, special_tokens: dict | None = None) -> str | No
 
 def render_prompt(question: str, template: str, hint: str = "",
                   system: str | None = SYSTEM_MATH, chat_template: str | None = None,
-                  special_tokens: dict | None = None) -> str:
+                  special_tokens: dict | None = None, few_shot: str = "") -> str:
     """The prompt text for one question (and an optional hint) in a template of TEMPLATES, as
     the model's own chat template renders [system, user] with add_generation_prompt (no system
     message when system is None). No BOS for the named templates: `prompt_ids` adds it; "chat"
@@ -315,11 +338,13 @@ def render_prompt(question: str, template: str, hint: str = "",
     opens with the knowledge-cutoff / date preamble and which strips the messages' whitespace;
     the date is fixed to LLAMA3_DATE (the template's own default when it is rendered without a
     clock) so that a prompt does not change with the day it is rendered on.
+    plain: `few_shot` (solved examples, `few_shot_text`) comes before the question.
     """
     if template == "embedded":
         return f"{question}\n" + (f"Hint:\n{hint}\n" if hint else "")
     if template == "plain":  # a base model continues text: no system or chat turns
-        return f"Question: {question}\n" + (f"Hint: {hint}\n" if hint else "") + "Answer:"
+        return (f"{few_shot}Question: {question}\n" + (f"Hint: {hint}\n" if hint else "")
+                + "Answer:")
     user = f"{question}\n\nHint: {hint}" if hint else question
     if template == "chat":
         if not chat_template:
@@ -349,7 +374,14 @@ def prompt_text(tokenizer: Tokenizer, question: str, template: str, hint: str = 
     """`render_prompt` with the tokenizer's chat template and the run's system prompt."""
     return render_prompt(question, template, hint, system=tokenizer.system_prompt,
                          chat_template=tokenizer.chat_template,
-                         special_tokens=getattr(tokenizer, "special_tokens", None))
+                         special_tokens=getattr(tokenizer, "special_tokens", None),
+                         few_shot=getattr(tokenizer, "few_shot", ""))
+
+
+def few_shot_text(problems) -> str:
+    """Solved examples as the plain template writes a question and its answer, each followed
+    by a blank line: a few-shot file's text (config.task.few_shot_file)."""
+    return "".join(f"Question: {p.question}\nAnswer: {p.answer}\n\n" for p in problems)
 
 
 def encode_prompt(tokenizer: Tokenizer, question: str, template: str, hint: str = "") -> list[int]:

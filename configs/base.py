@@ -187,7 +187,7 @@ def get_config(arg: str = ""):
 
     c.task = ml_collections.ConfigDict(dict(
         name=args["task"], reward="verifier", answer="boxed", template="embedded",
-        system_prompt=SYSTEM_MATH,
+        system_prompt=SYSTEM_MATH, few_shot_file="",
         min_level=1, max_level=8, train_size=20_000,
         eval_size=256, seed=1234, family_set="rl", files=ml_collections.FieldReference("", field_type=str),
         eval_files="", data_dir="",

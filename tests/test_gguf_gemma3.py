@@ -235,3 +235,36 @@ def test_a_base_model_without_chat_template_gets_the_plain_prompt(converted):
     assert tok_lib.stop_sequences(tok, c) == ()
     c.sampling.stop_strings = (" the", "\n\nQuestion:")
     assert [tok.decode(s) for s in tok_lib.stop_sequences(tok, c)] == [" the", "\n\nQuestion:"]
+
+
+def test_a_few_shot_file_comes_before_every_plain_question(converted, tmp_path):
+    """config.task.few_shot_file: its text, before "Question: ..." (after BOS), in training and
+    evaluation prompts alike; refused with a non-plain template, empty, or unreadable."""
+    from ada_jax.config_check import validate
+    from ada_jax.tasks.problem import Problem
+    _, out, _ = converted
+    shots = tok_lib.few_shot_text([Problem(id=0, question="What is 2 + 2?", answer="4"),
+                                   Problem(id=1, question="What is 9 - 3?", answer="6")])
+    assert shots == ("Question: What is 2 + 2?\nAnswer: 4\n\n"
+                     "Question: What is 9 - 3?\nAnswer: 6\n\n")
+    (tmp_path / "shots.txt").write_text(shots)
+    c = base.get_config("model=hf,task=files,smoke=True")
+    c.model.init_from, c.task.files = out, "unused.jsonl"
+    c.task.few_shot_file = str(tmp_path / "shots.txt")
+    validate(c)
+    tok = tok_lib.load_tokenizer(c)
+    want = shots + "Question: what is 12?\nAnswer:"
+    assert tok_lib.prompt_text(tok, "what is 12?", "plain") == want
+    ids, mask = evaluate.encode_prompts(
+        tok, [Problem(id=0, question="what is 12?", answer="12")], "plain", 512)
+    ids = [int(i) for i, m in zip(ids[0], mask[0]) if m]
+    assert ids[0] == 2 and tok.decode(ids[1:]) == want
+    c.task.template = "embedded"
+    with pytest.raises(ValueError, match="few_shot_file .* plain template.*'embedded'"):
+        tok_lib.load_tokenizer(c)
+    c.task.template = "plain"
+    (tmp_path / "empty.txt").write_text(" \n")
+    for path, why in ((tmp_path / "empty.txt", "is empty"), (tmp_path / "none.txt", "No such")):
+        c.task.few_shot_file = str(path)
+        with pytest.raises(ValueError, match=f"few_shot_file=.*{why}"):
+            tok_lib.load_tokenizer(c)

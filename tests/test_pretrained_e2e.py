@@ -13,6 +13,7 @@ resume through scripts/train.py, scripts/evaluate.py and scripts/convert_hf.py o
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -281,6 +282,14 @@ def test_real_model_script_runs_arms_to_one_budget_and_tabulates(stand_in, tmp_p
     helpers.run([sys.executable, os.path.join(ROOT, "scripts", "tools",
                                               "make_arithmetic_task.py"), f"--out_dir={task}",
                  "--train_per_level=8", "--eval_per_level=2"], check=True, env=_env())
+    # its few-shot file: solved questions of neither split, in the plain template's form
+    with open(os.path.join(task, "shots.txt")) as f:
+        shots = re.findall(r"Question: (.*)\nAnswer: (\d+)\n\n", f.read())
+    split = [json.loads(line)["question"] for name in ("train", "eval")
+             for line in open(os.path.join(task, f"{name}.jsonl"))]
+    assert len(shots) == 4 and not {q for q, _ in shots} & set(split)
+    assert all(eval(q.split("What is ")[1].split("?")[0].replace("×", "*")) == int(a)
+               for q, a in shots)
     env = dict(_env(), ARMS="grpo_n4 ada_pos", BUDGET="48", PROMPTS="4", NEW_TOKENS="8",
                EXTRA=" ".join(f"--config.{k}={v}" for k, v in RECIPE.items()))
     got = helpers.run(["bash", os.path.join(ROOT, "scripts", "real_model.sh"),
