@@ -9,10 +9,16 @@ os.environ["XLA_FLAGS"] = (
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # SFT bases are cached under $ADA_JAX_CACHE (ada_jax/base_policy.py): tests (and the
-# subprocesses they start) use a scratch one, never the user's ~/.cache/ada_jax.
-_CACHE = tempfile.mkdtemp(prefix="ada_jax_test_cache_")
+# subprocesses they start) use a scratch one, never the user's ~/.cache/ada_jax. Under
+# pytest-xdist the workers share the controller's (it imports this file before it starts them,
+# and removes the folder at its exit): one SFT base and one compile of a program for all.
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("ADA_JAX_TEST_CACHE"):
+    _CACHE = os.environ["ADA_JAX_TEST_CACHE"]
+else:
+    _CACHE = tempfile.mkdtemp(prefix="ada_jax_test_cache_")
+    os.environ["ADA_JAX_TEST_CACHE"] = _CACHE
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ["ADA_JAX_CACHE"] = _CACHE
-atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 # Compiled programs are kept on disk for the whole run and shared with the subprocesses tests
 # start: the suite compiles the same tiny models many times over (ADA_JAX_TEST_JIT_CACHE=0: off).
 if os.environ.get("ADA_JAX_TEST_JIT_CACHE", "1") != "0":
