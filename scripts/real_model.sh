@@ -4,7 +4,7 @@
 #   bash scripts/real_model.sh MODEL_DIR TASK_DIR [OUT_DIR] [SEEDS]
 # MODEL_DIR: a Hugging Face folder (scripts/convert_gguf.py); TASK_DIR: train.jsonl and
 # eval.jsonl (scripts/tools/make_arithmetic_task.py). Environment knobs: ARMS (grpo_n4 ada_pos
-# ada_balance), BUDGET (samples generated + trained per run, 768), LR (1e-5), PROMPTS (prompts a
+# ada_balance; also grpo_n8), BUDGET (samples generated + trained per run, 768), LR (1e-5), PROMPTS (prompts a
 # step, 8), NEW_TOKENS (48), ANSWER (last_number, or boxed), EVAL_K (held-out samples a
 # question, 2), DTYPE (compute dtype, auto: float32 on a CPU, whose XLA has no bfloat16 dot,
 # bfloat16 on accelerators; docs/real_model.md's runs set bfloat16), EXTRA (flags added to
@@ -39,6 +39,7 @@ RL="--config.rl.steps=100000 --config.rl.cost_budget=${BUDGET:-768} --config.rl.
  --config.log.progress=False ${EXTRA:-}"
 declare -A METHODS=(
   [grpo_n4]="algo=grpo|--config.rl.n=4"
+  [grpo_n8]="algo=grpo|--config.rl.n=8"
   [ada_pos]="algo=ada_pos|--config.adaptive.k_pos=2"
   [ada_balance]="algo=ada_balance|"
 )

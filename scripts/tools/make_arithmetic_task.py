@@ -2,7 +2,8 @@
 answer, level), the held-out split by question: no eval question is a training question.
 
 Levels: 1 one-digit a + b; 2 two-digit ± one-digit; 3 two-digit ± two-digit; 4 products
-a × b with 2 <= a, b <= 12. Differences are never negative. shots.txt holds solved questions
+a × b with 2 <= a, b <= 12; 5 three-digit ± two-digit; 6 three-digit ± three-digit (`--levels`:
+1-4 by default). Differences are never negative. shots.txt holds solved questions
 of neither split (`--shots_per_level` of each level that has questions left over) in the plain
 template's form, for a base model (`--config.task.few_shot_file=/tmp/arith/shots.txt`).
 
@@ -24,11 +25,12 @@ flags.DEFINE_string("out_dir", "/tmp/arith", "where train.jsonl and eval.jsonl g
 flags.DEFINE_integer("train_per_level", 200, "training questions per level")
 flags.DEFINE_integer("eval_per_level", 32, "held-out questions per level")
 flags.DEFINE_integer("shots_per_level", 1, "solved questions per level in shots.txt")
+flags.DEFINE_list("levels", ["1", "2", "3", "4"], "levels to write, of 1..6")
 flags.DEFINE_integer("seed", 0, "generator seed")
 flags.DEFINE_string("suffix", " Answer with the number only.",
                     "text after each question (the instruction the model follows)")
 
-LEVELS = (1, 2, 3, 4)
+LEVELS = (1, 2, 3, 4, 5, 6)
 
 
 def all_questions(level: int) -> list[tuple[str, int]]:
@@ -36,9 +38,10 @@ def all_questions(level: int) -> list[tuple[str, int]]:
     out = []
     if level == 1:
         out = [(f"{a} + {b}", a + b) for a in range(10) for b in range(10)]
-    elif level in (2, 3):
-        small = range(10) if level == 2 else range(10, 100)
-        for a in range(10, 100):
+    elif level in (2, 3, 5, 6):
+        big = range(10, 100) if level in (2, 3) else range(100, 1000)
+        small = {2: range(10), 3: range(10, 100), 5: range(10, 100), 6: range(100, 1000)}[level]
+        for a in big:
             for b in small:
                 out.append((f"{a} + {b}", a + b))
                 if a >= b:
@@ -68,8 +71,11 @@ def rows(pairs, level: int, suffix: str) -> list[dict]:
 def main(_):
     f = flags.FLAGS
     rng = np.random.default_rng(f.seed)
+    levels = [int(x) for x in f.levels]
+    if not levels or set(levels) - set(LEVELS):
+        raise app.UsageError(f"--levels={','.join(f.levels)}: choose from {LEVELS}")
     train, held, shots = [], [], []
-    for level in LEVELS:
+    for level in levels:
         tr, ev, sh = split(level, f.train_per_level, f.eval_per_level, f.shots_per_level, rng)
         train += rows(tr, level, f.suffix)
         held.append(rows(ev, level, f.suffix))
