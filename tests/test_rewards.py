@@ -170,7 +170,8 @@ def test_last_number_is_linear_on_megabyte_inputs():
 
 # ---------------------------------------------------------------- math verifier pool
 
-SENTINEL = "/tmp/ada_jax_verifier_sentinel"
+# one per test process: two pytest-xdist workers must not remove each other's evidence
+SENTINEL = f"/tmp/ada_jax_verifier_sentinel_{os.getpid()}"
 INJECTIONS = [
     f"__import__('os').system('touch {SENTINEL}')",
     f"\\boxed{{__import__('os').system('touch {SENTINEL}')}}",
