@@ -35,7 +35,6 @@ from safetensors.numpy import save_file
 
 from ada_jax import model as model_lib
 from ada_jax import sharding
-from ada_jax.checkpoint import Checkpointer
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +71,7 @@ def _dtype(value, what: str) -> str:
     return name
 
 
-def _field(hf: dict, key: str, source: str, kind=int, default=None):
+def hf_field(hf: dict, key: str, source: str, kind=int, default=None):
     """hf[key] as a positive int (or a float); default when missing or null, if there is one."""
     value = hf.get(key)
     if value is None:
@@ -110,7 +109,7 @@ def _gemma_layers(hf: dict, n_layers: int, source: str) -> dict:
     if len(types) != n_layers:
         raise CheckpointError(f"{source}: {len(types)} layer_types for {n_layers} layers")
     full = [i for i, t in enumerate(types) if t != "sliding_attention"]
-    fields = dict(sliding_window=_field(hf, "sliding_window", source),
+    fields = dict(sliding_window=hf_field(hf, "sliding_window", source),
                   sliding_window_pattern=full[0] + 1 if full else 0)
     if list(model_lib.local_layers(model_lib.ModelConfig(
             1, 1, n_layers, 1, 1, 1, 1, **fields))) != [t == "sliding_attention" for t in types]:
@@ -125,8 +124,8 @@ def _rope(hf: dict, source: str) -> tuple[float, dict | None]:
     params = dict(hf.get("rope_parameters") or {})
     if "full_attention" in params:
         params = dict(params["full_attention"] or {})
-    theta = _field(params, "rope_theta", f"{source} rope_parameters", float,
-                   _field(hf, "rope_theta", source, float, 10_000.0))
+    theta = hf_field(params, "rope_theta", f"{source} rope_parameters", float,
+                     hf_field(hf, "rope_theta", source, float, 10_000.0))
     params.pop("rope_theta", None)
     scaling = hf.get("rope_scaling") or params or None
     if scaling and scaling.get("rope_type", scaling.get("type")) in (None, "default"):
@@ -160,7 +159,7 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
     param_dtype = _dtype(param_dtype, "param_dtype")
     if "dtype" in overrides:
         overrides["dtype"] = _dtype(model_lib.compute_dtype(overrides["dtype"]), "dtype")
-    n_layers = _field(hf, "num_hidden_layers", source)
+    n_layers = hf_field(hf, "num_hidden_layers", source)
     gemma = model_type == "gemma3_text"
     window = [] if gemma else _sliding_layers(hf, n_layers)
     if window:
@@ -175,23 +174,24 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
         if kind not in ("llama3", "linear"):
             raise CheckpointError(f"{source}: unsupported rope scaling {kind!r} (only llama3, "
                                   f"linear)")
-        rope = dict(rope_scaling=kind, rope_scaling_factor=_field(scaling, "factor", where, float))
+        rope = dict(rope_scaling=kind,
+                    rope_scaling_factor=hf_field(scaling, "factor", where, float))
         if kind == "llama3":
             rope.update(
-                rope_low_freq_factor=_field(scaling, "low_freq_factor", where, float),
-                rope_high_freq_factor=_field(scaling, "high_freq_factor", where, float),
-                rope_original_max_len=_field(scaling, "original_max_position_embeddings", where))
-    d_model = _field(hf, "hidden_size", source)
-    heads = _field(hf, "num_attention_heads", source)
+                rope_low_freq_factor=hf_field(scaling, "low_freq_factor", where, float),
+                rope_high_freq_factor=hf_field(scaling, "high_freq_factor", where, float),
+                rope_original_max_len=hf_field(scaling, "original_max_position_embeddings", where))
+    d_model = hf_field(hf, "hidden_size", source)
+    heads = hf_field(hf, "num_attention_heads", source)
     fields = dict(
-        vocab_size=_field(hf, "vocab_size", source), d_model=d_model, n_layers=n_layers,
-        n_heads=heads, n_kv_heads=_field(hf, "num_key_value_heads", source, default=heads),
-        d_ff=_field(hf, "intermediate_size", source),
-        head_dim=_field(hf, "head_dim", source, default=d_model // heads), rope_base=theta,
+        vocab_size=hf_field(hf, "vocab_size", source), d_model=d_model, n_layers=n_layers,
+        n_heads=heads, n_kv_heads=hf_field(hf, "num_key_value_heads", source, default=heads),
+        d_ff=hf_field(hf, "intermediate_size", source),
+        head_dim=hf_field(hf, "head_dim", source, default=d_model // heads), rope_base=theta,
         qkv_bias=model_type == "qwen2",
         tie_embeddings=bool(hf.get("tie_word_embeddings", gemma)),
-        norm_eps=_field(hf, "rms_norm_eps", source, float, 1e-6),
-        max_len=_field(hf, "max_position_embeddings", source, default=4096),
+        norm_eps=hf_field(hf, "rms_norm_eps", source, float, 1e-6),
+        max_len=hf_field(hf, "max_position_embeddings", source, default=4096),
         param_dtype=param_dtype, dtype=param_dtype, mlp_act=ACTIVATIONS[act], **rope)
     if gemma:
         local = (hf.get("rope_parameters") or {}).get("sliding_attention") or {}
@@ -201,11 +201,11 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
         fields.update(
             _gemma_layers(hf, n_layers, source), qk_norm=True, post_norms=True,
             norm_plus_one=True, embed_scale=True,
-            rope_local_base=_field(local, "rope_theta", source, float, _field(
+            rope_local_base=hf_field(local, "rope_theta", source, float, hf_field(
                 hf, "rope_local_base_freq", source, float, 10_000.0)),
-            query_pre_attn_scalar=_field(hf, "query_pre_attn_scalar", source, float, 256.0),
-            attn_logit_softcap=_field(hf, "attn_logit_softcapping", source, float, 0.0),
-            final_logit_softcap=_field(hf, "final_logit_softcapping", source, float, 0.0))
+            query_pre_attn_scalar=hf_field(hf, "query_pre_attn_scalar", source, float, 256.0),
+            attn_logit_softcap=hf_field(hf, "attn_logit_softcapping", source, float, 0.0),
+            final_logit_softcap=hf_field(hf, "final_logit_softcapping", source, float, 0.0))
     return model_lib.ModelConfig(**{**fields, **overrides})
 
 
@@ -330,7 +330,7 @@ def _to_hf(kind: str, x: np.ndarray) -> np.ndarray:
     return x.reshape(-1) if kind == "flat" else x
 
 
-def _read_json(file: str) -> dict:
+def read_json(file: str) -> dict:
     """The JSON object in file; CheckpointError naming it when it is not one."""
     try:
         with open(file) as f:
@@ -368,7 +368,7 @@ def _weight_files(path: str) -> dict[str, str]:
         others = sorted(os.path.basename(f) for f in glob.glob(os.path.join(path, "*.safetensors")))
         raise FileNotFoundError(f"{path}: no {SINGLE_FILE} or {INDEX_FILE}" + (
             f"; transformers would not read {others} either" if others else ""))
-    weight_map = _read_json(index).get("weight_map")
+    weight_map = read_json(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{index}: no 'weight_map' (tensor name -> file)")
     missing = sorted({os.path.join(path, f) for f in weight_map.values()
@@ -382,7 +382,7 @@ def read_hf_config(path: str) -> dict:
     file = os.path.join(path, "config.json")
     if not os.path.exists(file):
         raise FileNotFoundError(f"{path}: no config.json (is this a Hugging Face model folder?)")
-    return _read_json(file)
+    return read_json(file)
 
 
 def load_hf_checkpoint(path: str, mesh, rules, *, param_dtype: str = "float32", **overrides):
@@ -533,99 +533,3 @@ def human_count(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.4g}{unit}"
     return str(n)
-
-
-def _saved_config(workdir: str):
-    """The run's config, as its workdir's config.json saved it."""
-    import ml_collections
-    file = os.path.join(workdir, "config.json")
-    if not os.path.exists(file):
-        raise FileNotFoundError(f"{workdir}: no config.json (is this a training workdir?)")
-    return ml_collections.ConfigDict(_read_json(file))
-
-
-def restore_params(workdir: str, step: int | None = None, mesh=None):
-    """(config, ModelConfig, graphdef, params, step) of a training run's checkpoint (the latest,
-    or `step`): the policy params only, placed on `mesh` (default: every device on fsdp) by the
-    run's sharding rules, checked against the checkpoint's checksums; the optimizer and engine
-    state are not read."""
-    config = _saved_config(workdir)
-    cfg = model_lib.ModelConfig.from_config(config.model)
-    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: model_lib.Transformer(cfg,
-                                                                                nnx.Rngs(0))))
-    mesh = mesh or sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
-    rules = [tuple(r) if not isinstance(r[1], list) else (r[0], tuple(r[1]))
-             for r in config.sharding_rules]
-    shardings = dict(nnx.to_flat_state(sharding.state_shardings(abstract, mesh, rules)))
-    target = nnx.from_flat_state([
-        (k, v.replace(jax.ShapeDtypeStruct(v.get_value().shape, v.get_value().dtype,
-                                           sharding=shardings[k])))
-        for k, v in nnx.to_flat_state(abstract)])
-    directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"{directory}: no checkpoint")
-    ckpt = Checkpointer(directory)
-    item = {"trainable": {"model": target}}  # the rest of the tree is left on disk
-    try:
-        if step is None:
-            got = ckpt.restore_latest(item, partial=True)
-            if got is None:
-                raise FileNotFoundError(f"{directory}: no checkpoint")
-            step, arrays = got[:2]
-        else:
-            arrays = ckpt.restore(step, item, partial=True)[0]
-    finally:
-        ckpt.close()
-    return config, cfg, graphdef, arrays["trainable"]["model"], step
-
-
-def _update_json(file: str, values: dict, defaults: dict | None = None) -> None:
-    """Rewrite the JSON object in file (or {}) with values set and defaults where missing."""
-    obj = _read_json(file) if os.path.exists(file) else {}
-    with open(file, "w") as f:
-        json.dump({**(defaults or {}), **obj, **values}, f, indent=2)
-
-
-def export_run(workdir: str, out_dir: str, *, step: int | None = None, dtype: str | None = None,
-               mesh=None, max_shard_bytes: int = 5 * 2**30) -> dict:
-    """Export a training run's policy (latest checkpoint, or `step`) as a Hugging Face folder
-    that `transformers` `generate()` runs with no extra arguments: safetensors + config.json
-    (export_hf, architecture and max_position_embeddings of the run's init_from), the
-    tokenizer files, and generation_config.json whose eos_token_id is the run's stop tokens
-    (config.model.eos_token first, then extra_eos_tokens), with its bos and pad ids (and, unless
-    the source sets it, max_length = the checkpoint's context); the same ids go into
-    config.json, the tokens into tokenizer_config.json (eos_token, pad_token). The params are
-    read onto `mesh` (restore_params). Returns a summary (step, params, files, the ids)."""
-    from ada_jax import tokenizer as tok_lib
-    config, cfg, _, params, step = restore_params(workdir, step, mesh)
-    m = config.model
-    source = m.init_from if m.init_from and os.path.isdir(m.init_from) else None
-    if source:  # the run's own length is not the checkpoint's
-        cfg = dataclasses.replace(cfg, max_len=_field(read_hf_config(source), "max_position_"
-                                                      "embeddings", source, default=cfg.max_len))
-    files = export_hf(params, cfg, out_dir, source=source, dtype=dtype,
-                      max_shard_bytes=max_shard_bytes)
-    tok = tok_lib.load_tokenizer(config)
-    if not isinstance(tok, tok_lib.HFTokenizer):
-        log.warning("%s: the run's tokenizer is a sentencepiece model, which a Hugging Face "
-                    "folder cannot carry: %s has no tokenizer files", workdir, out_dir)
-    eos = [tok.eos_id, *tok_lib.extra_eos_ids(tok, config)]
-    ids = dict(bos_token_id=tok.bos_id, eos_token_id=eos if len(eos) > 1 else eos[0],
-               pad_token_id=tok.pad_id)
-    if jax.process_index() == 0:
-        tok_dir = m.tokenizer or m.init_from
-        tok_dir = tok_dir if os.path.isdir(tok_dir) else os.path.dirname(tok_dir)
-        if isinstance(tok, tok_lib.HFTokenizer) and tok_dir != source:  # a separate tokenizer
-            for name in SOURCE_FILES[1:]:
-                if os.path.exists(os.path.join(tok_dir, name)):
-                    shutil.copy(os.path.join(tok_dir, name), os.path.join(out_dir, name))
-        # max_length: the checkpoint's context unless the source sets a length (transformers'
-        # default is 20 tokens in all, prompt included; the run's max_new_tokens was a training
-        # budget, not the model's)
-        _update_json(os.path.join(out_dir, "generation_config.json"), ids,
-                     defaults=dict(max_length=cfg.max_len))
-        _update_json(os.path.join(out_dir, "config.json"), ids)
-        if os.path.exists(os.path.join(out_dir, "tokenizer_config.json")):
-            _update_json(os.path.join(out_dir, "tokenizer_config.json"), dict(
-                eos_token=tok.decode([tok.eos_id]), pad_token=tok.decode([tok.pad_id])))
-    return dict(step=step, params=model_lib.count_params(params), files=files, **ids)

@@ -378,10 +378,10 @@ def prompt_text(tokenizer: Tokenizer, question: str, template: str, hint: str = 
                          few_shot=getattr(tokenizer, "few_shot", ""))
 
 
-def few_shot_text(problems) -> str:
-    """Solved examples as the plain template writes a question and its answer, each followed
-    by a blank line: a few-shot file's text (config.task.few_shot_file)."""
-    return "".join(f"Question: {p.question}\nAnswer: {p.answer}\n\n" for p in problems)
+def few_shot_text(solved) -> str:
+    """(question, answer) pairs as the plain template asks the question, each answer after it
+    and a blank line: a few-shot file's text (config.task.few_shot_file)."""
+    return "".join(f"{render_prompt(q, 'plain')} {a}\n\n" for q, a in solved)
 
 
 def encode_prompt(tokenizer: Tokenizer, question: str, template: str, hint: str = "") -> list[int]:

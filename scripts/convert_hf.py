@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from ada_jax import convert, model as model_lib, sharding  # noqa: E402
+from ada_jax import convert, export, model as model_lib, sharding  # noqa: E402
 from configs import base  # noqa: E402
 
 
@@ -33,7 +33,7 @@ def main():
     shard = int(a.max_shard_gb * 2**30)
     mesh = sharding.make_mesh(dict(zip(sharding.AXES, map(int, a.mesh.split(",")))))
     if a.workdir:
-        got = convert.export_run(a.workdir, a.out, step=a.step, dtype=a.dtype, mesh=mesh,
+        got = export.export_run(a.workdir, a.out, step=a.step, dtype=a.dtype, mesh=mesh,
                                  max_shard_bytes=shard)
         n = convert.human_count(got["params"])
         return print(f"exported step {got['step']} of {a.workdir} ({n} params) to {a.out}: "

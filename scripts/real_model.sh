@@ -4,8 +4,8 @@
 #   bash scripts/real_model.sh MODEL_DIR TASK_DIR [OUT_DIR] [SEEDS]
 # MODEL_DIR: a Hugging Face folder (scripts/convert_gguf.py); TASK_DIR: train.jsonl and
 # eval.jsonl (scripts/tools/make_arithmetic_task.py). Environment knobs: ARMS (grpo_n4 ada_pos
-# ada_balance; also grpo_n8), BUDGET (samples generated + trained per run, 768), LR (1e-5), PROMPTS (prompts a
-# step, 8), NEW_TOKENS (48), ANSWER (last_number, or boxed), EVAL_K (held-out samples a
+# ada_balance; also grpo_n8), BUDGET (samples generated + trained per run, 768), LR (1e-5),
+# PROMPTS (prompts a step, 8), NEW_TOKENS (48), ANSWER (last_number, or boxed), EVAL_K (held-out samples a
 # question, 2), DTYPE (compute dtype, auto: float32 on a CPU, whose XLA has no bfloat16 dot,
 # bfloat16 on accelerators; docs/real_model.md's runs set bfloat16), EXTRA (flags added to
 # every run).

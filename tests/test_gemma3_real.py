@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from ada_jax import convert, gguf_import, sampling, sharding
+from ada_jax import convert, export, gguf_import, sampling, sharding
 from ada_jax import tokenizer as tok_lib
 from configs import base
 from tests import helpers, standins
@@ -158,7 +158,7 @@ def test_a_trained_run_exports_to_transformers(folder, tmp_path):
                 cwd=standins.ROOT, check=True)
     helpers.run([sys.executable, os.path.join(standins.ROOT, "scripts", "convert_hf.py"),
                  f"--workdir={workdir}", f"--out={out}"], env=env, check=True)
-    _, _, graphdef, params, step = convert.restore_params(workdir, mesh=_one_device())
+    _, _, graphdef, params, step = export.restore_params(workdir, mesh=_one_device())
     assert step == 2
     base_params = convert.load_hf_checkpoint(folder, _one_device(),
                                              base.get_config("").sharding_rules)[2]

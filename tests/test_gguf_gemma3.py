@@ -243,8 +243,7 @@ def test_a_few_shot_file_comes_before_every_plain_question(converted, tmp_path):
     from ada_jax.config_check import validate
     from ada_jax.tasks.problem import Problem
     _, out, _ = converted
-    shots = tok_lib.few_shot_text([Problem(id=0, question="What is 2 + 2?", answer="4"),
-                                   Problem(id=1, question="What is 9 - 3?", answer="6")])
+    shots = tok_lib.few_shot_text([("What is 2 + 2?", "4"), ("What is 9 - 3?", "6")])
     assert shots == ("Question: What is 2 + 2?\nAnswer: 4\n\n"
                      "Question: What is 9 - 3?\nAnswer: 6\n\n")
     (tmp_path / "shots.txt").write_text(shots)

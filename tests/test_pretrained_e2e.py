@@ -6,7 +6,7 @@ JSONL and scored by the math verifier, with `model=hf` (sizes from init_from's c
 
 Default suite: the config of model=hf and smoke for every pretrained model; one Qwen stand-in
 run in the pretrained default (Ada-Seq, streaming) whose policy never draws a padded id, is
-exported by `convert.export_run` and generated from by `transformers` with no arguments,
+exported by `export.export_run` and generated from by `transformers` with no arguments,
 stopping at <|im_end|>. Slow: every other policy / mode / hints on both families, SIGKILL +
 resume through scripts/train.py, scripts/evaluate.py and scripts/convert_hf.py on the workdir.
 """
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from ada_jax import collect, convert, evaluate, sampling, train
+from ada_jax import collect, convert, evaluate, export, sampling, train
 from ada_jax import tokenizer as tok_lib
 from ada_jax.config_check import validate
 from ada_jax.tasks import load_split
@@ -146,7 +146,7 @@ def test_qwen_stand_in_never_samples_a_padded_id(qwen_run):
     """Hot (T=20, near-uniform: without the mask ~19% of draws would be among the 96 padded
     rows of the 512-row embedding) sampling from the trained policy never draws a padded id."""
     c, workdir = qwen_run
-    _, _, graphdef, params, _ = convert.restore_params(workdir)
+    _, _, graphdef, params, _ = export.restore_params(workdir)
     tok = tok_lib.load_tokenizer(c)
     assert tok.vocab_size < c.model.vocab_size == 512
     toks, mask = evaluate.encode_prompts(tok, [load_split(c, "train", tok)[0]] * 32,
@@ -164,7 +164,7 @@ def test_qwen_export_generates_with_transformers(qwen_run, tmp_path):
     the trained policy's and whose generate() (no arguments) stops at the chat end token."""
     c, workdir = qwen_run
     out = str(tmp_path / "export")
-    got = convert.export_run(workdir, out)
+    got = export.export_run(workdir, out)
     assert got["step"] == 2 and got["params"] > 0
     hf_tok = transformers.AutoTokenizer.from_pretrained(out)
     end, eot = hf_tok.convert_tokens_to_ids("<|im_end|>"), hf_tok.convert_tokens_to_ids(
@@ -181,7 +181,7 @@ def test_qwen_export_generates_with_transformers(qwen_run, tmp_path):
                                      return_tensors="pt")
     text = hf_tok.decode(enc["input_ids"][0])
     assert text == tok_lib.render_prompt("What is $2 + 3$?", "qwen_math")
-    _, _, graphdef, params, _ = convert.restore_params(workdir)
+    _, _, graphdef, params, _ = export.restore_params(workdir)
     ids = enc["input_ids"].numpy().astype(np.int32)
     diff, scale = logit_diff_vs_hf(graphdef, params, hf.eval(), ids, np.ones_like(ids, bool))
     assert diff < 1e-4 * max(scale, 1.0), (diff, scale)

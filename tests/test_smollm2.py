@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from ada_jax import convert, gguf_import, sampling, sharding, train
+from ada_jax import convert, export, gguf_import, sampling, sharding, train
 from ada_jax import tokenizer as tok_lib
 from ada_jax.config_check import validate
 from configs import base
@@ -107,7 +107,7 @@ def test_a_trained_run_exports_to_transformers(smollm2, tmp_path):
                           f"--workdir={workdir}", f"--out={out}"], capture_output=True,
                          text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert got.returncode == 0, got.stderr[-3000:]
-    _, _, graphdef, params, step = convert.restore_params(workdir)
+    _, _, graphdef, params, step = export.restore_params(workdir)
     assert step == c.rl.steps
     base_params = convert.load_hf_checkpoint(
         smollm2, sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1)),

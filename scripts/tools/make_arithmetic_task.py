@@ -18,7 +18,6 @@ import os
 import numpy as np
 from absl import app, flags
 
-from ada_jax.tasks.problem import Problem
 from ada_jax.tokenizer import few_shot_text
 
 flags.DEFINE_string("out_dir", "/tmp/arith", "where train.jsonl and eval.jsonl go")
@@ -89,8 +88,7 @@ def main(_):
         with open(os.path.join(f.out_dir, f"{name}.jsonl"), "w") as fh:
             fh.writelines(json.dumps(r) + "\n" for r in data)
     with open(os.path.join(f.out_dir, "shots.txt"), "w") as fh:
-        fh.write(few_shot_text([Problem(id=0, question=r["question"], answer=r["answer"])
-                                for r in shots]))
+        fh.write(few_shot_text((r["question"], r["answer"]) for r in shots))
     print(json.dumps(dict(train=len(train), eval=len(held), shots=len(shots),
                           out_dir=f.out_dir)))
 
