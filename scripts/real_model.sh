@@ -8,8 +8,11 @@
 # PROMPTS (prompts a step, 8), NEW_TOKENS (48), ANSWER (last_number, or boxed), EVAL_K (held-out samples a
 # question, 2), DTYPE (compute dtype, auto: float32 on a CPU, whose XLA has no bfloat16 dot,
 # bfloat16 on accelerators; docs/real_model.md's runs set bfloat16), EXTRA (flags added to
-# every run).
-# Runs two at a time (2 CPU cores); prints scripts/analysis/before_after.py's tables. Each run's
+# every run), JOBS (runs at a time, 2: the CPU's cores), PRUNE (1: delete a run's checkpoints
+# once its final evaluation is written, for a study whose checkpoints would fill the disk; such a
+# run cannot be extended to a larger BUDGET).
+# Runs seed by seed (every arm of seed 0, then of seed 1, ...), so a study cut short holds
+# paired comparisons; prints scripts/analysis/before_after.py's tables. Each run's
 # final policy is evaluated into RUN/heldout_BUDGET.json; run again with a larger BUDGET, the
 # runs resume where they stopped (a run to a larger budget is the smaller one's run followed by
 # more steps: constant lr) and the tables read them at the new budget.
@@ -46,20 +49,25 @@ declare -A METHODS=(
 [ -f "$OUT/base.json" ] || python scripts/evaluate.py --base --workdir="$OUT/base" \
   --config=configs/base.py:algo=grpo,model=hf,task=files $COMMON $RL --k=4 \
   --out="$OUT/base.json" > "$OUT/base.log" 2>&1 || { tail -5 "$OUT/base.log" >&2; exit 1; }
-jobs=()
 for name in $ARMS; do
   [ -n "${METHODS[$name]:-}" ] || { echo "unknown arm $name: ${!METHODS[*]}" >&2; exit 2; }
-  IFS='|' read -r variant extra <<< "${METHODS[$name]}"
-  for seed in $SEEDS; do
+done
+jobs=()
+for seed in $SEEDS; do
+  for name in $ARMS; do
+    IFS='|' read -r variant extra <<< "${METHODS[$name]}"
     wd="$OUT/${name}_s$seed"
     [ -f "$wd/heldout_${BUDGET:-768}.json" ] && continue
+    prune=""
+    [ "${PRUNE:-0}" = 1 ] && prune=" && rm -rf $wd/checkpoints"
     jobs+=("python scripts/train.py --workdir=$wd \
       --config=configs/base.py:$variant,model=hf,task=files --config.seed=$seed $COMMON $RL \
       $extra >> $wd.log 2>&1 && python scripts/evaluate.py --workdir=$wd --k=${EVAL_K:-2} \
-      --out=$wd/heldout_${BUDGET:-768}.json >> $wd.log 2>&1")
+      --out=$wd/heldout_${BUDGET:-768}.json >> $wd.log 2>&1$prune")
   done
 done
-printf '%s\n' "${jobs[@]}" | xargs -P 2 -I{} bash -c '{}' || echo "some runs failed: see $OUT/*.log"
+printf '%s\n' "${jobs[@]}" | xargs -P "${JOBS:-2}" -I{} bash -c '{}' \
+  || echo "some runs failed: see $OUT/*.log"
 groups=()
 for name in $ARMS; do
   dirs=$(for s in $SEEDS; do printf '%s,' "$OUT/${name}_s$s"; done)

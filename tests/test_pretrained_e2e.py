@@ -22,7 +22,6 @@ import time
 import jax
 import numpy as np
 import pytest
-from flax import nnx
 
 from ada_jax import collect, convert, evaluate, export, sampling, train
 from ada_jax import tokenizer as tok_lib
@@ -302,17 +301,21 @@ def test_real_model_script_runs_arms_to_one_budget_and_tabulates(stand_in, tmp_p
             assert json.loads(f.readlines()[-1])["cost_samples"] >= 48  # ran to the budget
         assert any(line.startswith(f"| {arm} | 0 |") for line in lines)
     assert any(line.startswith("| ada_pos | ") and " of 1)" in line for line in lines)
-    # a larger budget resumes every run and reads it there; the smaller budget's report stays
+    # a larger budget resumes every run and reads it there; the smaller budget's report stays;
+    # PRUNE=1 deletes each run's checkpoints once its final evaluation is written
     got = helpers.run(["bash", os.path.join(ROOT, "scripts", "real_model.sh"),
                        stand_in("qwen2"), task, out, "0"], check=True,
-                      env=dict(env, BUDGET="96"))
+                      env=dict(env, BUDGET="96", PRUNE="1"))
     assert "some runs failed" not in got.stdout, got.stdout
     for arm in ("grpo_n4", "ada_pos"):
         assert os.path.exists(os.path.join(out, f"{arm}_s0", "heldout_48.json"))
+        assert os.path.exists(os.path.join(out, f"{arm}_s0", "heldout_96.json"))
+        assert not os.path.exists(os.path.join(out, f"{arm}_s0", "checkpoints"))
         with open(os.path.join(out, f"{arm}_s0", "metrics.jsonl")) as f:
             recs = [json.loads(line) for line in f]
         costs = [r["cost_samples"] for r in recs]
         assert [r["step"] for r in recs] == list(range(1, len(recs) + 1))  # resumed, once
         assert costs == sorted(costs) and costs[-1] >= 96 > costs[-2]
         row = next(line for line in got.stdout.splitlines() if line.startswith(f"| {arm} | 0 |"))
-        assert int(row.split("|")[5]) == costs[-1]
+        header = [c.strip() for c in got.stdout.splitlines()[0].split("|")]
+        assert int(row.split("|")[header.index("cost (samples)")]) == costs[-1]
