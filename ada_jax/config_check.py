@@ -18,6 +18,7 @@ log = logging.getLogger(__name__)
 _CHOICES = {
     "model.param_dtype": ("float32", "bfloat16"),
     "model.dtype": ("float32", "bfloat16", "auto"),
+    "optim.mu_dtype": ("", "bfloat16"),
     "model.rope_scaling": ("none", "llama3", "linear"),
     "model.mlp_act": ("silu", "gelu_tanh"),
     "task.name": TASKS,

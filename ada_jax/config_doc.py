@@ -258,6 +258,8 @@ FIELDS = {
     "optim.b2": ("Adam beta2", "actor.optim.betas[1] / adam_beta2"),
     "optim.eps": ("Adam epsilon", "— / adam_epsilon"),
     "optim.daro_lr": ("DARO weights' learning rate (0 = optim.lr)", "—"),
+    "optim.mu_dtype": ("AdamW's first moment in bfloat16 (\"\" = the params' dtype; the "
+                       "second moment stays float32)", "— / optim_args (bnb, 8-bit)"),
     "optim.max_update_ratio": ("skip an update larger than this times the params (in norm; "
                                "a diverging lr; 0 = never)", "—"),
     "optim.max_skipped_steps": ("stop the run (exit 1) after this many skipped updates with none "

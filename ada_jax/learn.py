@@ -44,7 +44,8 @@ def make_optimizer(config):
         if o.warmup_steps:  # update k (from 0) runs at peak·k/warmup_steps until the peak
             lr = optax.join_schedules([optax.linear_schedule(0.0, peak, o.warmup_steps), lr],
                                       [o.warmup_steps])
-        return optax.adamw(lr, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay)
+        return optax.adamw(lr, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay,
+                           mu_dtype=o.get("mu_dtype") or None)
 
     if not o.daro_lr:
         return optax.chain(clip_by_global_norm(o.grad_clip), adamw(o.lr))

@@ -73,6 +73,17 @@ def param_bytes(model_cfg, mesh_shape: dict, rules) -> tuple[int, int]:
     return n, per_device
 
 
+def head_chunk_bytes(mcfg, rows: int, length: int, vocab_on_device: int) -> int:
+    """Float32 logits, softmax and their gradient of one chunk of model.head_logprobs over
+    `rows` sequences of `length` positions."""
+    V = mcfg.vocab_size
+    if model_lib.head_chunk_rows(rows, length, V) < rows and mcfg.tie_embeddings:
+        chunk = model_lib.vocab_chunk(rows * length, V)
+        if chunk:
+            return rows * length * chunk * vocab_on_device // V * 4 * 3
+    return model_lib.head_chunk_rows(rows, length, V) * length * vocab_on_device * 4 * 3
+
+
 def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "gpu") -> dict:
     """Bytes per device of each term, the two phases' peaks and what is live when the learner
     starts, for `config` on `devices` devices of `platform` (which resolves model.dtype="auto",
@@ -109,7 +120,8 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "g
     abstract = {"model": jax.ShapeDtypeStruct((n,), pdt),
                 "daro": jax.ShapeDtypeStruct((n_daro,), jnp.float32)}
     opt = jax.eval_shape(learn.make_optimizer(c).init, abstract)
-    opt_small = sum(_nbytes(x) for x in jax.tree.leaves(opt)) - 2 * n * pdt.itemsize
+    mu = jnp.dtype(c.optim.get("mu_dtype") or pdt).itemsize  # AdamW's first moment, then nu
+    opt_small = sum(_nbytes(x) for x in jax.tree.leaves(opt)) - n * (mu + pdt.itemsize)
 
     kv_token = 2 * mcfg.n_layers * mcfg.n_kv_heads * mcfg.head_dim * cb // split(mcfg.n_kv_heads)
     per_rows = lambda k: -(-k // _rows_split(k, rows))  # noqa: E731  rows of k on a device
@@ -136,7 +148,7 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "g
 
     out = dict(
         params=pbytes,
-        adam=2 * pbytes + opt_small,
+        adam=pbytes * (mu + pdt.itemsize) // pdt.itemsize + opt_small,
         grads=pbytes,
         # micro-batches add each one's gradient into a running sum: a second gradient tree
         grad_sum=pbytes if c.rl.microbatches > 1 else 0,
@@ -155,9 +167,9 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "g
         # one block's backward: ~20 bytes per attention score (f32 scores, masked scores, exp
         # and their grads, bf16 probs), ~6 [T, F] MLP arrays in the compute dtype
         block_tmp=micro_dev * L * (h * L * 20 + 6 * f * cb),
-        # logits, softmax and their gradient at the completion positions, for the rows of one
-        # chunk of model.head_logprobs
-        logits=model_lib.head_chunk_rows(micro_dev, N, V) * N * v * 4 * 3,
+        # logits, softmax and their gradient at the completion positions, for one chunk of
+        # model.head_logprobs: a tied head's chunk of the vocabulary, else a chunk of rows
+        logits=head_chunk_bytes(mcfg, micro_dev, N, v),
     )
     state = out["params"] + out["adam"]
     fixed = state + out["decode_copy"] + out["prompt_kv"] + out["engine"]

@@ -212,15 +212,17 @@ def test_shared_prompt_logits_equal_the_whole_rows(variant, remat, new):
         np.testing.assert_allclose(a, b, atol=2e-5 * max(1.0, float(jnp.abs(b).max())))
 
 
-@pytest.mark.parametrize("tie", [True, False])
-def test_head_logprobs_in_chunks_equal_the_whole_batch(tie, monkeypatch):
-    """head_logprobs a few rows at a time (the output head recomputed per chunk in the
+@pytest.mark.parametrize("tie,cap", [(True, 0.0), (True, 3.0), (False, 0.0)])
+def test_head_logprobs_in_chunks_equal_the_whole_batch(tie, cap, monkeypatch):
+    """head_logprobs in chunks (a tied head by vocabulary entries with an online
+    log-sum-exp, a separate head a few rows at a time; the logits recomputed per chunk in the
     backward pass) gives the log-probs, entropies and gradients of token_logprobs over the
-    whole [B,T,V] logits, for a tied embedding and a separate output head."""
+    whole [B,T,V] logits, with and without logit soft-capping."""
     rng = np.random.default_rng(7)
     toks = jnp.asarray(rng.integers(3, 64, size=(6, 8)))
     mask = jnp.ones((6, 8), bool)
-    graphdef, params = nnx.split(_randomise_biases(tiny_model(tie_embeddings=tie)))
+    graphdef, params = nnx.split(_randomise_biases(tiny_model(tie_embeddings=tie,
+                                                              final_logit_softcap=cap)))
     weight = jnp.asarray(rng.normal(size=(2, 6, 5)), jnp.float32)
 
     def loss(p):
@@ -238,11 +240,17 @@ def test_head_logprobs_in_chunks_equal_the_whole_batch(tie, monkeypatch):
 
     (want, (want_logp, want_ent)), want_g = jax.jit(jax.value_and_grad(whole, has_aux=True))(
         params)
-    row_bytes = 5 * tiny_model().cfg.vocab_size * 4
-    # rows that fit in HEAD_CHUNK_BYTES -> chunks: all 6 at once; 2 a chunk; 4 fit, so 3 a
-    # chunk (the largest divisor of 6)
-    for fit, chunks in ((6, 1), (2, 3), (4, 2)):
+    V = tiny_model().cfg.vocab_size
+    row_bytes = 5 * V * 4
+    # rows that fit in HEAD_CHUNK_BYTES -> chunks. Rows: all 6 at once; 2 a chunk; 4 fit, so 3
+    # a chunk (the largest divisor of 6). Vocabulary (the 30 positions at once): fit 2 -> at
+    # most V/3 entries -> V/4 a chunk; fit 4 -> V/2; below MIN_VOCAB_CHUNK, by rows.
+    cases = [(6, 1, 0), (2, 3, 0), (4, 2, 0)]
+    if tie:
+        cases = [(6, 1, 1), (2, 4, 1), (4, 2, 1), (2, 3, V)]
+    for fit, chunks, min_chunk in cases:
         monkeypatch.setattr(model_lib, "HEAD_CHUNK_BYTES", fit * row_bytes)
+        monkeypatch.setattr(model_lib, "MIN_VOCAB_CHUNK", min_chunk)
         (got, (logp, ent)), g = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
         scan = jax.make_jaxpr(lambda p: loss(p)[1])(params).jaxpr.eqns
         lengths = [e.params["length"] for e in scan if e.primitive.name == "scan"]
