@@ -79,3 +79,41 @@ def test_bad_mesh_is_rejected():
         sharding.make_mesh(dict(data=3, fsdp=2, tensor=2))
     with pytest.raises(ValueError, match="not divisible"):
         sharding.make_mesh(dict(data=3, fsdp=-1, tensor=1))
+
+
+def test_tied_head_by_vocabulary_chunks_on_the_mesh_matches_single_device(monkeypatch):
+    """model.tied_head_logprobs (the embedding's rows in chunks, sharded over "tensor" within
+    each chunk) gives one device's log-probs, entropies and gradients on the 2x2x2 mesh."""
+    monkeypatch.setattr(model_lib, "HEAD_CHUNK_BYTES", 8 * 11 * 16 * 4)  # 4 chunks of 16
+    monkeypatch.setattr(model_lib, "MIN_VOCAB_CHUNK", 1)
+    rng = np.random.default_rng(1)
+    toks = rng.integers(3, 64, size=(8, 12)).astype(np.int32)
+    mask = np.ones_like(toks, bool)
+
+    def run(mesh):
+        graphdef, params = sharding.init_sharded(
+            lambda: model_lib.Transformer(TINY, nnx.Rngs(0)), mesh, RULES)
+        bs = sharding.batch_sharding(mesh, RULES, toks.shape)
+        t, m = jax.device_put(toks, bs), jax.device_put(mask, bs)
+
+        def loss(p):
+            model = nnx.merge(graphdef, p)
+            hidden, _ = model(t, model_lib.positions_from_mask(m), m, logits_slice=(0, 11),
+                              hidden=True)
+            logp, ent = model_lib.head_logprobs(model, hidden, t[:, 1:])
+            return jnp.sum(logp) + 0.5 * jnp.sum(ent), (logp, ent)
+
+        def step(p):
+            with sharding.activate(mesh, RULES):
+                return jax.value_and_grad(loss, has_aux=True)(p)
+        jaxpr = jax.make_jaxpr(lambda p: loss(p)[1])(params).jaxpr.eqns
+        assert [e.params["length"] for e in jaxpr if e.primitive.name == "scan"] == [4]
+        return jax.device_get(jax.jit(step)(params))
+
+    (l8, (logp8, ent8)), g8 = run(sharding.make_mesh(dict(data=2, fsdp=2, tensor=2)))
+    (l1, (logp1, ent1)), g1 = run(sharding.make_mesh(dict(data=1, fsdp=1, tensor=1),
+                                                     devices=jax.devices()[:1]))
+    np.testing.assert_allclose(logp8, logp1, atol=1e-5)
+    np.testing.assert_allclose(ent8, ent1, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(g8), jax.tree.leaves(g1)):
+        np.testing.assert_allclose(a, b, atol=1e-5 * max(1.0, float(np.abs(b).max())))
