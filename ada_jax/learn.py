@@ -13,6 +13,7 @@ from flax import nnx
 
 from ada_jax import advantages, host_memory, losses, selection, sharding, sft
 from ada_jax import model as model_lib
+from ada_jax import logprobs
 
 
 def global_norm(tree) -> jax.Array:
@@ -100,7 +101,7 @@ def pack(rows, values_BG):
 def completion_hidden(model, tokens, mask, group, *, prompt_len: int, n_groups: int,
                       share: bool):
     """Final-normed hidden states [R, T - P, D] of rows [R, T] at the positions predicting
-    their completion tokens (P = prompt_len), for model.head_logprobs. With `share`, where the
+    their completion tokens (P = prompt_len), for logprobs.head_logprobs. With `share`, where the
     rows hold at least 2 per group on average, each group's prompt runs once
     (model.shared_prompt_logits: the same values up to float rounding); otherwise every row
     runs whole."""
@@ -118,7 +119,7 @@ def completion_logprobs_entropy(model, tokens, mask, group, *, prompt_len: int, 
     """(log π, entropy) [R, T - P] float32 of the completion tokens of rows [R, T]."""
     hidden = completion_hidden(model, tokens, mask, group, prompt_len=prompt_len,
                                n_groups=n_groups, share=share)
-    return model_lib.head_logprobs(model, hidden, tokens[:, prompt_len:], temperature)
+    return logprobs.head_logprobs(model, hidden, tokens[:, prompt_len:], temperature)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "prompt_len", "temperature",

@@ -28,6 +28,7 @@ from flax import nnx
 
 from ada_jax import adaptive, collect, generators, learn, selection, sharding
 from ada_jax import model as model_lib
+from ada_jax import logprobs
 from ada_jax.config_check import resolve_hf
 
 GiB = 2**30
@@ -74,14 +75,10 @@ def param_bytes(model_cfg, mesh_shape: dict, rules) -> tuple[int, int]:
 
 
 def head_chunk_bytes(mcfg, rows: int, length: int, vocab_on_device: int) -> int:
-    """Float32 logits, softmax and their gradient of one chunk of model.head_logprobs over
+    """Float32 logits, softmax and their gradient of one chunk of logprobs.head_logprobs over
     `rows` sequences of `length` positions."""
-    V = mcfg.vocab_size
-    if model_lib.head_chunk_rows(rows, length, V) < rows and mcfg.tie_embeddings:
-        chunk = model_lib.vocab_chunk(rows * length, V)
-        if chunk:
-            return rows * length * chunk * vocab_on_device // V * 4 * 3
-    return model_lib.head_chunk_rows(rows, length, V) * length * vocab_on_device * 4 * 3
+    r, chunk = logprobs.chunk_plan(rows, length, mcfg.vocab_size, mcfg.tie_embeddings)
+    return r * length * chunk * vocab_on_device // mcfg.vocab_size * 4 * 3
 
 
 def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "gpu") -> dict:
@@ -168,7 +165,7 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "g
         # and their grads, bf16 probs), ~6 [T, F] MLP arrays in the compute dtype
         block_tmp=micro_dev * L * (h * L * 20 + 6 * f * cb),
         # logits, softmax and their gradient at the completion positions, for one chunk of
-        # model.head_logprobs: a tied head's chunk of the vocabulary, else a chunk of rows
+        # logprobs.head_logprobs: a tied head's chunk of the vocabulary, else a chunk of rows
         logits=head_chunk_bytes(mcfg, micro_dev, N, v),
     )
     state = out["params"] + out["adam"]

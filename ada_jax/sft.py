@@ -23,6 +23,8 @@ import optax
 from flax import nnx
 
 from ada_jax import model as model_lib
+
+from ada_jax import logprobs
 from ada_jax import sharding
 from ada_jax.checkpoint import CheckpointMismatch, Checkpointer, abstract_like
 from ada_jax.tasks import PromptIterator, families, is_embedded, load_split
@@ -130,7 +132,7 @@ class Replay:
 def sequence_nll(model, toks, mask, loss_mask):
     """Mean next-token log-loss of the loss_mask tokens (float32): SFT's loss and replay's."""
     logits, _ = model(toks, model_lib.positions_from_mask(mask), mask)
-    logp, _ = model_lib.token_logprobs(logits[:, :-1], toks[:, 1:])
+    logp, _ = logprobs.token_logprobs(logits[:, :-1], toks[:, 1:])
     m = loss_mask[:, 1:]
     return -jnp.sum(logp * m) / jnp.maximum(jnp.sum(m), 1)
 

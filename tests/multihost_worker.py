@@ -34,6 +34,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from ada_jax import collect, learn, sharding, train
 from ada_jax.checkpoint import Checkpointer
 from ada_jax import model as model_lib
+from ada_jax import logprobs
 from ada_jax.policies import rollout
 from ada_jax.sampling import SamplingConfig, sample
 from ada_jax.tasks import PromptIterator
@@ -65,7 +66,7 @@ def run_step() -> dict:
 
     def loss_fn(p, toks, mask):
         logits, _ = nnx.merge(graphdef, p)(toks, model_lib.positions_from_mask(mask), mask)
-        logp, _ = model_lib.token_logprobs(logits[:, :-1], toks[:, 1:])
+        logp, _ = logprobs.token_logprobs(logits[:, :-1], toks[:, 1:])
         return -jnp.sum(logp * mask[:, 1:]) / jnp.sum(mask[:, 1:])
 
     def step(params, opt_state, toks, mask):

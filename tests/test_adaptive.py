@@ -15,6 +15,7 @@ from scipy import stats
 from ada_jax import adaptive as A
 from ada_jax import generators
 from ada_jax import model as model_lib
+from ada_jax import logprobs
 from ada_jax import sampling, selection
 from ada_jax import collect
 from configs import base
@@ -223,7 +224,7 @@ def test_model_engine_produces_valid_batches(mode, order):
     fmask = jnp.concatenate([jnp.repeat(jnp.asarray(pmask), 4, 0),
                              jnp.ones((16, 6), bool)], axis=1)
     logits, _ = model(full, model_lib.positions_from_mask(fmask), fmask)
-    logp, _ = model_lib.token_logprobs(logits[:, 3:-1], full[:, 4:])
+    logp, _ = logprobs.token_logprobs(logits[:, 3:-1], full[:, 4:])
     valid = np.arange(6)[None] < lens.reshape(16, 1)
     np.testing.assert_allclose(np.asarray(logp)[valid],
                                np.asarray(batch.logp_BGN).reshape(16, 6)[valid], atol=3e-5)

@@ -47,14 +47,14 @@ def test_token_logprobs_equal_the_log_softmax_form():
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from ada_jax import model as model_lib
+    from ada_jax import logprobs
     logits = jax.random.normal(jax.random.key(0), (3, 5, 97)) * 4.0
     targets = jax.random.randint(jax.random.key(1), (3, 5), 0, 97)
     for temp in (1.0, 0.7):
         ref = jax.nn.log_softmax(logits / temp)
         want_logp = jnp.take_along_axis(ref, targets[..., None], -1)[..., 0]
         want_ent = -jnp.sum(jnp.exp(ref) * ref, -1)
-        logp, ent = model_lib.token_logprobs(logits, targets, temp)
+        logp, ent = logprobs.token_logprobs(logits, targets, temp)
         np.testing.assert_allclose(logp, want_logp, atol=2e-5)
         np.testing.assert_allclose(ent, want_ent, atol=2e-5)
 

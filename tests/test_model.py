@@ -6,6 +6,8 @@ import pytest
 from flax import nnx
 
 from ada_jax import model as model_lib
+
+from ada_jax import logprobs
 from ada_jax.sampling import left_pad
 from tests.helpers import tiny_model
 
@@ -229,13 +231,13 @@ def test_head_logprobs_in_chunks_equal_the_whole_batch(tie, cap, monkeypatch):
         model = nnx.merge(graphdef, p)
         hidden, _ = model(toks, model_lib.positions_from_mask(mask), mask, logits_slice=(2, 7),
                           hidden=True)
-        logp, ent = model_lib.head_logprobs(model, hidden, toks[:, 3:], temperature=0.7)
+        logp, ent = logprobs.head_logprobs(model, hidden, toks[:, 3:], temperature=0.7)
         return jnp.sum(logp * weight[0] + ent * weight[1]), (logp, ent)
 
     def whole(p):
         logits, _ = nnx.merge(graphdef, p)(toks, model_lib.positions_from_mask(mask), mask,
                                            logits_slice=(2, 7))
-        logp, ent = model_lib.token_logprobs(logits, toks[:, 3:], temperature=0.7)
+        logp, ent = logprobs.token_logprobs(logits, toks[:, 3:], temperature=0.7)
         return jnp.sum(logp * weight[0] + ent * weight[1]), (logp, ent)
 
     (want, (want_logp, want_ent)), want_g = jax.jit(jax.value_and_grad(whole, has_aux=True))(
@@ -249,8 +251,8 @@ def test_head_logprobs_in_chunks_equal_the_whole_batch(tie, cap, monkeypatch):
     if tie:
         cases = [(6, 1, 1), (2, 4, 1), (4, 2, 1), (2, 3, V)]
     for fit, chunks, min_chunk in cases:
-        monkeypatch.setattr(model_lib, "HEAD_CHUNK_BYTES", fit * row_bytes)
-        monkeypatch.setattr(model_lib, "MIN_VOCAB_CHUNK", min_chunk)
+        monkeypatch.setattr(logprobs, "HEAD_CHUNK_BYTES", fit * row_bytes)
+        monkeypatch.setattr(logprobs, "MIN_VOCAB_CHUNK", min_chunk)
         (got, (logp, ent)), g = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
         scan = jax.make_jaxpr(lambda p: loss(p)[1])(params).jaxpr.eqns
         lengths = [e.params["length"] for e in scan if e.primitive.name == "scan"]

@@ -7,6 +7,8 @@ import pytest
 from flax import nnx
 
 from ada_jax import model as model_lib
+
+from ada_jax import logprobs
 from ada_jax import sampling
 from tests.helpers import tiny_model
 
@@ -47,7 +49,7 @@ def test_greedy_matches_argmax_of_full_forward():
     logits, _ = model(full, model_lib.positions_from_mask(fmask), fmask)
     np.testing.assert_array_equal(np.argmax(logits[:, 5:-1], -1), out.tokens_BN)
     # Returned log-probs are the model's log-probs of those tokens (T=1 for greedy).
-    logp, _ = model_lib.token_logprobs(logits[:, 5:-1], out.tokens_BN)
+    logp, _ = logprobs.token_logprobs(logits[:, 5:-1], out.tokens_BN)
     np.testing.assert_allclose(out.logp_BN, logp, atol=2e-5)
 
 
@@ -58,7 +60,7 @@ def test_sampled_logprobs_match_learner_at_temperature():
     full = jnp.concatenate([toks, out.tokens_BN], axis=1)
     fmask = jnp.concatenate([mask, jnp.ones_like(out.tokens_BN, bool)], axis=1)
     logits, _ = nnx.merge(graphdef, params)(full, model_lib.positions_from_mask(fmask), fmask)
-    logp, _ = model_lib.token_logprobs(logits[:, 5:-1], out.tokens_BN, temperature=0.7)
+    logp, _ = logprobs.token_logprobs(logits[:, 5:-1], out.tokens_BN, temperature=0.7)
     np.testing.assert_allclose(out.logp_BN, logp, atol=2e-5)
 
 

@@ -8,6 +8,8 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ada_jax import model as model_lib
+
+from ada_jax import logprobs
 from ada_jax import sharding
 from configs import base
 from tests.helpers import TINY
@@ -17,7 +19,7 @@ RULES = base.get_config("task=embedded").sharding_rules
 
 def _loss(graphdef, params, toks, mask):
     logits, _ = nnx.merge(graphdef, params)(toks, model_lib.positions_from_mask(mask), mask)
-    logp, _ = model_lib.token_logprobs(logits[:, :-1], toks[:, 1:])
+    logp, _ = logprobs.token_logprobs(logits[:, :-1], toks[:, 1:])
     return -jnp.sum(logp * mask[:, 1:]) / jnp.sum(mask[:, 1:]), logits
 
 
@@ -82,10 +84,10 @@ def test_bad_mesh_is_rejected():
 
 
 def test_tied_head_by_vocabulary_chunks_on_the_mesh_matches_single_device(monkeypatch):
-    """model.tied_head_logprobs (the embedding's rows in chunks, sharded over "tensor" within
+    """logprobs.tied_head_logprobs (the embedding's rows in chunks, sharded over "tensor" within
     each chunk) gives one device's log-probs, entropies and gradients on the 2x2x2 mesh."""
-    monkeypatch.setattr(model_lib, "HEAD_CHUNK_BYTES", 8 * 11 * 16 * 4)  # 4 chunks of 16
-    monkeypatch.setattr(model_lib, "MIN_VOCAB_CHUNK", 1)
+    monkeypatch.setattr(logprobs, "HEAD_CHUNK_BYTES", 8 * 11 * 16 * 4)  # 4 chunks of 16
+    monkeypatch.setattr(logprobs, "MIN_VOCAB_CHUNK", 1)
     rng = np.random.default_rng(1)
     toks = rng.integers(3, 64, size=(8, 12)).astype(np.int32)
     mask = np.ones_like(toks, bool)
@@ -100,7 +102,7 @@ def test_tied_head_by_vocabulary_chunks_on_the_mesh_matches_single_device(monkey
             model = nnx.merge(graphdef, p)
             hidden, _ = model(t, model_lib.positions_from_mask(m), m, logits_slice=(0, 11),
                               hidden=True)
-            logp, ent = model_lib.head_logprobs(model, hidden, t[:, 1:])
+            logp, ent = logprobs.head_logprobs(model, hidden, t[:, 1:])
             return jnp.sum(logp) + 0.5 * jnp.sum(ent), (logp, ent)
 
         def step(p):

@@ -14,6 +14,8 @@ import numpy as np
 from flax import nnx
 
 from ada_jax import model as model_lib
+
+from ada_jax import logprobs
 from ada_jax import objectives, sharding
 from ada_jax.learn import global_norm, training_rows
 from ada_jax.policies import rollout
@@ -76,7 +78,7 @@ def sample_grad_norms(graphdef, params, tokens, mask, loss_mask, *, prompt_len, 
             logits, _ = nnx.merge(graphdef, p)(tok[None], model_lib.positions_from_mask(m[None]),
                                                m[None], logits_slice=(prompt_len - 1,
                                                                       tok.shape[0] - 1))
-            logp, _ = model_lib.token_logprobs(logits, tok[None, prompt_len:], temperature)
+            logp, _ = logprobs.token_logprobs(logits, tok[None, prompt_len:], temperature)
             return jnp.sum(logp * lm[None])
         return global_norm(jax.grad(logp_sum)(params))
     return jax.lax.map(one, (tokens, mask, loss_mask))

@@ -57,6 +57,8 @@ def ablation(rows: int, prompt: int, new: int, reps: int) -> dict:
     from flax import nnx
 
     from ada_jax import model as M
+
+    from ada_jax import logprobs
     cfg = M.ModelConfig(vocab_size=512, d_model=256, n_layers=4, n_heads=4, n_kv_heads=2,
                         d_ff=1024, head_dim=64, rope_base=1e4, qkv_bias=True,
                         tie_embeddings=True, norm_eps=1e-6, max_len=prompt + new)
@@ -81,7 +83,7 @@ def ablation(rows: int, prompt: int, new: int, reps: int) -> dict:
         def loss(p):
             logits, _ = nnx.merge(graphdef, p)(toks, M.positions_from_mask(mask), mask,
                                                logits_slice=(prompt - 1, prompt + new - 1))
-            return -jnp.mean(M.token_logprobs(logits, toks[:, prompt:])[0] * adv[:, None])
+            return -jnp.mean(logprobs.token_logprobs(logits, toks[:, prompt:])[0] * adv[:, None])
 
         step = jax.jit(jax.value_and_grad(loss))
         out[name] = round(_cpu(lambda: jax.block_until_ready(step(params)), reps), 4)

@@ -1,11 +1,11 @@
 """A tied output head's log-probs and their gradient, by rows against by vocabulary chunks
-(`model.head_logprobs`; docs/benchmarks.md, "A tied head by vocabulary chunks").
+(`logprobs.head_logprobs`; docs/benchmarks.md, "A tied head by vocabulary chunks").
 
   python scripts/bench/bench_head.py [--model_dir=/tmp/smollm2] [--rows=8] [--length=48] [--quick]
 
 One jitted value_and_grad from final hidden states [rows, length, d] to the log-probs and
 entropies (gradient to the embedding and the hidden states), on one device, each path forced
-(`model.MIN_VOCAB_CHUNK` above the vocabulary sends a tied head by rows), calls interleaved:
+(`logprobs.MIN_VOCAB_CHUNK` above the vocabulary sends a tied head by rows), calls interleaved:
 CPU seconds per call (min, median, every repetition) and XLA's temporary bytes of each program.
 Last line: one JSON object.
 """
@@ -22,7 +22,7 @@ from flax import nnx
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from ada_jax import convert, sharding  # noqa: E402
-from ada_jax import model as model_lib  # noqa: E402
+from ada_jax import logprobs  # noqa: E402
 from configs import base  # noqa: E402
 
 
@@ -44,13 +44,13 @@ def main():
     rng = np.random.default_rng(0)
     hidden = jnp.asarray(rng.normal(size=(a.rows, a.length, cfg.d_model)), jnp.float32)
     targets = jnp.asarray(rng.integers(0, cfg.vocab_size, size=(a.rows, a.length)))
-    paths = {"rows": cfg.vocab_size + 1, "vocab": model_lib.MIN_VOCAB_CHUNK}
+    paths = {"rows": cfg.vocab_size + 1, "vocab": logprobs.MIN_VOCAB_CHUNK}
     programs, temp = {}, {}
     for name, min_chunk in paths.items():
-        model_lib.MIN_VOCAB_CHUNK = min_chunk  # read at trace time
+        logprobs.MIN_VOCAB_CHUNK = min_chunk  # read at trace time
 
         def loss(p, h):
-            lp, ent = model_lib.head_logprobs(nnx.merge(graphdef, p), h, targets)
+            lp, ent = logprobs.head_logprobs(nnx.merge(graphdef, p), h, targets)
             return lp.sum() + ent.sum()
         compiled = jax.jit(jax.value_and_grad(loss, argnums=(0, 1))).lower(
             params, hidden).compile()
@@ -65,7 +65,7 @@ def main():
             jax.block_until_ready(fn(params, hidden))
             times[name].append(time.process_time() - t)
     out = dict(model_dir=a.model_dir, vocab=cfg.vocab_size, rows=a.rows, length=a.length,
-               vocab_chunk=model_lib.vocab_chunk(a.rows * a.length, cfg.vocab_size),
+               vocab_chunk=logprobs.vocab_chunk(a.rows * a.length, cfg.vocab_size),
                cpu_s={k: dict(min=min(v), median=float(np.median(v)), reps=v)
                       for k, v in times.items()},
                temp_bytes=temp,
