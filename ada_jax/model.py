@@ -103,8 +103,14 @@ def _param(rng, shape, axes, dtype, scale=None, init="normal"):
     return nnx.Param(value, logical_axes=axes)
 
 
+def wide(dtype):
+    """The dtype norms, RoPE, attention scores and logits are computed in: float32, or float64
+    for a float64 model (jax_enable_x64: the exact reference parity tests compare against)."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
 class RMSNorm(nnx.Module):
-    """RMS norm in float32, scaled by w (or by 1 + w: `plus_one`, Gemma's)."""
+    """RMS norm in float32 (`wide`), scaled by w (or by 1 + w: `plus_one`, Gemma's)."""
 
     def __init__(self, dim: int, eps: float, param_dtype, plus_one: bool = False,
                  axis: str = "embed"):
@@ -113,9 +119,9 @@ class RMSNorm(nnx.Module):
         self.eps, self.plus_one = eps, plus_one
 
     def __call__(self, x):
-        x32 = x.astype(jnp.float32)
+        x32 = x.astype(wide(x.dtype))
         x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        scale = self.scale[...].astype(jnp.float32)
+        scale = self.scale[...].astype(x32.dtype)
         return (x32 * (1.0 + scale if self.plus_one else scale)).astype(x.dtype)
 
 
@@ -136,7 +142,7 @@ def rope_frequencies(cfg: ModelConfig, local: bool = False) -> jax.Array:
     """Inverse frequencies [E/2] of the global layers (with Llama-3.1 style or linear scaling
     when configured), or of the local ones (rope_local_base, unscaled)."""
     base = cfg.rope_local_base if local else cfg.rope_base
-    inv = 1.0 / (base ** (jnp.arange(0, cfg.head_dim, 2, dtype=jnp.float32) / cfg.head_dim))
+    inv = 1.0 / (base ** (jnp.arange(0, cfg.head_dim, 2, dtype=wide(cfg.dtype)) / cfg.head_dim))
     if local:
         return inv
     if cfg.rope_scaling == "linear":
@@ -154,11 +160,11 @@ def rope_frequencies(cfg: ModelConfig, local: bool = False) -> jax.Array:
 
 
 def apply_rope(x_BTHE, positions_BT, inv_freq):
-    """Rotate-half RoPE (the Llama / Qwen2 convention), computed in float32."""
-    angles = positions_BT[..., None].astype(jnp.float32) * inv_freq  # [B,T,E/2]
+    """Rotate-half RoPE (the Llama / Qwen2 convention), computed in float32 (`wide`)."""
+    angles = positions_BT[..., None].astype(inv_freq.dtype) * inv_freq  # [B,T,E/2]
     sin = jnp.sin(angles)[:, :, None, :]
     cos = jnp.cos(angles)[:, :, None, :]
-    x = x_BTHE.astype(jnp.float32)
+    x = x_BTHE.astype(wide(x_BTHE.dtype))
     x1, x2 = jnp.split(x, 2, axis=-1)
     out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
     return out.astype(x_BTHE.dtype)
@@ -219,7 +225,7 @@ class Attention(nnx.Module):
         else:
             k, v, layer_cache = _write_cache(layer_cache, k.transpose(0, 2, 3, 1), v)
             scores = jnp.einsum("bkqe,bkes->bkqs", q, k)
-        scores = scores.astype(jnp.float32)
+        scores = scores.astype(wide(dt))
         scores = (scores * cfg.query_pre_attn_scalar ** -0.5 if cfg.query_pre_attn_scalar else
                   scores / math.sqrt(E))
         if cfg.attn_logit_softcap:
@@ -358,7 +364,7 @@ class Transformer(nnx.Module):
         if logits_at_BU is not None:
             x = jnp.take_along_axis(x, logits_at_BU[:, :, None].astype(jnp.int32), axis=1)
         x = self.final_norm(x)
-        logits = x if hidden else self.head(x).astype(jnp.float32)
+        logits = x if hidden else self.head(x).astype(wide(dt))
         if cache is None:
             return logits, None
         new_cache = {"k": [lc["k"] for lc in new_layers], "v": [lc["v"] for lc in new_layers],

@@ -12,7 +12,8 @@
 # once its final evaluation is written, for a study whose checkpoints would fill the disk; such a
 # run cannot be extended to a larger BUDGET).
 # Runs seed by seed (every arm of seed 0, then of seed 1, ...), so a study cut short holds
-# paired comparisons; prints scripts/analysis/before_after.py's tables. Each run's
+# paired comparisons; prints scripts/analysis/before_after.py's tables (each arm against
+# each GRPO arm: at the budget, and at matched steps, samples and FLOP-weighted cost). Each run's
 # final policy is evaluated into RUN/heldout_BUDGET.json; run again with a larger BUDGET, the
 # runs resume where they stopped (a run to a larger budget is the smaller one's run followed by
 # more steps: constant lr) and the tables read them at the new budget.
@@ -73,5 +74,8 @@ for name in $ARMS; do
   dirs=$(for s in $SEEDS; do printf '%s,' "$OUT/${name}_s$s"; done)
   groups+=("$name=${dirs%,}")
 done
+# Each arm against each GRPO arm it runs beside (else against the first arm), seed by seed
+refs=$(for name in $ARMS; do case $name in grpo_*) printf '%s,' "$name";; esac; done)
+refs=${refs%,}
 python scripts/analysis/before_after.py --base "$OUT/base.json" --groups "${groups[@]}" \
-  --reference "$(echo $ARMS | cut -d' ' -f1)" --budget "${BUDGET:-768}"
+  --reference "${refs:-$(echo $ARMS | cut -d' ' -f1)}" --budget "${BUDGET:-768}"

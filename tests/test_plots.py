@@ -404,8 +404,10 @@ def test_before_after_reads_levels_spend_and_per_seed_counts(tmp_path):
     against = lines[lines.index("| arm | all | level1 | level10 |", lines.index(
         next(l for l in lines if l.startswith("Against ref"))))  + 2]
     # seed 0: .3-.1, .1-.2, 0-0; seed 1: .15-.2, .5-.3, .2-.1
-    assert against == ("| new | +0.075 (1 ahead, 1 behind of 2) | +0.050 (1 ahead, 1 behind "
-                       "of 2) | +0.050 (1 ahead, 0 behind of 2) |")
+    # with the 95 % t interval at 1 degree of freedom (12.706): half-width 12.706 * SD / sqrt(2)
+    assert against == ("| new | +0.075 [-1.513, +1.663] (1 ahead, 1 behind of 2) | +0.050 "
+                       "[-1.856, +1.956] (1 ahead, 1 behind of 2) | +0.050 [-0.585, +0.685] "
+                       "(1 ahead, 0 behind of 2) |")
     with pytest.raises(ValueError, match="reference 'grpo'"):
         before_after.tables(base, groups, reference="grpo")
     # one arm (scripts/real_model.sh with ARMS=grpo_n4): its rows, no empty comparison table
@@ -422,6 +424,45 @@ def test_before_after_reads_levels_spend_and_per_seed_counts(tmp_path):
     os.remove(os.path.join(groups[0][1][0], "heldout.json"))
     with pytest.raises(FileNotFoundError, match="evaluate.py --workdir="):
         before_after.tables(base, groups)
+
+
+def test_before_after_pairs_seeds_with_a_t_interval_and_at_matched_axes(tmp_path):
+    """The paired mean difference's 95 % interval is the t interval (t at 4 degrees of freedom
+    2.7764); the in-run evaluations are read, per axis, at the largest value every compared
+    run reached, interpolated linearly between grid points."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts", "analysis"))
+    import before_after
+    d = [0.1, 0.2, 0.3, 0.0, -0.1]  # mean 0.1, SD sqrt(0.1 / 4)
+    half = 2.7764451 * np.sqrt(0.1 / 4) / np.sqrt(5)
+    assert before_after.paired(d) == (f"+0.100 [{0.1 - half:+.3f}, {0.1 + half:+.3f}] "
+                                      f"(3 ahead, 1 behind of 5)")  # a tie is neither
+    assert before_after.paired([0.2]) == "+0.200 (1 ahead, 0 behind of 1)"
+
+    def run(name, seed, per_step, accs):  # evaluations at steps 0, 1, 2, …
+        r = tmp_path / name
+        r.mkdir()
+        (r / "config.json").write_text(json.dumps({"seed": seed}))
+        (r / "metrics.jsonl").write_text("".join(json.dumps(
+            {"step": i, "cum_samples_launched": per_step * i, "cost_flop_tokens": 10 * per_step * i,
+             "eval/avg@1": a, "eval/level2/avg@1": a / 2}) + "\n" for i, a in enumerate(accs)))
+        return str(r)
+    groups = [("ref", [run("ref_s0", 0, 4, [0.0, 0.1, 0.2, 0.3, 0.4]),
+                       run("ref_s1", 1, 4, [0.0, 0.2, 0.2, 0.2, 0.2])]),
+              ("ada", [run("ada_s0", 0, 8, [0.0, 0.3, 0.5]),
+                       run("ada_s1", 1, 8, [0.0, 0.1, 0.3])])]
+    lines = before_after.matched_tables(groups, ["ref"], ["all", "level2"])
+    rows = [l for l in lines if l.startswith("| ada |")]
+    # steps: read at step 2 (ada's last): ada 0.5, 0.3 against ref 0.2, 0.2
+    assert rows[0].startswith("| ada | 2 | +0.200 [") and "(2 ahead, 0 behind of 2)" in rows[0]
+    # samples: ada's 16 samples is ref's step 4 (0.4, 0.2): +0.100 and +0.100, no spread
+    assert rows[1] == ("| ada | 16 | +0.100 [+0.100, +0.100] (2 ahead, 0 behind of 2) | +0.050 "
+                       "[+0.050, +0.050] (2 ahead, 0 behind of 2) |")
+    # a run that went further is read inside its range: ref to 6 steps, ada still at 16
+    assert len(rows) == 3 and rows[2].split("|")[2].strip() == "160"
+    # an interpolated reading: ada at 12 samples (step 1.5) = 0.4 and 0.2
+    x, ys = before_after.eval_curve(groups[1][1][0], "cum_samples_launched")
+    assert np.interp(12, x, ys["all"]) == pytest.approx(0.4)
+    assert before_after.matched_tables([groups[0]], ["ref"], ["all"]) == []
 
 
 def test_the_summary_says_plainly_what_was_evaluated(tmp_path):

@@ -15,8 +15,12 @@ cum_samples), samples launched (cut ones included: cum_samples_launched), cost i
 launched + trained, generated and trained tokens, the FLOP-weighted cost (generated + 3 x trained tokens),
 sampler and learner tokens per second, held-out accuracy
 overall and per level), then per arm and level the mean change from the base and on how many
-seeds it rose and fell, and with --reference the same against the reference's run of each
-seed.
+seeds it rose and fell, and with --reference (one arm or several, comma-separated) each other
+arm against the reference's run of the same seed: the paired mean difference, its 95 % t
+interval and the seeds ahead and behind. Where the runs hold in-run evaluations on a cost grid
+(`eval.every_cost`), the same paired comparison at matched steps, matched samples generated and
+matched FLOP-weighted cost: each run's evaluations interpolated (linearly, never extrapolated)
+at the largest value of that axis every compared run reached.
 """
 import argparse
 import json
@@ -24,6 +28,7 @@ import os
 import sys
 
 import numpy as np
+from scipy import stats
 
 from ada_jax import plots
 
@@ -82,7 +87,76 @@ def _up_down(d: np.ndarray, words=("up", "down")) -> str:
     return f"{int((d > 0).sum())} {words[0]}, {int((d < 0).sum())} {words[1]} of {len(d)}"
 
 
-def tables(base: dict, groups, reference: str | None = None, budget: int | None = None) -> str:
+def paired(d) -> str:
+    """'+0.021 [-0.010, +0.052] (4 ahead, 1 behind of 5)': the mean of per-seed differences
+    `d`, its two-sided 95 % t interval (none from one seed), and the seeds on either side."""
+    d = np.asarray(d, float)
+    if not len(d):
+        return "–"
+    if len(d) < 2:
+        return f"{d.mean():+.3f} ({_up_down(d, ('ahead', 'behind'))})"
+    half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+    return (f"{d.mean():+.3f} [{d.mean() - half:+.3f}, {d.mean() + half:+.3f}] "
+            f"({_up_down(d, ('ahead', 'behind'))})")
+
+
+MATCHED_AXES = (("step", "steps"), ("cum_samples_launched", "samples generated"),
+                ("cost_flop_tokens", "FLOP-weighted cost (generated + 3 x trained tokens)"))
+
+
+def eval_curve(workdir: str, axis: str) -> tuple[np.ndarray, dict]:
+    """A run's in-run evaluations along `axis`: (x [E], {'all': [E], 'level1': [E], …}),
+    x increasing; empty when the run holds none."""
+    recs = [r for r in plots.load_metrics(workdir) if plots.eval_k([r]) and axis in r]
+    if not recs:
+        return np.zeros(0), {}
+    k = plots.eval_k(recs)
+    keys = {"all": f"eval/avg@{k}", **{key.split("/")[1]: key for key in recs[0]
+                                        if key.startswith("eval/level") and key.endswith(f"/avg@{k}")}}
+    x = np.asarray([r[axis] for r in recs], float)
+    order = np.argsort(x, kind="stable")
+    return x[order], {c: np.asarray([r.get(key, np.nan) for r in recs], float)[order]
+                      for c, key in keys.items()}
+
+
+def matched_tables(groups, references: list[str], cols: list[str]) -> list[str]:
+    """Per axis of MATCHED_AXES and per reference, each other arm's paired differences, read
+    at the largest value of the axis that every run of the two arms reached (markdown lines;
+    none when the runs hold no in-run evaluations)."""
+    out = []
+    for axis, words in MATCHED_AXES:
+        curves = {label: {plots.run_seed(d): eval_curve(d, axis) for d in dirs}
+                  for label, dirs in groups}
+        if not all(len(x) for runs in curves.values() for x, _ in runs.values()):
+            continue
+        for ref in references:
+            lines = []
+            for label, runs in curves.items():
+                if label == ref:
+                    continue
+                seeds = sorted(s for s in runs if s in curves[ref])
+                if not seeds:
+                    continue
+                at = min(min(runs[s][0][-1], curves[ref][s][0][-1]) for s in seeds)
+                read = lambda x, y: float(np.interp(at, x, y))  # noqa: E731
+                cells = [paired([read(*_one(runs[s], c)) - read(*_one(curves[ref][s], c))
+                                 for s in seeds]) for c in cols]
+                lines.append(f"| {label} | {at:,.0f} | " + " | ".join(cells) + " |")
+            if lines:
+                out += ["", f"In-run evaluations at matched {words}, against {ref} (same seed): "
+                            f"mean difference [95 % interval] (seeds ahead, behind):", "",
+                        f"| arm | at | " + " | ".join(cols) + " |",
+                        "|" + "---|" * (2 + len(cols))] + lines
+    return out
+
+
+def _one(curve, col):
+    x, ys = curve
+    return x, ys.get(col, np.full(len(x), np.nan))
+
+
+def tables(base: dict, groups, reference: str | list[str] | None = None,
+           budget: int | None = None) -> str:
     """The markdown of the module docstring. `base`: an evaluate.py report; `groups`:
     [(label, [workdir, …])], seeds paired across groups by config seed; `budget`: read every
     run at that cost (run_row)."""
@@ -109,23 +183,24 @@ def tables(base: dict, groups, reference: str | None = None, budget: int | None 
             d = np.array([r["acc"][c] - base_acc[c] for r in runs])
             cells.append(f"{d.mean():+.3f} ({_up_down(d)})")
         out.append(f"| {label} | " + " | ".join(cells) + " |")
-    if reference is not None and reference not in rows:
-        raise ValueError(f"--reference {reference!r} is not a group: {sorted(rows)}")
-    if reference is not None and len(rows) > 1:  # one arm: nothing to compare it with
-        ref = {r["seed"]: r for r in rows[reference]}
-        out += ["", f"Against {reference}, same seed: mean difference (seeds ahead, behind of "
-                    f"those paired):", "", "| arm | " + " | ".join(cols) + " |",
+    references = [reference] if isinstance(reference, str) else list(reference or [])
+    for name in references:
+        if name not in rows:
+            raise ValueError(f"--reference {name!r} is not a group: {sorted(rows)}")
+    if len(rows) < 2:  # one arm: nothing to compare it with
+        references = []
+    for name in references:
+        ref = {r["seed"]: r for r in rows[name]}
+        out += ["", f"Against {name}, same seed: mean difference [95 % interval] (seeds ahead, "
+                    f"behind of those paired):", "", "| arm | " + " | ".join(cols) + " |",
                 "|" + "---|" * (1 + len(cols))]
         for label, runs in rows.items():
-            if label == reference:
+            if label == name:
                 continue
-            paired = [(r, ref[r["seed"]]) for r in runs if r["seed"] in ref]
-            cells = []
-            for c in cols:
-                d = np.array([r["acc"][c] - q["acc"][c] for r, q in paired])
-                cells.append(f"{d.mean():+.3f} ({_up_down(d, ('ahead', 'behind'))})"
-                             if len(d) else "–")
+            pairs = [(r, ref[r["seed"]]) for r in runs if r["seed"] in ref]
+            cells = [paired([r["acc"][c] - q["acc"][c] for r, q in pairs]) for c in cols]
             out.append(f"| {label} | " + " | ".join(cells) + " |")
+    out += matched_tables(groups, references, cols)
     return "\n".join(out)
 
 
@@ -134,7 +209,8 @@ def main(argv=None):
     ap.add_argument("--base", required=True, help="evaluate.py --base report (JSON file)")
     ap.add_argument("--groups", nargs="+", required=True,
                     help="label=dir1,dir2,… : one arm's runs (seeds)")
-    ap.add_argument("--reference", default=None, help="a group label: per-seed comparisons")
+    ap.add_argument("--reference", default=None,
+                    help="group labels, comma-separated: per-seed comparisons against each")
     ap.add_argument("--budget", type=int, default=None,
                     help="read each run at this cost (samples): its heldout_BUDGET.json")
     args = ap.parse_args(argv)
@@ -142,7 +218,7 @@ def main(argv=None):
         base = json.load(f)
     groups = plots.parse_groups(args.groups)
     try:
-        print(tables(base, groups, args.reference, args.budget))
+        print(tables(base, groups, args.reference and args.reference.split(","), args.budget))
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"before_after.py: {e}")
 
