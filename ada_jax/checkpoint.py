@@ -228,3 +228,22 @@ def abstract_like(tree):
     """ShapeDtypeStructs (with shardings) to restore `tree`'s layout."""
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                         tree)
+
+
+def read_policy(workdir: str, abstract_model, step: int | None = None):
+    """(step, params) of the policy alone in a run's checkpoint (its newest readable one, or
+    `step`), read into `abstract_model`'s layout (ShapeDtypeStructs with shardings); None when
+    the run has no checkpoint. The optimizer's state (twice the params under AdamW) and the
+    policies' arrays stay on disk: what an evaluation or an export holds."""
+    directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+    if not os.path.isdir(directory):
+        return None
+    ckpt = Checkpointer(directory)
+    item = {"trainable": {"model": abstract_model}}  # the rest of the tree is left on disk
+    try:
+        if step is None:
+            got = ckpt.restore_latest(item, partial=True)
+            return None if got is None else (got[0], got[1]["trainable"]["model"])
+        return step, ckpt.restore(step, item, partial=True)[0]["trainable"]["model"]
+    finally:
+        ckpt.close()

@@ -11,10 +11,9 @@ import jax
 import ml_collections
 from flax import nnx
 
-from ada_jax import convert, run_config, sharding
+from ada_jax import checkpoint, convert, run_config, sharding
 from ada_jax import model as model_lib
 from ada_jax import tokenizer as tok_lib
-from ada_jax.checkpoint import Checkpointer
 
 log = logging.getLogger(__name__)
 
@@ -44,22 +43,12 @@ def restore_params(workdir: str, step: int | None = None, mesh=None):
         (k, v.replace(jax.ShapeDtypeStruct(v.get_value().shape, v.get_value().dtype,
                                            sharding=shardings[k])))
         for k, v in nnx.to_flat_state(abstract)])
-    directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(f"{directory}: no checkpoint")
-    ckpt = Checkpointer(directory)
-    item = {"trainable": {"model": target}}  # the rest of the tree is left on disk
-    try:
-        if step is None:
-            got = ckpt.restore_latest(item, partial=True)
-            if got is None:
-                raise FileNotFoundError(f"{directory}: no checkpoint")
-            step, arrays = got[:2]
-        else:
-            arrays = ckpt.restore(step, item, partial=True)[0]
-    finally:
-        ckpt.close()
-    return config, cfg, graphdef, arrays["trainable"]["model"], step
+    got = checkpoint.read_policy(workdir, target, step)
+    if got is None:
+        raise FileNotFoundError(f"{os.path.join(os.path.abspath(workdir), 'checkpoints')}: "
+                                f"no checkpoint")
+    step, params = got
+    return config, cfg, graphdef, params, step
 
 
 def _update_json(file: str, values: dict, defaults: dict | None = None) -> None:

@@ -29,7 +29,7 @@ from ada_jax import (adaptive, base_policy, collapse, collect, evaluate, generat
                      sharding, sft)
 from ada_jax import model as model_lib
 from ada_jax.metrics_log import MetricsWriter, _wandb, _write_atomic
-from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like
+from ada_jax.checkpoint import Checkpointer, UnreadableCheckpoints, abstract_like, read_policy
 from ada_jax.config_check import config_changes, validate
 from ada_jax.policies import rollout
 from ada_jax.tasks import PromptIterator, load_split, task_of
@@ -262,11 +262,9 @@ def restore_policy(ctx: Context, params, workdir: str):
     has none. Reads the params alone: an evaluation holds neither the optimizer's state (twice
     the params under AdamW) nor the policies' arrays. `params`: the model's params as set up
     (the layout to read into)."""
-    placed = sharding.place_on_mesh({"model": params}, ctx.mesh)
+    placed = sharding.place_on_mesh(params, ctx.mesh)
     del params
-    restored = Checkpointer(os.path.join(workdir, "checkpoints")).restore_latest(
-        {"trainable": abstract_like(placed)}, partial=True)
-    return None if restored is None else (restored[0], restored[1]["trainable"]["model"])
+    return read_policy(workdir, abstract_like(placed))
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
