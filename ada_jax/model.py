@@ -318,7 +318,7 @@ class Transformer(nnx.Module):
     def __call__(self, tokens_BT, positions_BT, mask_BT, cache: Cache | None = None,
                  logits_at_BU=None, logits_slice: tuple[int, int] | None = None,
                  remat: bool | None = None, scan: bool | None = None, hidden: bool = False):
-        """Logits [B,T,V] (float32) and the updated cache (None without one).
+        """Logits [B,T,V] (float32: `wide`) and the updated cache (None without one).
 
         mask_BT marks real tokens (False = padding). Positions are each token's index among
         its row's real tokens (RoPE). With a cache the T tokens are appended at cache["pos"].

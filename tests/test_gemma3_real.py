@@ -222,6 +222,15 @@ def _exact_transformers(folder, patch):
     return hf
 
 
+def _exact_hidden(folder, monkeypatch, prompts: dict):
+    """(head weight, {name: final-normed hidden states [T, D]}) of `_exact_transformers`."""
+    with monkeypatch.context() as patch, torch.no_grad():
+        exact = _exact_transformers(folder, patch)
+        return exact.lm_head.weight.detach(), {
+            k: exact.model(torch.tensor(t, dtype=torch.long)).last_hidden_state[0]
+            for k, t in prompts.items()}
+
+
 def _head_diff(a, b, T: int, chunk: int = 128) -> np.ndarray:
     """Per position, max |a(t0, t1) - b(t0, t1)| over the vocabulary: logits taken by chunks
     of positions from each side's hidden states ([T, 262k] float64 arrays would be 2.8 GB
@@ -245,12 +254,7 @@ def test_long_prompts_match_transformers_in_float64_and_float32_errs_no_more(fol
     tok = tok_lib.HFTokenizer(folder)
     prompts = {name: np.asarray([tok_lib.prompt_ids(tok, text)], np.int32)
                for name, text in (("repetitive", LONG), ("varied", VARIED))}
-    with monkeypatch.context() as patch, torch.no_grad():  # the final-normed hidden states
-        exact = _exact_transformers(folder, patch)
-        w_ref = exact.lm_head.weight
-        h_ref = {k: exact.model(torch.tensor(t, dtype=torch.long)).last_hidden_state[0]
-                 for k, t in prompts.items()}
-        del exact
+    w_ref, h_ref = _exact_hidden(folder, monkeypatch, prompts)
     hf32 = transformers.AutoModelForCausalLM.from_pretrained(  # stock, unpatched
         folder, dtype=torch.float32, attn_implementation="sdpa").eval()
     cfg64 = dataclasses.replace(cfg, dtype="float64", param_dtype="float64")
@@ -296,12 +300,13 @@ def _ours_vs(ref, graphdef, params, cfg64, toks, pos, mask):
     return ours32, ours64
 
 
-def test_a_trained_run_exports_to_transformers(folder, tmp_path):
+def test_a_trained_run_exports_to_transformers(folder, tmp_path, monkeypatch):
     """Two GRPO steps from the base (the user's command in a subprocess on one CPU device:
     plain-text prompts, the synthetic first-token reward at a high temperature and an entropy
     bonus, so the weights move whatever the rewards), exported by scripts/convert_hf.py: the
-    export loads in transformers with the trained policy's logits (within 2e-4) and greedy
-    continuations, as a gemma3_text folder whose eos is <eos>."""
+    export loads in transformers with the trained policy's logits (within 2e-4 on the short
+    prompts; past the window, both in float64, within 1e-8) and greedy continuations (the long
+    prompt's too), as a gemma3_text folder whose eos is <eos>."""
     data = standins.write_math_jsonl(str(tmp_path / "math.jsonl"))
     workdir, out = str(tmp_path / "run"), str(tmp_path / "export")
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=helpers.one_device_flags())
@@ -319,7 +324,7 @@ def test_a_trained_run_exports_to_transformers(folder, tmp_path):
                 cwd=standins.ROOT, check=True)
     helpers.run([sys.executable, os.path.join(standins.ROOT, "scripts", "convert_hf.py"),
                  f"--workdir={workdir}", f"--out={out}"], env=env, check=True)
-    _, _, graphdef, params, step = export.restore_params(workdir, mesh=_one_device())
+    _, cfg, graphdef, params, step = export.restore_params(workdir, mesh=_one_device())
     assert step == 2
     base_params = convert.load_hf_checkpoint(folder, _one_device(),
                                              base.get_config("").sharding_rules)[2]
@@ -329,9 +334,17 @@ def test_a_trained_run_exports_to_transformers(folder, tmp_path):
     with open(os.path.join(out, "config.json")) as f:
         assert json.load(f)["model_type"] == "gemma3_text"
     assert transformers.AutoTokenizer.from_pretrained(out).eos_token == "<eos>"
-    report, greedy = _parity(graphdef, params, out, out, QUESTIONS)
-    report.update(weights="trained run, exported", moved=moved)
+    report, greedy = _parity(graphdef, params, out, out, QUESTIONS, [LONG])
+    toks = np.asarray([tok_lib.prompt_ids(tok_lib.HFTokenizer(out), LONG)], np.int32)
+    w, h = _exact_hidden(out, monkeypatch, {"long": toks})
+    _, ours64 = _ours_vs(lambda t0, t1: (h["long"][t0:t1] @ w.T).numpy(), graphdef, params,
+                         dataclasses.replace(cfg, dtype="float64", param_dtype="float64"),
+                         toks, np.arange(toks.shape[1], dtype=np.int32)[None],
+                         np.ones_like(toks, bool))
+    report.update(weights="trained run, exported", moved=moved,
+                  long_float64_max_abs_logit_diff=float(ours64.max()))
     print(json.dumps(report))
     assert report["max_abs_logit_diff_short"] <= TOL, report
+    assert report["long_float64_max_abs_logit_diff"] <= 1e-8, report
     for ours, ref in greedy:
         np.testing.assert_array_equal(ours, ref)
