@@ -290,7 +290,8 @@ def test_real_model_script_runs_arms_to_one_budget_and_tabulates(stand_in, tmp_p
     assert all(eval(q.split("What is ")[1].split("?")[0].replace("×", "*")) == int(a)
                for q, a in shots)
     env = dict(_env(), ARMS="grpo_n4 ada_pos", BUDGET="48", PROMPTS="4", NEW_TOKENS="8",
-               EXTRA=" ".join(f"--config.{k}={v}" for k, v in RECIPE.items()))
+               EXTRA=" ".join(f"--config.{k}={v}" for k, v in RECIPE.items())
+               + " --config.eval.every_cost=24 --config.eval.k=1")  # an in-run cost grid
     got = helpers.run(["bash", os.path.join(ROOT, "scripts", "real_model.sh"),
                        stand_in("qwen2"), task, out, "0"], check=True, env=env)
     assert "some runs failed" not in got.stdout, got.stdout
@@ -301,6 +302,11 @@ def test_real_model_script_runs_arms_to_one_budget_and_tabulates(stand_in, tmp_p
             assert json.loads(f.readlines()[-1])["cost_samples"] >= 48  # ran to the budget
         assert any(line.startswith(f"| {arm} | 0 |") for line in lines)
     assert any(line.startswith("| ada_pos | ") and " of 1)" in line for line in lines)
+    # against the GRPO arm at the budget and, from the grid, at matched steps, samples, FLOPs
+    for words in ("Against grpo_n4, same seed", "at matched steps, against grpo_n4",
+                  "at matched samples generated, against grpo_n4",
+                  "at matched FLOP-weighted cost"):
+        assert any(words in line for line in lines), (words, got.stdout)
     # a larger budget resumes every run and reads it there; the smaller budget's report stays;
     # PRUNE=1 deletes each run's checkpoints once its final evaluation is written
     got = helpers.run(["bash", os.path.join(ROOT, "scripts", "real_model.sh"),
@@ -313,6 +319,8 @@ def test_real_model_script_runs_arms_to_one_budget_and_tabulates(stand_in, tmp_p
         assert not os.path.exists(os.path.join(out, f"{arm}_s0", "checkpoints"))
         with open(os.path.join(out, f"{arm}_s0", "metrics.jsonl")) as f:
             recs = [json.loads(line) for line in f]
+        assert [r["step"] for r in recs if "eval/avg@1" in r][0] == 0  # the grid's first point
+        recs = [r for r in recs if r["step"] > 0]
         costs = [r["cost_samples"] for r in recs]
         assert [r["step"] for r in recs] == list(range(1, len(recs) + 1))  # resumed, once
         assert costs == sorted(costs) and costs[-1] >= 96 > costs[-2]
