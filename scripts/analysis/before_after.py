@@ -111,8 +111,9 @@ def eval_curve(workdir: str, axis: str) -> tuple[np.ndarray, dict]:
     if not recs:
         return np.zeros(0), {}
     k = plots.eval_k(recs)
-    keys = {"all": f"eval/avg@{k}", **{key.split("/")[1]: key for key in recs[0]
-                                        if key.startswith("eval/level") and key.endswith(f"/avg@{k}")}}
+    levels = [key for key in recs[0]
+              if key.startswith("eval/level") and key.endswith(f"/avg@{k}")]
+    keys = {"all": f"eval/avg@{k}", **{key.split("/")[1]: key for key in levels}}
     x = np.asarray([r[axis] for r in recs], float)
     order = np.argsort(x, kind="stable")
     return x[order], {c: np.asarray([r.get(key, np.nan) for r in recs], float)[order]
@@ -145,7 +146,7 @@ def matched_tables(groups, references: list[str], cols: list[str]) -> list[str]:
             if lines:
                 out += ["", f"In-run evaluations at matched {words}, against {ref} (same seed): "
                             f"mean difference [95 % interval] (seeds ahead, behind):", "",
-                        f"| arm | at | " + " | ".join(cols) + " |",
+                        "| arm | at | " + " | ".join(cols) + " |",
                         "|" + "---|" * (2 + len(cols))] + lines
     return out
 
