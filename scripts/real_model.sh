@@ -8,7 +8,7 @@
 # PROMPTS (prompts a step, 8), NEW_TOKENS (48), ANSWER (last_number, or boxed), EVAL_K (held-out samples a
 # question, 2), DTYPE (compute dtype, auto: float32 on a CPU, whose XLA has no bfloat16 dot,
 # bfloat16 on accelerators; docs/real_model.md's runs set bfloat16), EXTRA (flags added to
-# every run), JOBS (runs at a time, 2: the CPU's cores), PRUNE (1: delete a run's checkpoints
+# every run), JOBS (runs at a time, 2: the CPU's cores, each run pinned to its share), PRUNE (1: delete a run's checkpoints
 # once its final evaluation is written, for a study whose checkpoints would fill the disk; such a
 # run cannot be extended to a larger BUDGET).
 # Runs seed by seed (every arm of seed 0, then of seed 1, ...), so a study cut short holds
@@ -67,7 +67,14 @@ for seed in $SEEDS; do
       --out=$wd/heldout_${BUDGET:-768}.json >> $wd.log 2>&1$prune")
   done
 done
-printf '%s\n' "${jobs[@]}" | xargs -P "${JOBS:-2}" -I{} bash -c '{}' \
+# Several runs at a time: each on its own share of the cores (XLA's thread pools spin while they
+# wait, so unpinned runs take each other's cycles: two SmolLM2 runs on 2 cores, 1.17x faster a
+# step pinned, the same samples; docs/benchmarks.md). The job's shell pins itself, its run inherits.
+PIN=$(( $(nproc) / ${JOBS:-2} ))  # cores a run; 0: not pinned
+{ [ "${JOBS:-2}" -gt 1 ] && command -v taskset > /dev/null; } || PIN=0
+export PIN
+pin='[ "$PIN" -ge 1 ] && taskset -pc $((SLOT * PIN))-$((SLOT * PIN + PIN - 1)) $$ > /dev/null; '
+printf '%s\n' "${jobs[@]}" | xargs -P "${JOBS:-2}" --process-slot-var=SLOT -I{} bash -c "$pin"'{}' \
   || echo "some runs failed: see $OUT/*.log"
 groups=()
 for name in $ARMS; do
