@@ -463,6 +463,10 @@ def test_before_after_pairs_seeds_with_a_t_interval_and_at_matched_axes(tmp_path
     x, ys = before_after.eval_curve(groups[1][1][0], "cum_samples_launched")
     assert np.interp(12, x, ys["all"]) == pytest.approx(0.4)
     assert before_after.matched_tables([groups[0]], ["ref"], ["all"]) == []
+    # two references: the pair between them once, under the first
+    both = before_after.matched_tables(groups, ["ref", "ada"], ["all"])
+    assert sum(l.startswith("| ada |") for l in both) == 3
+    assert not any(l.startswith("| ref |") for l in both)
 
 
 def test_the_summary_says_plainly_what_was_evaluated(tmp_path):

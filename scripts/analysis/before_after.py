@@ -130,10 +130,10 @@ def matched_tables(groups, references: list[str], cols: list[str]) -> list[str]:
                   for label, dirs in groups}
         if not all(len(x) for runs in curves.values() for x, _ in runs.values()):
             continue
-        for ref in references:
+        for i, ref in enumerate(references):
             lines = []
             for label, runs in curves.items():
-                if label == ref:
+                if label == ref or label in references[:i]:  # each pair once
                     continue
                 seeds = sorted(s for s in runs if s in curves[ref])
                 if not seeds:
@@ -190,17 +190,19 @@ def tables(base: dict, groups, reference: str | list[str] | None = None,
             raise ValueError(f"--reference {name!r} is not a group: {sorted(rows)}")
     if len(rows) < 2:  # one arm: nothing to compare it with
         references = []
-    for name in references:
+    for i, name in enumerate(references):
         ref = {r["seed"]: r for r in rows[name]}
-        out += ["", f"Against {name}, same seed: mean difference [95 % interval] (seeds ahead, "
-                    f"behind of those paired):", "", "| arm | " + " | ".join(cols) + " |",
-                "|" + "---|" * (1 + len(cols))]
+        lines = []
         for label, runs in rows.items():
-            if label == name:
+            if label == name or label in references[:i]:  # each pair once
                 continue
             pairs = [(r, ref[r["seed"]]) for r in runs if r["seed"] in ref]
             cells = [paired([r["acc"][c] - q["acc"][c] for r, q in pairs]) for c in cols]
-            out.append(f"| {label} | " + " | ".join(cells) + " |")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        if lines:
+            out += ["", f"Against {name}, same seed: mean difference [95 % interval] (seeds "
+                        f"ahead, behind of those paired):", "", "| arm | " + " | ".join(cols)
+                    + " |", "|" + "---|" * (1 + len(cols))] + lines
     out += matched_tables(groups, references, cols)
     return "\n".join(out)
 
