@@ -11,9 +11,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ada_jax import advantages, host_memory, losses, selection, sharding, sft
+from ada_jax import advantages, host_memory, logprobs, losses, selection, sharding, sft
 from ada_jax import model as model_lib
-from ada_jax import logprobs
 
 
 def global_norm(tree) -> jax.Array:

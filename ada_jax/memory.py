@@ -26,9 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ada_jax import adaptive, collect, generators, learn, selection, sharding
+from ada_jax import adaptive, collect, generators, learn, logprobs, selection, sharding
 from ada_jax import model as model_lib
-from ada_jax import logprobs
 from ada_jax.config_check import resolve_hf
 
 GiB = 2**30

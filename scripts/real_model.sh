@@ -8,9 +8,9 @@
 # PROMPTS (prompts a step, 8), NEW_TOKENS (48), ANSWER (last_number, or boxed), EVAL_K (held-out samples a
 # question, 2), DTYPE (compute dtype, auto: float32 on a CPU, whose XLA has no bfloat16 dot,
 # bfloat16 on accelerators; docs/real_model.md's runs set bfloat16), EXTRA (flags added to
-# every run), JOBS (runs at a time, 2: the CPU's cores, each run pinned to its share), PRUNE (1: delete a run's checkpoints
-# once its final evaluation is written, for a study whose checkpoints would fill the disk; such a
-# run cannot be extended to a larger BUDGET).
+# every run), JOBS (runs at a time, 2: the CPU's cores, each run pinned to its share), PRUNE
+# (1: delete a run's checkpoints once its final evaluation is written, for a study whose
+# checkpoints would fill the disk; such a run cannot be extended to a larger BUDGET).
 # Runs seed by seed (every arm of seed 0, then of seed 1, ...), so a study cut short holds
 # paired comparisons; prints scripts/analysis/before_after.py's tables (each arm against
 # each GRPO arm: at the budget, and at matched steps, samples and FLOP-weighted cost). Each run's

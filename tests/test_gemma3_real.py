@@ -257,17 +257,16 @@ def test_long_prompts_match_transformers_in_float64_and_float32_errs_no_more(fol
     w_ref, h_ref = _exact_hidden(folder, monkeypatch, prompts)
     hf32 = transformers.AutoModelForCausalLM.from_pretrained(  # stock, unpatched
         folder, dtype=torch.float32, attn_implementation="sdpa").eval()
-    cfg64 = dataclasses.replace(cfg, dtype="float64", param_dtype="float64")
     report = {}
     for name, toks in prompts.items():
-        T, pos, mask = toks.shape[1], np.arange(toks.shape[1], dtype=np.int32)[None], \
-            np.ones_like(toks, bool)
+        T = toks.shape[1]
         with torch.no_grad():  # then each side's own head, by chunks of positions
             h_hf32 = hf32.model(torch.tensor(toks, dtype=torch.long)).last_hidden_state[0]
             ref = lambda t0, t1: (h_ref[name][t0:t1] @ w_ref.T).numpy()  # noqa: E731
             theirs = _head_diff(lambda t0, t1: (h_hf32[t0:t1] @ hf32.lm_head.weight.T)
                                 .double().numpy(), ref, T)
-            ours32, ours64 = _ours_vs(ref, graphdef, params, cfg64, toks, pos, mask)
+            ours32 = _distance(ref, graphdef, params, cfg, toks)
+            ours64 = _distance(ref, graphdef, params, cfg, toks, float64=True)
         report[name] = dict(tokens=T, ours_float64=float(ours64.max()),
                             at=int(ours64.argmax()),
                             ours_float64_before_the_window=float(ours64[:512].max()),
@@ -279,25 +278,23 @@ def test_long_prompts_match_transformers_in_float64_and_float32_errs_no_more(fol
         assert r["ours_float32"] <= 2 * r["transformers_float32"], report
 
 
-def _ours_vs(ref, graphdef, params, cfg64, toks, pos, mask):
-    """Per position, ada_jax's float32 and float64 logits' max distance from `ref`."""
+def _distance(ref, graphdef, params, cfg, toks, float64: bool = False):
+    """Per position, the max distance of ada_jax's logits on the one row `toks` from `ref`:
+    the model as loaded (float32), or with `float64` the same weights computing in float64."""
     T = toks.shape[1]
-
-    def distance(graphdef, params):
+    pos, mask = np.arange(T, dtype=np.int32)[None], np.ones_like(toks, bool)
+    with jax.enable_x64(float64):
+        if float64:
+            cfg = dataclasses.replace(cfg, dtype="float64", param_dtype="float64")
+            graphdef, _ = nnx.split(nnx.eval_shape(lambda: model_lib.Transformer(
+                cfg, nnx.Rngs(0))))
+            params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64)
+                                  if a.dtype == jnp.float32 else a, params)
+            assert {a.dtype for a in jax.tree.leaves(params)} == {jnp.dtype(jnp.float64)}
         hidden = jax.jit(lambda p: nnx.merge(graphdef, p)(toks, pos, mask, hidden=True)[0][0])
         head = jax.jit(lambda p, h: nnx.merge(graphdef, p).head(h))
         h = hidden(params)
         return _head_diff(lambda t0, t1: np.asarray(head(params, h[t0:t1]), np.float64), ref, T)
-
-    ours32 = distance(graphdef, params)
-    with jax.enable_x64(True):
-        graphdef64, _ = nnx.split(nnx.eval_shape(lambda: model_lib.Transformer(
-            cfg64, nnx.Rngs(0))))
-        params64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64)
-                                if a.dtype == jnp.float32 else a, params)
-        assert {a.dtype for a in jax.tree.leaves(params64)} == {jnp.dtype(jnp.float64)}
-        ours64 = distance(graphdef64, params64)
-    return ours32, ours64
 
 
 def test_a_trained_run_exports_to_transformers(folder, tmp_path, monkeypatch):
@@ -337,10 +334,8 @@ def test_a_trained_run_exports_to_transformers(folder, tmp_path, monkeypatch):
     report, greedy = _parity(graphdef, params, out, out, QUESTIONS, [LONG])
     toks = np.asarray([tok_lib.prompt_ids(tok_lib.HFTokenizer(out), LONG)], np.int32)
     w, h = _exact_hidden(out, monkeypatch, {"long": toks})
-    _, ours64 = _ours_vs(lambda t0, t1: (h["long"][t0:t1] @ w.T).numpy(), graphdef, params,
-                         dataclasses.replace(cfg, dtype="float64", param_dtype="float64"),
-                         toks, np.arange(toks.shape[1], dtype=np.int32)[None],
-                         np.ones_like(toks, bool))
+    ours64 = _distance(lambda t0, t1: (h["long"][t0:t1] @ w.T).numpy(), graphdef, params, cfg,
+                       toks, float64=True)
     report.update(weights="trained run, exported", moved=moved,
                   long_float64_max_abs_logit_diff=float(ours64.max()))
     print(json.dumps(report))

@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from ada_jax import model as model_lib
-
 from ada_jax import logprobs
+from ada_jax import model as model_lib
 from ada_jax.sampling import left_pad
 from tests.helpers import tiny_model
 

@@ -5,11 +5,10 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec
-
-from ada_jax import model as model_lib
+from jax.sharding import PartitionSpec
 
 from ada_jax import logprobs
+from ada_jax import model as model_lib
 from ada_jax import sharding
 from configs import base
 from tests.helpers import TINY
