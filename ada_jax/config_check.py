@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from ada_jax.tasks import TASKS, task_of
-from ada_jax.model import GEMMA_FIELDS
+from ada_jax.model import VARIANT_FIELDS
 from ada_jax.tasks.embedded import MAX_LEVEL
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ def _finite(v) -> bool:
 HF_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "head_dim",
              "rope_base", "qkv_bias", "tie_embeddings", "norm_eps", "rope_scaling",
              "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
-             "rope_original_max_len", *GEMMA_FIELDS)
+             "rope_original_max_len", *VARIANT_FIELDS)
 HF_SIZES = HF_FIELDS[:7]  # 0 until read: a size set on the command line is checked, not replaced
 
 
@@ -186,7 +186,7 @@ def resolve_hf(config, overrides_pending: bool = False) -> bool:
         tok_dir = tok_dir if os.path.isdir(tok_dir) else os.path.dirname(tok_dir)
         chat = (tokenizer.checkpoint_chat(tok_dir)
                 if os.path.exists(os.path.join(tok_dir, "tokenizer.json")) else None)
-        family = chat or tokenizer.CHAT_FAMILIES[hf["model_type"]]
+        family = chat or tokenizer.CHAT_FAMILIES[convert.text_config(hf)["model_type"]]
         if not config.task.template:
             config.task.template = family["template"]
         if not m.eos_token:

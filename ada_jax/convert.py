@@ -38,8 +38,24 @@ from ada_jax import sharding
 
 log = logging.getLogger(__name__)
 
-ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM",
+ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                 "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
                  "gemma3_text": "Gemma3ForCausalLM"}
+# What each family adds to Llama: ModelConfig fields it requires (True) or allows (False). A
+# config with any other of FAMILY_FIELDS set, or without a required one, is not that family.
+FAMILY_FIELDS = ("qkv_bias", "qk_norm", "post_norms", "norm_plus_one", "embed_scale",
+                 "sliding_window", "query_pre_attn_scalar", "attn_logit_softcap",
+                 "final_logit_softcap")
+FAMILIES = {
+    "llama": {},
+    "qwen2": {"qkv_bias": True},  # q/k/v biases
+    "qwen3": {"qk_norm": True},  # RMSNorm over each head's queries and keys
+    "mistral": {"sliding_window": False},  # one window for every layer
+    "gemma3_text": {"qk_norm": True, "post_norms": True, "norm_plus_one": True,
+                    "embed_scale": True, "sliding_window": False,
+                    "query_pre_attn_scalar": False, "attn_logit_softcap": False,
+                    "final_logit_softcap": False},
+}
 # config.json's activation -> ModelConfig.mlp_act
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 # ModelConfig fields a caller may set when loading; everything else comes from config.json.
@@ -117,6 +133,20 @@ def _gemma_layers(hf: dict, n_layers: int, source: str) -> dict:
     return fields
 
 
+def _mistral_window(hf: dict, source: str, theta: float, rope: dict) -> dict:
+    """Mistral's one sliding window, on every layer, as ModelConfig fields (local layers only,
+    with the global RoPE base); CheckpointError for per-layer types or a window with RoPE
+    scaling, which local layers do not apply."""
+    if hf.get("layer_types"):
+        raise CheckpointError(f"{source}: unsupported layer_types in a mistral config "
+                              "(transformers' Mistral applies one window to every layer)")
+    if rope:
+        raise CheckpointError(f"{source}: unsupported rope scaling {rope['rope_scaling']!r} "
+                              "with a sliding window")
+    return dict(sliding_window=hf_field(hf, "sliding_window", source), sliding_window_pattern=0,
+                rope_local_base=theta)
+
+
 def _rope(hf: dict, source: str) -> tuple[float, dict | None]:
     """(rope_theta, scaling dict or None) from either config.json format: Hub checkpoints use
     `rope_theta` + `rope_scaling`, transformers >= 5 writes one `rope_parameters` dict (Gemma 3:
@@ -133,13 +163,19 @@ def _rope(hf: dict, source: str) -> tuple[float, dict | None]:
     return theta, scaling
 
 
+def text_config(hf: dict) -> dict:
+    """config.json's language model: a multimodal Gemma 3 config's text_config, else hf."""
+    if isinstance(hf.get("text_config"), dict):
+        return dict(hf["text_config"], model_type=hf["text_config"].get("model_type",
+                                                                        "gemma3_text"))
+    return hf
+
+
 def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str = "config.json",
                          **overrides) -> model_lib.ModelConfig:
     """ModelConfig for a Hugging Face config.json dict (read from `source`, named in errors);
     CheckpointError for a missing or bad field or a variant we cannot run."""
-    if isinstance(hf.get("text_config"), dict):  # a multimodal Gemma 3 config: its text model's
-        hf = dict(hf["text_config"], model_type=hf["text_config"].get("model_type",
-                                                                      "gemma3_text"))
+    hf = text_config(hf)
     model_type = hf.get("model_type")
     if model_type not in ARCHITECTURES:
         raise CheckpointError(f"{source}: unsupported architecture model_type={model_type!r} "
@@ -150,9 +186,9 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
                               f"{sorted(ACTIVATIONS)}")
     if hf.get("mlp_bias"):
         raise CheckpointError(f"{source}: unsupported mlp_bias=True")
-    if model_type == "llama" and hf.get("attention_bias"):
-        raise CheckpointError(f"{source}: unsupported attention_bias=True (llama then has an "
-                              "o_proj bias too, which this model lacks)")
+    if model_type in ("llama", "qwen3") and hf.get("attention_bias"):
+        raise CheckpointError(f"{source}: unsupported attention_bias=True ({model_type} then "
+                              "has an o_proj bias too, which this model lacks)")
     bad = sorted(set(overrides) - set(RUNTIME_FIELDS))
     if bad:
         raise ValueError(f"{bad} come from config.json; only {RUNTIME_FIELDS} can be overridden")
@@ -160,8 +196,8 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
     if "dtype" in overrides:
         overrides["dtype"] = _dtype(model_lib.compute_dtype(overrides["dtype"]), "dtype")
     n_layers = hf_field(hf, "num_hidden_layers", source)
-    gemma = model_type == "gemma3_text"
-    window = [] if gemma else _sliding_layers(hf, n_layers)
+    gemma, mistral = model_type == "gemma3_text", model_type == "mistral"
+    window = [] if gemma or mistral else _sliding_layers(hf, n_layers)
     if window:
         raise CheckpointError(f"{source}: unsupported sliding window attention in layers "
                               f"{window} (use_sliding_window=True, sliding_window="
@@ -188,7 +224,7 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
         n_heads=heads, n_kv_heads=hf_field(hf, "num_key_value_heads", source, default=heads),
         d_ff=hf_field(hf, "intermediate_size", source),
         head_dim=hf_field(hf, "head_dim", source, default=d_model // heads), rope_base=theta,
-        qkv_bias=model_type == "qwen2",
+        qkv_bias=model_type == "qwen2", qk_norm=model_type == "qwen3",
         tie_embeddings=bool(hf.get("tie_word_embeddings", gemma)),
         norm_eps=hf_field(hf, "rms_norm_eps", source, float, 1e-6),
         max_len=hf_field(hf, "max_position_embeddings", source, default=4096),
@@ -206,6 +242,8 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
             query_pre_attn_scalar=hf_field(hf, "query_pre_attn_scalar", source, float, 256.0),
             attn_logit_softcap=hf_field(hf, "attn_logit_softcapping", source, float, 0.0),
             final_logit_softcap=hf_field(hf, "final_logit_softcapping", source, float, 0.0))
+    if mistral and hf.get("sliding_window") is not None:
+        fields.update(_mistral_window(hf, source, theta, rope))
     return model_lib.ModelConfig(**{**fields, **overrides})
 
 
@@ -218,18 +256,30 @@ def architecture(cfg: model_lib.ModelConfig) -> dict:
 
 def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | None = None,
                                 dtype: str | None = None) -> dict:
-    """A config.json dict (Hub format) for cfg; model_type defaults to gemma3_text for Gemma's
-    norms (post_norms), else qwen2 iff qkv_bias."""
-    model_type = model_type or ("gemma3_text" if cfg.post_norms else
-                                "qwen2" if cfg.qkv_bias else "llama")
+    """A config.json dict (Hub format) for cfg; model_type defaults to the one family whose
+    FAMILIES fields cfg has: gemma3_text for Gemma's norms, qwen3 for QK-norm alone, qwen2 for
+    q/k/v biases, mistral for a sliding window on every layer, else llama. ValueError when cfg
+    is not model_type (transformers would build another model)."""
+    have = {f for f in FAMILY_FIELDS if getattr(cfg, f)}
+    if model_type is None:
+        model_type = ("gemma3_text" if cfg.post_norms else "qwen3" if cfg.qk_norm else
+                      "qwen2" if cfg.qkv_bias else "mistral" if cfg.sliding_window else "llama")
     if model_type not in ARCHITECTURES:
         raise ValueError(f"unsupported model_type {model_type!r}; choose from "
                          f"{sorted(ARCHITECTURES)}")
-    if model_type == "qwen2" and not cfg.qkv_bias:
-        raise ValueError("qwen2 always has q/k/v biases; this config has qkv_bias=False")
-    if model_type == "llama" and cfg.qkv_bias:  # transformers would expect an o_proj bias
-        raise ValueError("llama's attention_bias=True also biases o_proj, which this model "
+    fields = FAMILIES[model_type]
+    lacks = sorted(f for f, required in fields.items() if required and f not in have)
+    extra = sorted(have - set(fields))
+    if model_type == "mistral" and cfg.sliding_window and cfg.sliding_window_pattern:
+        extra.append("sliding_window_pattern")  # global layers: Gemma's, not Mistral's
+    if lacks or extra:
+        parts = ([f"{model_type} has {', '.join(lacks)}, which this config lacks"] if lacks
+                 else []) + ([f"{model_type} has no {', '.join(extra)}, which this config sets"]
+                             if extra else [])
+        if model_type == "llama" and "qkv_bias" in extra:
+            parts.append("llama's attention_bias=True also biases o_proj, which this model "
                          "lacks: export a model with q/k/v biases as model_type='qwen2'")
+        raise ValueError(f"this config is not {model_type}: {'; '.join(parts)}")
     hf = dict(architectures=[ARCHITECTURES[model_type]], model_type=model_type,
               vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
               num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
@@ -240,9 +290,6 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
               tie_word_embeddings=cfg.tie_embeddings, torch_dtype=dtype or cfg.param_dtype,
               rope_scaling=None)
     if model_type == "gemma3_text":
-        if cfg.qkv_bias or not (cfg.qk_norm and cfg.norm_plus_one and cfg.embed_scale):
-            raise ValueError("gemma3_text has QK-norm, (1 + w) norms, scaled embeddings and no "
-                             "q/k/v biases; this config differs")
         hf.update(hidden_activation=hf.pop("hidden_act"), attention_bias=False,
                   sliding_window=cfg.sliding_window or None,
                   layer_types=["sliding_attention" if local else "full_attention"
@@ -251,13 +298,18 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
                   query_pre_attn_scalar=_int_if_whole(cfg.query_pre_attn_scalar or cfg.head_dim),
                   attn_logit_softcapping=cfg.attn_logit_softcap or None,
                   final_logit_softcapping=cfg.final_logit_softcap or None)
-    elif cfg.post_norms or cfg.qk_norm or cfg.norm_plus_one:
-        raise ValueError(f"{model_type} has no QK-norm, post norms or (1 + w) norms; export "
-                         f"this config as model_type='gemma3_text'")
+    elif model_type == "mistral":
+        if cfg.sliding_window and (cfg.rope_scaling != "none"
+                                   or cfg.rope_local_base != cfg.rope_base):
+            raise ValueError("mistral's window layers use the global RoPE base, unscaled; this "
+                             f"config has rope_scaling={cfg.rope_scaling!r}, rope_local_base="
+                             f"{cfg.rope_local_base} (rope_base {cfg.rope_base})")
+        hf.update(sliding_window=cfg.sliding_window or None)
     elif model_type == "llama":
         hf.update(attention_bias=False, mlp_bias=False)
-    else:
-        hf.update(use_sliding_window=False)
+    else:  # qwen2, qwen3
+        hf.update(use_sliding_window=False, sliding_window=None,
+                  **({"attention_bias": False} if model_type == "qwen3" else {}))
     if cfg.rope_scaling == "linear":
         hf["rope_scaling"] = dict(rope_type="linear", factor=cfg.rope_scaling_factor)
     if cfg.rope_scaling == "llama3":

@@ -53,8 +53,9 @@ class ModelConfig:
     dtype: str = "float32"  # compute dtype; "auto": `compute_dtype`, resolved here
     remat: bool = False
     scan_layers: bool = False
-    # Gemma 3. Local layers attend to the keys at most sliding_window - 1 positions back
-    # (0: no local layers); every sliding_window_pattern-th layer is global (0: none is).
+    # Gemma 3 (Qwen3: qk_norm; Mistral: a window on every layer). Local layers attend to the
+    # keys at most sliding_window - 1 positions back (0: no local layers); every
+    # sliding_window_pattern-th layer is global (0: none is).
     sliding_window: int = 0
     sliding_window_pattern: int = 0
     rope_local_base: float = 10_000.0  # local layers' RoPE base (rope_base: global layers')
@@ -76,10 +77,10 @@ class ModelConfig:
         return cls(**{k: v for k, v in dict(model_config).items() if k in fields})
 
 
-# The Gemma 3 fields above (a checkpoint's config.json sets them; ModelConfig's defaults: off)
-GEMMA_FIELDS = ("sliding_window", "sliding_window_pattern", "rope_local_base", "qk_norm",
-                "post_norms", "norm_plus_one", "mlp_act", "embed_scale", "query_pre_attn_scalar",
-                "attn_logit_softcap", "final_logit_softcap")
+# The variant fields above (a checkpoint's config.json sets them; ModelConfig's defaults: off)
+VARIANT_FIELDS = ("sliding_window", "sliding_window_pattern", "rope_local_base", "qk_norm",
+                  "post_norms", "norm_plus_one", "mlp_act", "embed_scale",
+                  "query_pre_attn_scalar", "attn_logit_softcap", "final_logit_softcap")
 
 
 def compute_dtype(name: str, platform: str | None = None) -> str:

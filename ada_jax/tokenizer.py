@@ -43,6 +43,9 @@ CHAT_FAMILIES = {
                   extra_eos_tokens=("<|endoftext|>",)),
     "llama": dict(template="llama3_chat", eos_token="<|eot_id|>",
                   extra_eos_tokens=("<|end_of_text|>",)),
+    "qwen3": dict(template="qwen_math", eos_token="<|im_end|>",
+                  extra_eos_tokens=("<|endoftext|>",)),
+    "mistral": dict(template="plain", eos_token="</s>", extra_eos_tokens=()),
     "gemma3_text": dict(template="plain", eos_token="<eos>", extra_eos_tokens=()),
 }
 

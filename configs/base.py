@@ -9,7 +9,7 @@
 import ml_collections
 
 from ada_jax.tasks import TASKS, task_of
-from ada_jax.model import GEMMA_FIELDS, ModelConfig
+from ada_jax.model import VARIANT_FIELDS, ModelConfig
 from ada_jax.tokenizer import CHAT_FAMILIES, SYSTEM_MATH
 
 MODELS = {
@@ -61,7 +61,7 @@ PRETRAINED = {
     "llama3_2_1b": dict(_LLAMA, slots=4096),
     "llama3_2_3b_instruct": dict(_LLAMA, slots=1024),
 }
-# model=hf: any Qwen2 / Llama-3 folder, the architecture read from config.model.init_from's
+# model=hf: any folder of convert.ARCHITECTURES, the architecture read from config.model.init_from's
 # config.json once the command line has set it (config_check.resolve_hf; until then the sizes
 # are 0), the template and stop tokens, unless set, the checkpoint's own (its chat template and
 # eos tokens: tokenizer.checkpoint_chat), else its model_type's (CHAT_FAMILIES), the
@@ -104,7 +104,7 @@ def _model_config(name):
         rope_high_freq_factor=4.0, rope_original_max_len=8192,
         param_dtype="float32", dtype="float32", remat=False, scan_layers=False, init_from="", tokenizer="",
         eos_token="", pad_token="", extra_eos_tokens=(),
-        **{f: ModelConfig.__dataclass_fields__[f].default for f in GEMMA_FIELDS},
+        **{f: ModelConfig.__dataclass_fields__[f].default for f in VARIANT_FIELDS},
     ))
     # model=hf: placeholders of the right types, filled from init_from (config_check.resolve_hf)
     m.update(MODELS[name] if name != HF else {

@@ -9,7 +9,7 @@ bos / eos / pad are the real ones (Qwen2.5-Math base: eos = pad = <|endoftext|>,
 Llama-3.2-Instruct: BOS <|begin_of_text|>, eos <|eot_id|>, no pad).
 
 Model: random weights saved by `transformers` with the real architectures' features: Qwen2 with
-q/k/v biases, tied embeddings and the embedding padded past the tokenizer (to a multiple of 128,
+q/k/v biases (Qwen3: QK-norm instead, with Qwen2.5-Math's tokenizer and template), tied embeddings and the embedding padded past the tokenizer (to a multiple of 128,
 as Qwen2.5 pads 151,665 ids to 151,936 rows); Llama-3 with llama3 RoPE scaling (the 3.2
 values), tied embeddings and a vocabulary filled to the model's size with reserved tokens. The
 embeddings make a response a short walk "\boxed{d}" + end of turn (answer_walk), so the math
@@ -43,6 +43,7 @@ FAMILIES = {
                                         model_max_length=131072,
                                         tokenizer_class="PreTrainedTokenizerFast")),
 }
+FAMILIES["qwen3"] = FAMILIES["qwen2"]  # Qwen3's architecture, Qwen2.5-Math's tokenizer
 
 
 def chat_template(family: str) -> str:
@@ -159,13 +160,14 @@ def build_standin(path: str, family: str, seed: int = 0) -> str:
     common = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                   tie_word_embeddings=True)
-    if family == "qwen2":
+    if family in ("qwen2", "qwen3"):
         eot = ids("<|endoftext|>")
-        config = transformers.Qwen2Config(
+        name = "Qwen2" if family == "qwen2" else "Qwen3"
+        config = getattr(transformers, name + "Config")(
             vocab_size=-(-n_tok // 128) * 128, max_position_embeddings=4096, rope_theta=10000.0,
             rms_norm_eps=1e-6, use_sliding_window=False, bos_token_id=eot, eos_token_id=eot,
             **common)
-        model_cls = transformers.Qwen2ForCausalLM
+        model_cls = getattr(transformers, name + "ForCausalLM")
     else:
         config = transformers.LlamaConfig(
             vocab_size=n_tok, max_position_embeddings=131072, rope_theta=500000.0,

@@ -1,4 +1,4 @@
-"""HF import/export: tiny random Qwen2, Llama-3 and Gemma 3 checkpoints saved by `transformers`
+"""HF import/export: tiny random Qwen2, Qwen3, Llama-3, Mistral and Gemma 3 checkpoints saved by `transformers`
 load onto a 2x2x2 mesh and reproduce its logits (left-padded batch) and greedy generations;
 export gives back the same tensors; bad checkpoints fail with the tensor and file named."""
 import dataclasses
@@ -37,6 +37,12 @@ FAMILIES = {
         tie_word_embeddings=False, rope_theta=5e5, rms_norm_eps=1e-5, rope_scaling=dict(
             rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
             original_max_position_embeddings=16))),
+    # Qwen3: QK-norm (plain w, not Gemma's 1 + w), head_dim 16 where d / heads is 8.
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(
+        head_dim=16, tie_word_embeddings=True, rope_theta=1e6)),
+    # Mistral: one sliding window (4, shorter than the prompts) on every layer, untied head.
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(
+        sliding_window=4, tie_word_embeddings=False, rope_theta=2e4)),
     # Gemma 3: a local layer (window 4, shorter than the prompts) then a global one, each with
     # its RoPE base; QK-norm, post norms, GeGLU, scaled embeddings, a query scalar that is not
     # head_dim, soft-capped final logits.
@@ -86,16 +92,20 @@ def test_logits_match_transformers(saved, mesh):
     family, hf, path = saved
     cfg, graphdef, params = convert.load_hf_checkpoint(path, mesh, RULES)
     assert cfg.qkv_bias == (family == "qwen2")
-    assert cfg.tie_embeddings == (family != "llama")
-    assert (cfg.sliding_window, cfg.sliding_window_pattern, cfg.rope_local_base) == (
-        (4, 2, 100.0) if family == "gemma3_text" else (0, 0, 10_000.0))
+    assert cfg.qk_norm == (family in ("qwen3", "gemma3_text"))
+    assert cfg.norm_plus_one == (family == "gemma3_text")
+    assert cfg.head_dim == (16 if family == "qwen3" else 8)
+    assert cfg.tie_embeddings == (family not in ("llama", "mistral"))
+    assert (cfg.sliding_window, cfg.sliding_window_pattern, cfg.rope_local_base) == {
+        "gemma3_text": (4, 2, 100.0), "mistral": (4, 0, 2e4)}.get(family, (0, 0, 10_000.0))
     assert cfg.rope_scaling == ("llama3" if family == "llama" else "none")
     q = params["blocks"]["attn"]["q"][...]  # really placed on the mesh
     assert q.sharding.spec == PartitionSpec(None, "fsdp", "tensor", None)
-    if family == "gemma3_text":  # Gemma's extra norms: [L, D] over fsdp, [L, E] replicated
-        blocks = params["blocks"]
+    blocks = params["blocks"]
+    if family == "gemma3_text":  # Gemma's extra norms: [L, D] over fsdp
         for norm in (blocks["post_attn_norm"], blocks["post_mlp_norm"], blocks["mlp_norm"]):
             assert norm["scale"][...].sharding.spec == PartitionSpec(None, "fsdp")
+    if cfg.qk_norm:  # QK-norm's [L, E]: replicated
         for norm in (blocks["attn"]["q_norm"], blocks["attn"]["k_norm"]):
             assert norm["scale"][...].sharding.spec == PartitionSpec(None, None)
 
@@ -146,7 +156,8 @@ def test_export_round_trip(saved, mesh, tmp_path):
     # A short runtime max_len must not become the export's max_position_embeddings.
     cfg, _, params = convert.load_hf_checkpoint(path, mesh, RULES, max_len=64)
     files = convert.export_hf(params, cfg, str(tmp_path), source=path, max_shard_bytes=30_000)
-    assert len(files) == 4 and os.path.exists(tmp_path / convert.INDEX_FILE)
+    shards = [f for f in os.listdir(path) if f.endswith(".safetensors")]  # HF's, at 30 KB
+    assert len(files) == len(shards) > 1 and os.path.exists(tmp_path / convert.INDEX_FILE)
     want, got = _tensors(path), _tensors(str(tmp_path))
     assert sorted(got) == sorted(want)
     for name in want:
@@ -252,6 +263,63 @@ def test_configs_models_match_the_hub(name):
     assert got.max_len == want.max_len
 
 
+# Two more families' reference configs (Hub config.json) and the ModelConfig each must give.
+HUB_OTHERS = {
+    "qwen3_0_6b": (dict(
+        architectures=["Qwen3ForCausalLM"], model_type="qwen3", attention_bias=False,
+        head_dim=128, hidden_act="silu", hidden_size=1024, intermediate_size=3072,
+        max_position_embeddings=40960, max_window_layers=28, num_attention_heads=16,
+        num_hidden_layers=28, num_key_value_heads=8, rms_norm_eps=1e-6, rope_scaling=None,
+        rope_theta=1000000, sliding_window=None, tie_word_embeddings=True,
+        torch_dtype="bfloat16", use_sliding_window=False, vocab_size=151936),
+        dict(vocab_size=151_936, d_model=1024, n_layers=28, n_heads=16, n_kv_heads=8,
+             d_ff=3072, head_dim=128, rope_base=1e6, qk_norm=True, tie_embeddings=True,
+             norm_eps=1e-6, max_len=40960)),
+    "mistral_7b_v0_1": (dict(
+        architectures=["MistralForCausalLM"], model_type="mistral", hidden_act="silu",
+        hidden_size=4096, intermediate_size=14336, max_position_embeddings=32768,
+        num_attention_heads=32, num_hidden_layers=32, num_key_value_heads=8, rms_norm_eps=1e-5,
+        rope_theta=10000.0, sliding_window=4096, tie_word_embeddings=False,
+        torch_dtype="bfloat16", vocab_size=32000),
+        dict(vocab_size=32_000, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=8,
+             d_ff=14_336, head_dim=128, rope_base=1e4, tie_embeddings=False, norm_eps=1e-5,
+             max_len=32768, sliding_window=4096, rope_local_base=1e4)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HUB_OTHERS))
+def test_other_families_hub_configs(name):
+    hf, want = HUB_OTHERS[name]
+    got = convert.model_config_from_hf(hf)
+    assert got == model_lib.ModelConfig(**want)
+    exported = convert.hf_config_from_model_config(got)  # and back, as the same family
+    assert exported["model_type"] == hf["model_type"]
+    assert convert.model_config_from_hf(exported) == got
+
+
+def test_export_refuses_a_config_of_another_family():
+    """A config exports only as a family that has exactly its features: transformers would
+    otherwise build another model from the export and load it without a word."""
+    qwen3, _ = HUB_OTHERS["qwen3_0_6b"]
+    cfg = convert.model_config_from_hf(qwen3)
+    with pytest.raises(ValueError, match="not llama: llama has no qk_norm"):
+        convert.hf_config_from_model_config(cfg, "llama")
+    with pytest.raises(ValueError, match="not qwen2: qwen2 has qkv_bias, which this config "
+                                         "lacks; qwen2 has no qk_norm"):
+        convert.hf_config_from_model_config(cfg, "qwen2")
+    with pytest.raises(ValueError, match="not qwen3: qwen3 has no embed_scale"):
+        convert.hf_config_from_model_config(dataclasses.replace(cfg, embed_scale=True))
+    with pytest.raises(ValueError, match="not mistral: .*sliding_window_pattern"):
+        convert.hf_config_from_model_config(dataclasses.replace(
+            cfg, qk_norm=False, sliding_window=8, sliding_window_pattern=2), "mistral")
+    with pytest.raises(ValueError, match="not llama: llama has no sliding_window"):
+        convert.hf_config_from_model_config(dataclasses.replace(
+            cfg, qk_norm=False, sliding_window=8), "llama")
+    with pytest.raises(ValueError, match="mistral's window layers use the global RoPE base"):
+        convert.hf_config_from_model_config(dataclasses.replace(
+            cfg, qk_norm=False, sliding_window=8, rope_local_base=10.0))
+
+
 # ---- errors --------------------------------------------------------------------------------
 
 def _copy(saved, tmp_path):
@@ -270,8 +338,18 @@ def _edit_config(path, **changes):
 
 def test_unsupported_configs_are_rejected():
     hf = dict(COMMON, model_type="qwen2")
-    with pytest.raises(ValueError, match="unsupported architecture model_type='mistral'"):
-        convert.model_config_from_hf(dict(hf, model_type="mistral"))
+    with pytest.raises(ValueError, match="unsupported architecture model_type='phi3'"):
+        convert.model_config_from_hf(dict(hf, model_type="phi3"))
+    with pytest.raises(ValueError, match="attention_bias=True \\(qwen3 then has an o_proj"):
+        convert.model_config_from_hf(dict(hf, model_type="qwen3", attention_bias=True))
+    # Mistral: one window on every layer, unscaled RoPE; no per-layer types.
+    mistral = dict(hf, model_type="mistral", sliding_window=8)
+    with pytest.raises(ValueError, match="layer_types in a mistral config"):
+        convert.model_config_from_hf(dict(mistral, layer_types=["full_attention"] * 2))
+    with pytest.raises(ValueError, match="rope scaling 'linear' with a sliding window"):
+        convert.model_config_from_hf(dict(mistral, rope_scaling=dict(rope_type="linear",
+                                                                     factor=2.0)))
+    assert convert.model_config_from_hf(dict(mistral, sliding_window=None)).sliding_window == 0
     with pytest.raises(ValueError, match="rope scaling 'yarn'"):
         convert.model_config_from_hf(dict(hf, rope_scaling=dict(rope_type="yarn", factor=4.0)))
     with pytest.raises(ValueError, match="hidden_act"):
@@ -296,8 +374,9 @@ def test_unsupported_configs_are_rejected():
 
 def test_missing_shard_is_named(saved, mesh, tmp_path):
     path = _copy(saved, tmp_path)
-    os.remove(path / "model-00002-of-00004.safetensors")
-    with pytest.raises(FileNotFoundError, match="model-00002-of-00004.safetensors"):
+    shard = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))[1]
+    os.remove(path / shard)
+    with pytest.raises(FileNotFoundError, match=shard):
         convert.load_hf_checkpoint(str(path), mesh, RULES)
 
 

@@ -7,13 +7,16 @@ JSONL and scored by the math verifier, with `model=hf` (sizes from init_from's c
 Default suite: the config of model=hf and smoke for every pretrained model; one Qwen stand-in
 run in the pretrained default (Ada-Seq, streaming) whose policy never draws a padded id, is
 exported by `export.export_run` and generated from by `transformers` with no arguments,
-stopping at <|im_end|>. Slow: every other policy / mode / hints on both families, SIGKILL +
+stopping at <|im_end|>; a base Qwen3 folder without a chat template takes its family's format.
+Slow: every other policy / mode / hints on both families and Ada-Seq-pos on a Qwen3 stand-in
+(QK-norm), SIGKILL +
 resume through scripts/train.py, scripts/evaluate.py and scripts/convert_hf.py on the workdir.
 """
 import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,7 +38,7 @@ transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 ROOT = standins.ROOT
-END = {"qwen2": "<|im_end|>", "llama": "<|eot_id|>"}
+END = {"qwen2": "<|im_end|>", "qwen3": "<|im_end|>", "llama": "<|eot_id|>"}
 # The CPU recipe of docs/scaling.md: smoke sizes, float32 compute without remat, no progress bar.
 RECIPE = {"model.dtype": "float32", "model.remat": False, "log.progress": False}
 
@@ -102,6 +105,21 @@ def test_model_hf_takes_the_architecture_from_init_from(stand_in, math_file):
     bare = base.get_config("model=hf")  # get_config itself passes: init_from comes later
     with pytest.raises(ValueError, match="config.model.init_from is empty: model=hf"):
         validate(bare)
+
+
+def test_a_base_folder_without_a_chat_template_uses_its_family_format(stand_in, math_file, tmp_path):
+    """A base checkpoint without a chat template: the template and stop tokens of its
+    model_type (tokenizer.CHAT_FAMILIES), Qwen3 here."""
+    path = shutil.copytree(stand_in("qwen3"), tmp_path / "qwen3_base")
+    with open(path / "tokenizer_config.json") as f:
+        tok_config = json.load(f)
+    del tok_config["chat_template"]
+    with open(path / "tokenizer_config.json", "w") as f:
+        json.dump(tok_config, f)
+    c = _config(str(path), math_file)
+    assert c.model.qk_norm and not c.model.qkv_bias
+    assert (c.task.template, c.model.eos_token, c.model.extra_eos_tokens) == (
+        "qwen_math", "<|im_end|>", ("<|endoftext|>",))
 
 
 def test_parameter_counts_read_well():
@@ -201,6 +219,7 @@ def test_qwen_export_generates_with_transformers(qwen_run, tmp_path):
     ("qwen2", "dapo", {"adaptive.dapo.max_gen_batches": 32}),
     ("qwen2", "gvm", {}),
     ("qwen2", "grpo", {"rl.hints": "sage"}),
+    ("qwen3", "ada_pos", {}),
 ], ids=lambda v: v if isinstance(v, str) else ",".join(f"{k}={x}" for k, x in v.items()))
 def test_every_policy_runs_on_the_stand_ins(family, algo, overrides, stand_in, math_file,
                                             tmp_path):
