@@ -85,10 +85,11 @@ VARIANT_FIELDS = ("sliding_window", "sliding_window_pattern", "rope_local_base",
 
 def compute_dtype(name: str, platform: str | None = None) -> str:
     """The compute dtype `model.dtype` names on `platform` (default: JAX's backend). "auto" is
-    bfloat16 on accelerators and float32 on a CPU: XLA's CPU backend has no bfloat16 matmul,
-    so there bfloat16 converts every weight and cache back to float32 around each dot and
-    keeps the copies (SmolLM2's samplers: 1.0 GiB of temporaries against 0.3 GiB in float32,
-    for the same speed; docs/benchmarks.md, "Memory")."""
+    bfloat16 on accelerators and float32 on a CPU. On a CPU with bfloat16 dot instructions
+    (AVX512-BF16, AMX) bfloat16 samples faster (every dot accumulates in float32, which XLA CPU
+    runs natively), but the learner's step is slower, so a training step is no faster
+    (docs/benchmarks.md, "bfloat16 on a CPU"); without them XLA converts every weight and cache
+    to float32 around each dot."""
     if name != "auto":
         return name
     return "float32" if (platform or jax.default_backend()) == "cpu" else "bfloat16"
@@ -173,13 +174,15 @@ def apply_rope(x_BTHE, positions_BT, inv_freq):
 
 def dense(x, w, n_in: int = 1):
     """x [..., *in] times w [*in, *out] -> [..., *out], as one 2-D matmul [N, in] @ [in, out]
-    with the leading dims flattened. The same sums as an einsum such as "btd,dhe->bthe", but
-    its gradient is plain 2-D dots too: with two leading dims (b, t) the weight gradient
+    with the leading dims flattened, accumulated in float32 (`wide`: XLA CPU's native bfloat16
+    dot, 2-3x its float32 one on a CPU with bfloat16 instructions; a bfloat16 result type takes
+    a slow path through float32 copies). The same sums as an einsum such as "btd,dhe->bthe",
+    but its gradient is plain 2-D dots too: with two leading dims (b, t) the weight gradient
     contracts over both, which XLA CPU lowers to a transposed copy of the activation gradient
     and a slower dot (a learner step 1.8x slower on CPU; docs/benchmarks.md)."""
     lead, k = x.shape[:x.ndim - n_in], math.prod(x.shape[x.ndim - n_in:])
-    y = x.reshape(-1, k) @ w.reshape(k, -1)
-    return y.reshape(lead + w.shape[n_in:])
+    y = jnp.dot(x.reshape(-1, k), w.reshape(k, -1), preferred_element_type=wide(x.dtype))
+    return y.astype(x.dtype).reshape(lead + w.shape[n_in:])
 
 
 class Attention(nnx.Module):
@@ -222,11 +225,10 @@ class Attention(nnx.Module):
         q = q.reshape(B, T, K, G, E).transpose(0, 2, 3, 1, 4).reshape(B, K, G * T, E)
         if layer_cache is None:
             k = k.transpose(0, 2, 1, 3)  # [B,K,T,E]
-            scores = jnp.einsum("bkqe,bkse->bkqs", q, k)
+            scores = jnp.einsum("bkqe,bkse->bkqs", q, k, preferred_element_type=wide(dt))
         else:
             k, v, layer_cache = _write_cache(layer_cache, k.transpose(0, 2, 3, 1), v)
-            scores = jnp.einsum("bkqe,bkes->bkqs", q, k)
-        scores = scores.astype(wide(dt))
+            scores = jnp.einsum("bkqe,bkes->bkqs", q, k, preferred_element_type=wide(dt))
         scores = (scores * cfg.query_pre_attn_scalar ** -0.5 if cfg.query_pre_attn_scalar else
                   scores / math.sqrt(E))
         if cfg.attn_logit_softcap:
@@ -234,7 +236,8 @@ class Attention(nnx.Module):
         scores = scores.reshape(B, K, G, T, -1)
         scores = jnp.where(kv_mask_BTS[:, None, None], scores, _NEG_INF)
         probs = jax.nn.softmax(scores, axis=-1).astype(dt).reshape(B, K, G * T, -1)
-        out = jnp.einsum("bkqs,bkse->bkqe", probs, v).reshape(B, K, G, T, E)
+        out = jnp.einsum("bkqs,bkse->bkqe", probs, v, preferred_element_type=wide(dt))
+        out = out.astype(dt).reshape(B, K, G, T, E)
         out = out.transpose(0, 3, 1, 2, 4).reshape(B, T, H, E)
         return dense(out, self.o[...].astype(dt), n_in=2), layer_cache
 
@@ -254,10 +257,15 @@ def _write_cache(layer_cache, k_BKET, v_BKTE):
 
     def write(name, new):
         axis = CACHE_LEN_AXIS[name] - 1  # in one row's block (vmapped over the batch)
-        cache = layer_cache[name]
-        return jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(
-            c, u, tuple(i if a == axis else 0 for a in range(3))))(
-                cache, new.astype(cache.dtype), pos_B)
+        cache, new = layer_cache[name], new.astype(layer_cache[name].dtype)
+        # A 16-bit float cache is written as its bits: XLA CPU runs a bfloat16 scatter in
+        # float32, converting the whole cache there and back on every decode step.
+        bits = jnp.uint16 if cache.dtype.itemsize == 2 else None
+        if bits:
+            cache, new = (jax.lax.bitcast_convert_type(x, bits) for x in (cache, new))
+        out = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(
+            c, u, tuple(i if a == axis else 0 for a in range(3))))(cache, new, pos_B)
+        return jax.lax.bitcast_convert_type(out, layer_cache[name].dtype) if bits else out
 
     k, v = write("k", k_BKET), write("v", v_BKTE)
     return k, v, {"k": k, "v": v, "pos": pos_B}
@@ -373,9 +381,17 @@ class Transformer(nnx.Module):
         return logits, new_cache
 
     def head(self, x_BTD):
-        """Logits [..., V] in the compute dtype from final-normed hidden states [..., D]."""
-        w = self.embed[...].T if self.cfg.tie_embeddings else self.lm_head[...]
-        logits = dense(x_BTD, w.astype(jnp.dtype(self.cfg.dtype)))
+        """Logits [..., V] (`wide`: the dot accumulates in float32) from final-normed hidden
+        states [..., D]. A tied head contracts the embedding's D axis in place: through a
+        transposed [D, V] operand XLA CPU's bfloat16 dot copies the matrix on every call."""
+        dt = jnp.dtype(self.cfg.dtype)
+        x_ND = x_BTD.reshape(-1, x_BTD.shape[-1])
+        if self.cfg.tie_embeddings:
+            w, dims = self.embed[...].astype(dt), (((1,), (1,)), ((), ()))
+        else:
+            w, dims = self.lm_head[...].astype(dt), (((1,), (0,)), ((), ()))
+        logits = jax.lax.dot_general(x_ND, w, dims, preferred_element_type=wide(dt))
+        logits = logits.reshape(x_BTD.shape[:-1] + (-1,))
         cap = self.cfg.final_logit_softcap
         return softcap(logits, cap) if cap else logits
 

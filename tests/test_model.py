@@ -60,6 +60,52 @@ def test_cached_decoding_matches_full_forward(variant):
         np.testing.assert_allclose(np.asarray(logits)[:, 0], want[:, P + t], atol=2e-5)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cache_writes_put_each_rows_tokens_at_its_position(dtype):
+    """Each row's new keys / values land at its own position, bit for bit (a bfloat16 cache is
+    written through its uint16 bits: XLA CPU would scatter it in float32)."""
+    rng = np.random.default_rng(0)
+    B, K, E, S, T = 3, 2, 4, 9, 2
+    dt = jnp.dtype(dtype)
+    k0, v0 = rng.normal(size=(B, K, E, S)), rng.normal(size=(B, K, S, E))
+    new_k, new_v = rng.normal(size=(B, K, E, T)), rng.normal(size=(B, K, T, E))
+    pos = np.array([0, 3, 7])
+    cache = {"k": jnp.asarray(k0, dt), "v": jnp.asarray(v0, dt), "pos": jnp.asarray(pos)}
+    k, v, out = jax.jit(model_lib._write_cache)(cache, jnp.asarray(new_k, dt),
+                                                  jnp.asarray(new_v, dt))
+    want_k, want_v = np.asarray(cache["k"]).copy(), np.asarray(cache["v"]).copy()
+    for b, p in enumerate(pos):
+        want_k[b, :, :, p:p + T] = np.asarray(jnp.asarray(new_k[b], dt))
+        want_v[b, :, p:p + T] = np.asarray(jnp.asarray(new_v[b], dt))
+    assert k.dtype == v.dtype == dt
+    np.testing.assert_array_equal(np.asarray(out["k"]), np.asarray(k))
+    np.testing.assert_array_equal(np.asarray(out["pos"]), pos)
+    np.testing.assert_array_equal(np.asarray(k), want_k)
+    np.testing.assert_array_equal(np.asarray(v), want_v)
+
+
+def test_bfloat16_cached_decoding_follows_its_full_forward():
+    """bfloat16 compute (float32 accumulation in every dot, the cache in bfloat16): decoding
+    token by token stays within bfloat16 rounding of the whole-sequence forward."""
+    model = tiny_model(dtype="bfloat16")
+    rng = np.random.default_rng(1)
+    ptoks, pmask = left_pad([list(rng.integers(3, 64, size=n)) for n in (5, 9, 2)], 9)
+    cont = rng.integers(3, 64, size=(3, 5))
+    full_toks = np.concatenate([ptoks, cont], axis=1)
+    full_mask = np.concatenate([pmask, np.ones_like(cont, bool)], axis=1)
+    want = _full_logits(model, full_toks, full_mask)
+    cache = model_lib.init_cache(model.cfg, 3, full_toks.shape[1])
+    assert cache["k"][0].dtype == jnp.bfloat16
+    _, cache = model(jnp.asarray(ptoks), model_lib.positions_from_mask(jnp.asarray(pmask)),
+                     jnp.asarray(pmask), cache)
+    for t in range(cont.shape[1]):
+        logits, cache = model(jnp.asarray(cont[:, t:t + 1]),
+                              jnp.asarray(pmask.sum(1) + t)[:, None], jnp.ones((3, 1), bool),
+                              cache)
+        np.testing.assert_allclose(np.asarray(logits)[:, 0], want[:, 9 + t],
+                                   atol=0.02 * np.abs(want).max())
+
+
 def test_causality_future_tokens_do_not_change_past_logits():
     model = tiny_model()
     rng = np.random.default_rng(1)

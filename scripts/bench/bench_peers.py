@@ -184,7 +184,7 @@ def _ada_config(a):
     from ada_jax.config_check import validate
     c = get_config("algo=grpo,model=hf,task=files")
     # the peers' stop token only (extra_eos_tokens '' = none): the same stops for all
-    c.model.update(init_from=a.folder, dtype="float32", remat=False,
+    c.model.update(init_from=a.folder, dtype=a.dtype, remat=False,
                    eos_token=stop_token(a.folder), extra_eos_tokens=("",))
     c.task.update(files=os.path.join(a.folder, "problems.jsonl"), reward="synthetic")
     c.sampling.update(max_prompt_len=a.prompt_len, max_new_tokens=a.new_tokens)
@@ -201,13 +201,12 @@ def _ada_config(a):
 def worker_sample_ada(a):
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     from ada_jax import convert, sampling, sharding
     c = _ada_config(a)
     mesh = sharding.make_mesh(c.mesh)
     cfg, graphdef, params = convert.load_hf_checkpoint(a.folder, mesh, c.sharding_rules,
-                                                       dtype="float32")
+                                                       dtype=a.dtype)
     _, ids, _ = prompts(a.folder, a.rows)
     tok, mask = sampling.left_pad(ids, max(map(len, ids)))
     tok, mask = jnp.asarray(tok), jnp.asarray(mask)
@@ -379,7 +378,7 @@ def worker_grpo_trl(a):
 
 
 # ----------------------------------------------------------------------------- tunix
-def _tunix_model(folder):
+def _tunix_model(folder, dtype="float32"):
     """tunix's own model for the folder's architecture (`tunix.models.qwen2`, `.llama3` or
     `.gemma3`) with the folder's safetensors, on a one-device ("fsdp", "tp") mesh of Auto axes
     (jax.make_mesh's default Explicit axes fail in the embedding gather), float32; the config
@@ -417,7 +416,7 @@ def _tunix_model(folder):
     mesh = jax.make_mesh((1, 1), ("fsdp", "tp"),
                          axis_types=(jax.sharding.AxisType.Auto,) * 2)
     model = params.create_model_from_safe_tensors(folder, cfg, mesh=mesh,
-                                                  dtype=jax.numpy.float32)
+                                                  dtype=jax.numpy.dtype(dtype))
     return mesh, model, shape["num_layers"], shape["num_kv_heads"], shape["head_dim"]
 
 
@@ -438,7 +437,7 @@ def worker_sample_tunix(a):
     tokenization and detokenization of the rows, as a user of `Sampler` pays them."""
     sampler_lib, transformers = _import_peer("tunix", ["tunix.generate.sampler", "transformers"])
     import numpy as np
-    _, model, layers, kv_heads, head_dim = _tunix_model(a.folder)
+    _, model, layers, kv_heads, head_dim = _tunix_model(a.folder, a.dtype)
     texts, ids, _ = prompts(a.folder, a.rows)
     P, N = max(map(len, ids)), a.new_tokens
     tok = transformers.AutoTokenizer.from_pretrained(a.folder)
@@ -484,7 +483,7 @@ def worker_grpo_tunix(a):
 
     from ada_jax.rewards.synthetic import thresholds
     from ada_jax.tasks.problem import problem_id
-    mesh, model, *_ = _tunix_model(a.folder)
+    mesh, model, *_ = _tunix_model(a.folder, a.dtype)
     embed0 = np.array(model.embedder.input_embedding.value)
     tok = transformers.AutoTokenizer.from_pretrained(a.folder)
     texts, _, qs = prompts(a.folder, 200)
@@ -670,16 +669,20 @@ def bench_size(size, a, folder):
     res = {}
     if "sample" in a.parts:
         args = common + ["--rows", str(a.sample_rows), "--new_tokens", str(a.sample_tokens)]
-        specs = [("ada_jax", "sample_ada", sys.executable, [])]
+        specs = [(_ada_name(d), "sample_ada", sys.executable, ["--dtype", d])
+                 for d in a.ada_dtypes]
         if "hf" in a.peers:
             specs += [(f"hf_t{t}", "sample_hf", a.peer_python, ["--threads", str(t)])
                       for t in a.hf_threads]
         if "tunix" in a.peers:
-            specs.append(("tunix", "sample_tunix", a.peer_python, []))
+            specs += [("tunix" if d == "float32" else f"tunix_{d}", "sample_tunix",
+                       a.peer_python, ["--dtype", d]) for d in a.tunix_dtypes]
         res["sample"] = _run_specs(specs, args, a.reps)
     if "grpo" in a.parts:
         args = common + ["--new_tokens", str(a.new_tokens)]
-        specs = [("ada_jax", "grpo_ada", sys.executable, ["--ada_mode", a.ada_mode])]
+        specs = [(_ada_name(d), "grpo_ada", sys.executable, ["--ada_mode", a.ada_mode,
+                                                              "--dtype", d])
+                 for d in a.ada_dtypes]
         if "trl" in a.peers:
             specs.append(("trl", "grpo_trl", a.peer_python, ["--threads", str(a.trl_threads)]))
         if "tunix" in a.peers:
@@ -701,22 +704,40 @@ def _run_specs(specs, args, reps):
     return out
 
 
+def _ada_name(dtype: str) -> str:
+    """ada_jax's worker computing in dtype: "ada_jax" (float32), else "ada_jax_<dtype>"."""
+    return "ada_jax" if dtype == "float32" else f"ada_jax_{dtype}"
+
+
 def ratios(res):
-    """peer / ada_jax of the median wall and CPU times (> 1: ada_jax faster)."""
+    """peer / ada_jax of the median wall and CPU times (> 1: ada_jax faster), for each of
+    ada_jax's compute dtypes (keys of another dtype than float32 end in _<dtype>)."""
+    out = {}
+    names = {n for part in res.values() for n in part if n.startswith("ada_jax")}
+    for name in sorted(names):
+        tail = name[len("ada_jax"):]
+        out.update({k + tail: v for k, v in _ratios(res, name).items()})
+    return out
+
+
+def _ratios(res, ada_name):
     out = {}
     s = res.get("sample", {})
-    ada = s.get("ada_jax", {})
+    ada = s.get(ada_name, {})
     hfs = {k: v for k, v in s.items() if k.startswith("hf_t") and "median_cpu_s" in v}
     if ada.get("median_cpu_s") and hfs:
         out["sample_hf_best_wall"] = min(v["median_time_s"] for v in hfs.values()) / ada[
             "median_time_s"]
         out["sample_hf_best_cpu"] = min(v["median_cpu_s"] for v in hfs.values()) / ada[
             "median_cpu_s"]
-    if ada.get("median_cpu_s") and "median_cpu_s" in s.get("tunix", {}):
-        out["sample_tunix_wall"] = s["tunix"]["median_time_s"] / ada["median_time_s"]
-        out["sample_tunix_cpu"] = s["tunix"]["median_cpu_s"] / ada["median_cpu_s"]
+    tunix = {k: v for k, v in s.items() if k.startswith("tunix") and "median_cpu_s" in v}
+    if ada.get("median_cpu_s") and tunix:  # the best of tunix's dtypes
+        out["sample_tunix_wall"] = min(v["median_time_s"] for v in tunix.values()) / ada[
+            "median_time_s"]
+        out["sample_tunix_cpu"] = min(v["median_cpu_s"] for v in tunix.values()) / ada[
+            "median_cpu_s"]
     g = res.get("grpo", {})
-    ada = g.get("ada_jax", {})
+    ada = g.get(ada_name, {})
     for peer in ("trl", "tunix"):
         p = g.get(peer, {})
         if not (ada.get("median_cpu_s") and p.get("median_cpu_s")):
@@ -735,14 +756,14 @@ def _table(size, res, r):
     for part, ws in res.items():
         for name, w in ws.items():
             if "skipped" in w:
-                print(f"  {part:6s} {name:8s} skipped: {w['skipped']}")
+                print(f"  {part:6s} {name:16s} skipped: {w['skipped']}")
                 continue
             extra = ""
             if part == "grpo" and "median_learn_cpu_s" in w:
                 extra = (f"  gen+score {w['median_generate_score_cpu_s']:.2f} / learn "
                          f"{w['median_learn_cpu_s']:.2f} s CPU (wall {w['median_generate_score_s']:.2f}"
                          f" / {w['median_learn_s']:.2f})")
-            print(f"  {part:6s} {name:8s} median wall {w['median_time_s']:7.3f} s  CPU "
+            print(f"  {part:6s} {name:16s} median wall {w['median_time_s']:7.3f} s  CPU "
                   f"{w['median_cpu_s']:7.3f} s ({w['n_reps']} reps){extra}")
     for k, v in r.items():
         print(f"  {k}: {v:.2f}")
@@ -767,6 +788,11 @@ def main():
     ap.add_argument("--new_tokens", type=int, default=64, help="GRPO max new tokens")
     ap.add_argument("--prompt_len", type=int, default=64, help="ada_jax max prompt length")
     ap.add_argument("--ada_mode", default="rounds", help="ada_jax engine mode for GRPO")
+    ap.add_argument("--ada_dtypes", default="float32",
+                    help="ada_jax's compute dtypes, each its own worker (float32,bfloat16)")
+    ap.add_argument("--tunix_dtypes", default="float32",
+                    help="tunix sampler's weight dtypes, each its own worker")
+    ap.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     ap.add_argument("--workdir", default="", help="keep the model folders here")
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
@@ -788,6 +814,7 @@ def main():
     a.reps = a.reps or (2 if a.quick else 5)
     a.hf_threads = [int(t) for t in (a.hf_threads or ("1" if a.quick else "1,2")).split(",")]
     a.peers = [] if a.peers == "none" else a.peers.split(",")
+    a.ada_dtypes, a.tunix_dtypes = a.ada_dtypes.split(","), a.tunix_dtypes.split(",")
     a.parts = a.parts.split(",")
     t_start = time.perf_counter()
     load0 = os.getloadavg()
