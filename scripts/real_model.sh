@@ -6,8 +6,8 @@
 # eval.jsonl (scripts/tools/make_arithmetic_task.py). Environment knobs: ARMS (grpo_n4 ada_pos
 # ada_balance; also grpo_n8), BUDGET (samples generated + trained per run, 768), LR (1e-5),
 # PROMPTS (prompts a step, 8), NEW_TOKENS (48), ANSWER (last_number, or boxed), EVAL_K (held-out samples a
-# question, 2), DTYPE (compute dtype, auto: float32 on a CPU, whose XLA has no bfloat16 dot,
-# bfloat16 on accelerators; docs/real_model.md's runs set bfloat16), EXTRA (flags added to
+# question, 2), DTYPE (compute dtype, auto: float32 on a CPU, where a bfloat16 step is no
+# faster, bfloat16 on accelerators; docs/real_model.md's first runs set bfloat16), EXTRA (flags added to
 # every run), JOBS (runs at a time, 2: the CPU's cores, each run pinned to its share), PRUNE
 # (1: delete a run's checkpoints once its final evaluation is written, for a study whose
 # checkpoints would fill the disk; such a run cannot be extended to a larger BUDGET).
