@@ -28,8 +28,8 @@ FIELDS = {
     "model.pad_token": ("padding token (default: the tokenizer's, else EOS)", "— / pad_token"),
     "model.extra_eos_tokens": ("further tokens that also stop a response", "— / eos_token_id list"),
     "model.param_dtype": ("master weight and Adam state dtype", "actor.fsdp_config / —"),
-    "model.dtype": ("compute dtype; auto: bfloat16 on accelerators, float32 on a CPU (no "
-                    "bfloat16 matmul there)",
+    "model.dtype": ("compute dtype; auto: bfloat16 on accelerators, float32 on a CPU (a "
+                    "bfloat16 training step is no faster there)",
                     "rollout.dtype / bf16"),
     "model.remat": ("recompute activations in the backward pass (less memory)",
                     "model.enable_gradient_checkpointing / gradient_checkpointing"),

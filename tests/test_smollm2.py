@@ -92,7 +92,7 @@ def test_a_trained_run_exports_to_transformers(smollm2, tmp_path):
     workdir, out = str(tmp_path / "run"), str(tmp_path / "export")
     c = base.get_config("algo=grpo,model=hf,task=files,smoke=True")
     c.model.init_from, c.task.files, c.task.reward = smollm2, data, "synthetic"
-    c.model.dtype = "float32"  # XLA's CPU backend has no bfloat16 matmul
+    c.model.dtype = "float32"  # on a CPU a bfloat16 step is no faster
     c.sampling.update(max_prompt_len=96, max_new_tokens=8, temperature=4.0)
     c.rl.update(prompts_per_step=2, n=4)
     c.adaptive.update(slots=8, samples_per_round=4)
