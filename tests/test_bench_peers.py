@@ -31,7 +31,7 @@ def test_bench_peers_ada_jax_path_prints_json():
 
 
 def test_bench_gemm_parts_at_a_toy_size():
-    """scripts/bench/bench_gemm.py's two parts on tiny shapes: positive GFLOP/s and CPU times, the
+    """scripts/bench/bench_gemm.py's three parts on tiny shapes: positive GFLOP/s and CPU times, the
     shares from the ablation's own times, and the model's methods put back afterwards."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     spec = importlib.util.spec_from_file_location("bench_gemm", os.path.join(
@@ -47,3 +47,8 @@ def test_bench_gemm_parts_at_a_toy_size():
     assert all(a[k] > 0 for k in ("whole", "no_rope", "no_attention", "no_mlp"))
     assert a["mlp_share"] == round(1 - a["no_mlp"] / a["whole"], 3)
     assert (model.apply_rope, model.Attention.__call__, model.MLP.__call__) == before
+    d = bench.decode_dtypes(reps=1, d=16, f=32, vocab=64, rows=(2,))
+    assert sorted(d) == sorted(f"{kind}_m2" for kind in (
+        "mlp_float32", "mlp_bfloat16_result", "mlp_bfloat16_float32_acc", "head_float32",
+        "head_bfloat16_in_place", "head_bfloat16_transposed"))
+    assert all(v > 0 for v in d.values())

@@ -9,6 +9,10 @@ parts of the model removed.
 (b) Ablation: CPU seconds of one value_and_grad of the completion log-likelihood (the learner's
     forward and backward) for the whole model, and with RoPE, attention (all but its q and o
     projections) or the MLP replaced by the identity: what each part costs.
+(c) Decode dots by dtype: a sampler's [M, 576] @ [576, 1536] (SmolLM2's MLP) and tied head
+    [M, 576] x [49152, 576] at M = 16 and 64, in float32, bfloat16 with a bfloat16 result and
+    bfloat16 accumulated in float32 (the model's dots); the head contracting the embedding in
+    place or through its transpose. GFLOP per CPU-second.
 Torch is optional: without it (a) reports XLA alone. Last line: one JSON object.
 """
 import argparse
@@ -94,6 +98,37 @@ def ablation(rows: int, prompt: int, new: int, reps: int) -> dict:
     return out
 
 
+def decode_dtypes(reps: int, d: int = 576, f: int = 1536, vocab: int = 49152,
+                  rows: tuple[int, ...] = (16, 64)) -> dict:
+    out = {}
+    f32, bf16 = jnp.float32, jnp.bfloat16
+    mlp = jax.random.normal(jax.random.key(0), (d, f))
+    emb = jax.random.normal(jax.random.key(1), (vocab, d))
+    in_place = (((1,), (1,)), ((), ()))
+    for m in rows:
+        x = jax.random.normal(jax.random.key(2), (m, d))
+        cases = {
+            "mlp_float32": (lambda a, b: a @ b, x, mlp),
+            "mlp_bfloat16_result": (lambda a, b: a @ b, x.astype(bf16), mlp.astype(bf16)),
+            "mlp_bfloat16_float32_acc": (
+                lambda a, b: jnp.dot(a, b, preferred_element_type=f32), x.astype(bf16),
+                mlp.astype(bf16)),
+            "head_float32": (lambda a, e: jax.lax.dot_general(a, e, in_place), x, emb),
+            "head_bfloat16_in_place": (
+                lambda a, e: jax.lax.dot_general(a, e, in_place, preferred_element_type=f32),
+                x.astype(bf16), emb.astype(bf16)),
+            "head_bfloat16_transposed": (
+                lambda a, e: jnp.dot(a, e.T, preferred_element_type=f32), x.astype(bf16),
+                emb.astype(bf16)),
+        }
+        for name, (fn, a, b) in cases.items():
+            f = jax.jit(fn)
+            gf = 2 * m * a.shape[1] * (b.shape[0] if name.startswith("head") else b.shape[1])
+            cpu = _cpu(lambda: f(a, b).block_until_ready(), reps)
+            out[f"{name}_m{m}"] = gf / 1e9 / cpu
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 reps, 32 rows")
@@ -101,11 +136,14 @@ def main():
     a = ap.parse_args()
     reps, rows = (3, 32) if a.quick else (9, 64)
     res = {"gemm": gemms(rows * 128, 256, 1024, reps, a.threads),
-           "learner_cpu_s": ablation(rows, 64, 64, reps), "rows": rows, "tokens_per_row": 128,
+           "learner_cpu_s": ablation(rows, 64, 64, reps),
+           "decode_gflops_per_cpu_s": decode_dtypes(reps * 5), "rows": rows, "tokens_per_row": 128,
            "load": round(os.getloadavg()[0], 1)}
     for shape, row in res["gemm"].items():
         print(shape, row)
     print("learner CPU s:", res["learner_cpu_s"])
+    print("decode dots, GFLOP per CPU-s:",
+          {k: round(v, 1) for k, v in res["decode_gflops_per_cpu_s"].items()})
     print(json.dumps(res))
 
 
