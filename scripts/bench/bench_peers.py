@@ -30,9 +30,11 @@ the output and skipped. Workers warm up first (JAX compiles; the first GRPO step
 every framework), then the driver asks each for one timed repetition at a time in alternating
 order, so all see the same machine load. Reported: every repetition's wall and process CPU
 time (`time.process_time`, all threads), their min and median, the load average, and ratios
-peer / ada_jax of the medians (> 1: ada_jax faster). On a shared machine the CPU-time ratio is
-the steadier one; on an idle one XLA's thread pool (both frameworks on JAX) spins, and CPU time
-counts the spinning.
+peer / ada_jax of the medians (> 1: ada_jax faster). `--ada_dtypes` and `--peer_dtypes` (e.g.
+float32,bfloat16) run each framework in several compute dtypes, each its own worker; the
+ratios take each ada_jax dtype (keys ending _<dtype>) against the best peer of any dtype. On a
+shared machine the CPU-time ratio is the steadier one; on an idle one XLA's thread pool (both
+frameworks on JAX) spins, and CPU time counts the spinning.
 
   python scripts/bench/bench_peers.py --quick                     # ~2 min idle: both sizes, 2 reps
   python scripts/bench/bench_peers.py                             # 5 reps, HF at 1 and 2 threads
@@ -274,8 +276,8 @@ def worker_sample_hf(a):
     torch, transformers = _import_peer("hf", ["torch", "transformers"])
     import numpy as np
     torch.set_num_threads(a.threads)
-    model = transformers.AutoModelForCausalLM.from_pretrained(a.folder,
-                                                              dtype=torch.float32).eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        a.folder, dtype=getattr(torch, a.dtype)).eval()
     _, ids, _ = prompts(a.folder, a.rows)
     P = max(map(len, ids))
     tok = np.zeros((len(ids), P), np.int64)
@@ -672,11 +674,12 @@ def bench_size(size, a, folder):
         specs = [(_ada_name(d), "sample_ada", sys.executable, ["--dtype", d])
                  for d in a.ada_dtypes]
         if "hf" in a.peers:
-            specs += [(f"hf_t{t}", "sample_hf", a.peer_python, ["--threads", str(t)])
-                      for t in a.hf_threads]
+            specs += [(_peer_name(f"hf_t{t}", d), "sample_hf", a.peer_python,
+                       ["--threads", str(t), "--dtype", d])
+                      for t in a.hf_threads for d in a.peer_dtypes]
         if "tunix" in a.peers:
-            specs += [("tunix" if d == "float32" else f"tunix_{d}", "sample_tunix",
-                       a.peer_python, ["--dtype", d]) for d in a.tunix_dtypes]
+            specs += [(_peer_name("tunix", d), "sample_tunix", a.peer_python, ["--dtype", d])
+                      for d in a.peer_dtypes]
         res["sample"] = _run_specs(specs, args, a.reps)
     if "grpo" in a.parts:
         args = common + ["--new_tokens", str(a.new_tokens)]
@@ -704,9 +707,13 @@ def _run_specs(specs, args, reps):
     return out
 
 
+def _peer_name(name: str, dtype: str) -> str:
+    """A worker computing in dtype: name (float32), else name_<dtype>."""
+    return name if dtype == "float32" else f"{name}_{dtype}"
+
+
 def _ada_name(dtype: str) -> str:
-    """ada_jax's worker computing in dtype: "ada_jax" (float32), else "ada_jax_<dtype>"."""
-    return "ada_jax" if dtype == "float32" else f"ada_jax_{dtype}"
+    return _peer_name("ada_jax", dtype)
 
 
 def ratios(res):
@@ -790,8 +797,9 @@ def main():
     ap.add_argument("--ada_mode", default="rounds", help="ada_jax engine mode for GRPO")
     ap.add_argument("--ada_dtypes", default="float32",
                     help="ada_jax's compute dtypes, each its own worker (float32,bfloat16)")
-    ap.add_argument("--tunix_dtypes", default="float32",
-                    help="tunix sampler's weight dtypes, each its own worker")
+    ap.add_argument("--peer_dtypes", default="float32",
+                    help="the HF and tunix samplers' dtypes, each its own worker; ratios "
+                         "against the best")
     ap.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     ap.add_argument("--workdir", default="", help="keep the model folders here")
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
@@ -814,7 +822,7 @@ def main():
     a.reps = a.reps or (2 if a.quick else 5)
     a.hf_threads = [int(t) for t in (a.hf_threads or ("1" if a.quick else "1,2")).split(",")]
     a.peers = [] if a.peers == "none" else a.peers.split(",")
-    a.ada_dtypes, a.tunix_dtypes = a.ada_dtypes.split(","), a.tunix_dtypes.split(",")
+    a.ada_dtypes, a.peer_dtypes = a.ada_dtypes.split(","), a.peer_dtypes.split(",")
     a.parts = a.parts.split(",")
     t_start = time.perf_counter()
     load0 = os.getloadavg()
