@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from ada_jax import sharding
-from ada_jax.model import softcap
+from ada_jax.model import softcap, wide
 
 
 def token_logprobs(logits_BTV, targets_BT, temperature: float = 1.0):
@@ -68,7 +68,8 @@ def tied_head_logprobs(model, hidden_ND, targets_N, chunk: int, temperature: flo
     def step(carry, xs):
         m, s, sz, zt = carry
         e_CD, start = xs
-        z = jax.lax.dot_general(h, e_CD.astype(cd), (((1,), (1,)), ((), ())))
+        z = jax.lax.dot_general(h, e_CD.astype(cd), (((1,), (1,)), ((), ())),
+                                preferred_element_type=wide(cd))
         z = (softcap(z, cap) if cap else z).astype(jnp.float32) * inv_t
         m_new = jnp.maximum(m, z.max(-1))
         scale = jnp.exp(m - m_new)
