@@ -93,6 +93,21 @@ def meta_checksum(meta: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _remove_settled(path: str, tries: int = 40, pause: float = 0.25) -> None:
+    """rmtree until the folder stays gone (absent at two checks `pause` apart): a failed save's
+    writer threads may still be adding files to it (on a loaded machine one pass left a failed
+    save's folder behind)."""
+    for _ in range(tries):
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            time.sleep(pause)
+            if not os.path.exists(path):
+                return
+        else:
+            time.sleep(pause)
+    log.warning("%s: could not be removed (still being written?)", path)
+
+
 class Checkpointer:
     def __init__(self, directory: str, keep: int = 2):
         self.directory = os.path.abspath(directory)
@@ -125,7 +140,7 @@ class Checkpointer:
         gone = sorted(name for name in os.listdir(self.directory) if _PARTIAL in name
                       and (step is None or name.startswith(f"{step}.")))
         for name in gone:
-            shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+            _remove_settled(os.path.join(self.directory, name))
         if gone:
             log.warning("%s: removed the partial checkpoint(s) of an unfinished save: %s",
                         self.directory, ", ".join(gone))
