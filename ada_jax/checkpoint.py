@@ -94,17 +94,14 @@ def meta_checksum(meta: dict) -> str:
 
 
 def _remove_settled(path: str, tries: int = 40, pause: float = 0.25) -> None:
-    """rmtree until the folder stays gone (absent at two checks `pause` apart): a failed save's
+    """rmtree until the folder stays gone (absent `pause` after a removal): a failed save's
     writer threads may still be adding files to it (on a loaded machine one pass left a failed
     save's folder behind)."""
     for _ in range(tries):
         shutil.rmtree(path, ignore_errors=True)
+        time.sleep(pause)
         if not os.path.exists(path):
-            time.sleep(pause)
-            if not os.path.exists(path):
-                return
-        else:
-            time.sleep(pause)
+            return
     log.warning("%s: could not be removed (still being written?)", path)
 
 

@@ -257,7 +257,8 @@ def _write_cache(layer_cache, k_BKET, v_BKTE):
 
     def write(name, new):
         axis = CACHE_LEN_AXIS[name] - 1  # in one row's block (vmapped over the batch)
-        cache, new = layer_cache[name], new.astype(layer_cache[name].dtype)
+        cache = layer_cache[name]
+        dtype, new = cache.dtype, new.astype(cache.dtype)
         # A 16-bit float cache is written as its bits: XLA CPU runs a bfloat16 scatter in
         # float32, converting the whole cache there and back on every decode step.
         bits = jnp.uint16 if cache.dtype.itemsize == 2 else None
@@ -265,7 +266,7 @@ def _write_cache(layer_cache, k_BKET, v_BKTE):
             cache, new = (jax.lax.bitcast_convert_type(x, bits) for x in (cache, new))
         out = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(
             c, u, tuple(i if a == axis else 0 for a in range(3))))(cache, new, pos_B)
-        return jax.lax.bitcast_convert_type(out, layer_cache[name].dtype) if bits else out
+        return jax.lax.bitcast_convert_type(out, dtype) if bits else out
 
     k, v = write("k", k_BKET), write("v", v_BKTE)
     return k, v, {"k": k, "v": v, "pos": pos_B}
@@ -373,7 +374,7 @@ class Transformer(nnx.Module):
         if logits_at_BU is not None:
             x = jnp.take_along_axis(x, logits_at_BU[:, :, None].astype(jnp.int32), axis=1)
         x = self.final_norm(x)
-        logits = x if hidden else self.head(x).astype(wide(dt))
+        logits = x if hidden else self.head(x)  # `wide` already
         if cache is None:
             return logits, None
         new_cache = {"k": [lc["k"] for lc in new_layers], "v": [lc["v"] for lc in new_layers],
