@@ -11,6 +11,7 @@ from typing import Any
 
 from ada_jax.tasks import TASKS, task_of
 from ada_jax.model import VARIANT_FIELDS
+from ada_jax.sampling import DRAWS
 from ada_jax.tasks.embedded import MAX_LEVEL
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ _CHOICES = {
     "task.answer": ("boxed", "last_number"),
     "task.template": ("embedded", "qwen_math", "llama3_chat", "chat", "plain"),
     "task.on_bad_row": ("error", "skip"),
+    "sampling.draw": DRAWS,
     "task.family_set": ("rl", "hard", "every"),
     "adaptive.exit_rule": ("none", "pos", "balance"),
     "adaptive.mode": ("rounds", "refill", "stream"),

@@ -109,6 +109,9 @@ FIELDS = {
     "sampling.eval_temperature": ("evaluation sampling temperature",
                                   "rollout.val_kwargs.temperature / —"),
     "sampling.prefill_chunk": ("prompt rows per prefill call (0 = all at once)", "—"),
+    "sampling.draw": ("how a token is drawn: gumbel (Gumbel-max) or inverse_cdf (one uniform a "
+                      "row; the same distribution, other tokens per seed, faster at a large "
+                      "vocabulary)", "—"),
     "sampling.stop_strings": ("text that ends a response once it ends with it (matched as the "
                               "tokenizer encodes it; kept in the response, as a stop token "
                               "is); () = the template's (plain: a base model's next question, "

@@ -45,7 +45,8 @@ def sampling_config(config, tokenizer, temperature: float) -> sampling.SamplingC
         temperature=temperature, top_k=s.top_k, top_p=s.top_p,
         extra_eos_ids=extra_eos_ids(tokenizer, config), prefill_chunk=s.prefill_chunk,
         stop_seqs=stop_sequences(tokenizer, config),
-        vocab_size=sampling.token_limit(tokenizer.vocab_size, config.model.vocab_size))
+        vocab_size=sampling.token_limit(tokenizer.vocab_size, config.model.vocab_size),
+        draw=s.draw)
 
 
 def sample_completions(graphdef, params, tokenizer, problems, config, key, k: int,

@@ -28,6 +28,11 @@ from ada_jax import model as model_lib
 
 log = logging.getLogger(__name__)
 
+# Token draws, each exact for the categorical distribution; a seed's tokens differ between them.
+# gumbel: argmax(logits + Gumbel noise), `jax.random.categorical` (B x V random bits a step);
+# inverse_cdf: one uniform a row against the cumulative probabilities (`draw_inverse_cdf`).
+DRAWS = ("gumbel", "inverse_cdf")
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
@@ -43,6 +48,11 @@ class SamplingConfig:
     stop_seqs: tuple[tuple[int, ...], ...] = ()
     prefill_chunk: int = 0  # rows per prefill call (0 = all rows at once)
     vocab_size: int = 0  # ids >= it are never sampled (the tokenizer's size; 0 = no mask)
+    draw: str = "gumbel"  # how a token is drawn: one of DRAWS
+
+    def __post_init__(self):
+        if self.draw not in DRAWS:
+            raise ValueError(f"SamplingConfig.draw={self.draw!r}: choose from {DRAWS}")
 
     @property
     def eos_ids(self) -> tuple[int, ...]:
@@ -110,10 +120,40 @@ def sample_token(logits_BV, key, cfg: SamplingConfig):
         scaled = logits_BV
     else:
         scaled = logits_BV / cfg.temperature
-        token = jax.random.categorical(key, filter_logits(mask_vocab(scaled, cfg.vocab_size),
-                                                          cfg.top_k, cfg.top_p))
+        kept = filter_logits(mask_vocab(scaled, cfg.vocab_size), cfg.top_k, cfg.top_p)
+        if cfg.draw == "inverse_cdf":
+            token = draw_inverse_cdf(kept, key)
+        else:
+            token = jax.random.categorical(key, kept)
     logp = jnp.take_along_axis(jax.nn.log_softmax(scaled), token[:, None], axis=-1)[:, 0]
     return token.astype(jnp.int32), logp
+
+
+def draw_inverse_cdf(logits_BV, key, block: int = 256):
+    """One token per row from softmax(logits_BV), by one uniform a row against the cumulative
+    probabilities: the Gumbel-max draw needs B x V random bits and two logs per logit, on a CPU
+    ~a fifth of a SmolLM2 decode step (docs/benchmarks.md); this reads the logits once more.
+    The vocabulary is cut in blocks: the block sums' running total picks the block, a running
+    total inside that one block the token. Where float rounding would carry the target past a
+    total, the last token (block) of nonzero probability is taken: a token of probability 0
+    (-inf logit) is never drawn."""
+    B, V = logits_BV.shape
+    n_blocks = -(-V // block)
+    p_BV = jnp.exp(logits_BV - jnp.max(logits_BV, axis=-1, keepdims=True))
+    p_BKC = jnp.pad(p_BV, ((0, 0), (0, n_blocks * block - V))).reshape(B, n_blocks, block)
+    blocks_BK = jnp.cumsum(jnp.sum(p_BKC, axis=-1), axis=-1)
+    target_B = jax.random.uniform(key, (B,), jnp.float32) * blocks_BK[:, -1]
+
+    def first_above(totals, target):
+        """Index of the first running total above target, at most the last increasing one."""
+        above = jnp.sum(totals <= target[:, None], axis=-1)
+        return jnp.minimum(above, jnp.sum(totals < totals[:, -1:], axis=-1))
+
+    k_B = first_above(blocks_BK, target_B)
+    before_B = jnp.where(k_B > 0, jnp.take_along_axis(
+        blocks_BK, jnp.maximum(k_B - 1, 0)[:, None], axis=-1)[:, 0], 0.0)
+    inside_BC = jnp.cumsum(jnp.take_along_axis(p_BKC, k_B[:, None, None], axis=1)[:, 0], axis=-1)
+    return k_B * block + first_above(inside_BC, target_B - before_B)
 
 
 def is_eos(token_B, eos_ids) -> jax.Array:

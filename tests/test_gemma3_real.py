@@ -223,12 +223,19 @@ def _exact_transformers(folder, patch):
 
 
 def _exact_hidden(folder, monkeypatch, prompts: dict):
-    """(head weight, {name: final-normed hidden states [T, D]}) of `_exact_transformers`."""
-    with monkeypatch.context() as patch, torch.no_grad():
-        exact = _exact_transformers(folder, patch)
-        return exact.lm_head.weight.detach(), {
-            k: exact.model(torch.tensor(t, dtype=torch.long)).last_hidden_state[0]
-            for k, t in prompts.items()}
+    """(head weight, {name: final-normed hidden states [T, D]}) of `_exact_transformers`, on
+    one torch thread: the reference is then the same run to run (on a loaded machine the
+    threaded float64 reference once moved the ill-conditioned prompt's logits by 1.9e-7)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with monkeypatch.context() as patch, torch.no_grad():
+            exact = _exact_transformers(folder, patch)
+            return exact.lm_head.weight.detach(), {
+                k: exact.model(torch.tensor(t, dtype=torch.long)).last_hidden_state[0]
+                for k, t in prompts.items()}
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _head_diff(a, b, T: int, chunk: int = 128) -> np.ndarray:

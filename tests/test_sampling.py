@@ -24,12 +24,51 @@ def _run(cfg, key=0, seed=0):
     return sampling.sample(graphdef, params, toks, mask, jax.random.key(key), cfg=cfg)
 
 
-def test_sampling_is_deterministic_for_a_key():
-    cfg = sampling.SamplingConfig(max_new_tokens=12, eos_id=-1)
+@pytest.mark.parametrize("draw", sampling.DRAWS)
+def test_sampling_is_deterministic_for_a_key(draw):
+    cfg = sampling.SamplingConfig(max_new_tokens=12, eos_id=-1, draw=draw)
     a, b, c = _run(cfg, key=1), _run(cfg, key=1), _run(cfg, key=2)
     np.testing.assert_array_equal(a.tokens_BN, b.tokens_BN)
     np.testing.assert_array_equal(a.logp_BN, b.logp_BN)
     assert not np.array_equal(a.tokens_BN, c.tokens_BN)
+
+
+def _chi_square(counts, probs):
+    """Pearson's statistic over the cells expecting >= 5 draws, and its degrees of freedom."""
+    expected = probs * counts.sum()
+    cells = expected >= 5
+    return float(((counts[cells] - expected[cells]) ** 2 / expected[cells]).sum()), cells.sum() - 1
+
+
+@pytest.mark.parametrize("draw", sampling.DRAWS)
+@pytest.mark.parametrize("block", [256, 7])
+def test_each_draw_samples_the_softmax_distribution(draw, block):
+    """200k draws from one row of 1,000 logits (not a multiple of the block; a peak, a flat
+    middle, 400 -inf ids in the middle and at the end) follow softmax(logits) (chi-square below
+    its 0.999 quantile), never take a -inf id; a row with one finite logit, first or last,
+    always takes it. Catches a draw off by one token or one block."""
+    V, n = 1000, 200_000
+    logits = np.random.default_rng(1).normal(size=V).astype(np.float32) * 2
+    logits[3], logits[300:500], logits[800:] = 6.0, -np.inf, -np.inf
+    probs = np.asarray(jax.nn.softmax(jnp.asarray(logits)), np.float64)
+    if draw == "gumbel":
+        one = lambda row, k: jax.random.categorical(k, row)  # noqa: E731
+    else:
+        one = lambda row, k: sampling.draw_inverse_cdf(row[None], k, block)[0]  # noqa: E731
+    keys = jax.random.split(jax.random.key(2), n)
+    toks = np.asarray(jax.jit(jax.vmap(lambda k: one(jnp.asarray(logits), k)))(keys))
+    counts = np.bincount(toks, minlength=V)
+    assert counts[300:500].sum() == counts[800:].sum() == 0
+    chi2, dof = _chi_square(counts, probs)
+    assert chi2 < dof + 3.1 * np.sqrt(2 * dof), (chi2, dof)  # ~ the 0.999 quantile
+    for only in (0, V - 1):
+        row = jnp.full((V,), -jnp.inf).at[only].set(0.0)
+        assert set(np.asarray(jax.vmap(lambda k: one(row, k))(keys[:500]))) == {only}
+
+
+def test_an_unknown_draw_is_refused():
+    with pytest.raises(ValueError, match="choose from"):
+        sampling.SamplingConfig(max_new_tokens=1, eos_id=-1, draw="multinomial")
 
 
 def test_low_temperature_equals_greedy():
@@ -85,13 +124,15 @@ def _numpy_support(logits, top_k, top_p):
     return keep
 
 
+@pytest.mark.parametrize("draw", sampling.DRAWS)
 @pytest.mark.parametrize("top_k,top_p", [(5, 1.0), (0, 0.3), (0, 0.9), (7, 0.6), (1, 1.0)])
-def test_top_k_top_p_keep_exactly_the_right_support(top_k, top_p):
+def test_top_k_top_p_keep_exactly_the_right_support(top_k, top_p, draw):
     logits = np.random.default_rng(top_k).normal(size=(16, 40)).astype(np.float32) * 2
     got = np.isfinite(np.asarray(sampling.filter_logits(jnp.asarray(logits), top_k, top_p)))
     np.testing.assert_array_equal(got, _numpy_support(logits, top_k, top_p))
     # And samples only ever come from that support.
-    cfg = sampling.SamplingConfig(max_new_tokens=1, eos_id=-1, top_k=top_k, top_p=top_p)
+    cfg = sampling.SamplingConfig(max_new_tokens=1, eos_id=-1, top_k=top_k, top_p=top_p,
+                                  draw=draw)
     keys = jax.random.split(jax.random.key(0), 200)
     toks, _ = jax.vmap(lambda k: sampling.sample_token(jnp.asarray(logits), k, cfg))(keys)
     for i in range(16):
@@ -164,20 +205,22 @@ def test_sampler_traces_once_per_shape():
     assert sampling.sample._cache_size() - before <= 1
 
 
-def test_ids_past_the_tokenizer_are_never_sampled(caplog):
+@pytest.mark.parametrize("draw", sampling.DRAWS)
+def test_ids_past_the_tokenizer_are_never_sampled(caplog, draw):
     """A model with more logits than the tokenizer has ids (Qwen2.5 pads its embedding) never
     draws the padded ids, greedy or sampled, with top-k / top-p; the log-prob stays the full
     softmax's (what the learner recomputes); the mask is logged once per size pair."""
     V, keep = tiny_model().cfg.vocab_size, 7
     logits_BV = jnp.tile(jnp.arange(V, dtype=jnp.float32)[None] / 4, (64, 1))  # high ids likely
     for cfg in (dict(temperature=0.0), dict(temperature=1.0), dict(top_k=20, top_p=0.9)):
-        cfg = sampling.SamplingConfig(max_new_tokens=1, eos_id=-1, vocab_size=keep, **cfg)
+        cfg = sampling.SamplingConfig(max_new_tokens=1, eos_id=-1, vocab_size=keep, draw=draw,
+                                      **cfg)
         token, logp = sampling.sample_token(logits_BV, jax.random.key(0), cfg)
         assert int(token.max()) < keep, cfg
         if cfg.temperature == 1.0:
             want = jax.nn.log_softmax(logits_BV)[jnp.arange(64), token]
             np.testing.assert_allclose(logp, want, rtol=1e-6)
-    out = _run(sampling.SamplingConfig(max_new_tokens=12, eos_id=-1, vocab_size=keep))
+    out = _run(sampling.SamplingConfig(max_new_tokens=12, eos_id=-1, vocab_size=keep, draw=draw))
     assert int(out.tokens_BN.max()) < keep
     assert int(_run(sampling.SamplingConfig(max_new_tokens=12, eos_id=-1)).tokens_BN.max()) >= keep
     sampling.token_limit.cache_clear()

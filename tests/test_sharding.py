@@ -118,3 +118,24 @@ def test_tied_head_by_vocabulary_chunks_on_the_mesh_matches_single_device(monkey
     np.testing.assert_allclose(ent8, ent1, atol=1e-5)
     for a, b in zip(jax.tree.leaves(g8), jax.tree.leaves(g1)):
         np.testing.assert_allclose(a, b, atol=1e-5 * max(1.0, float(np.abs(b).max())))
+
+
+@pytest.mark.parametrize("draw", ["gumbel", "inverse_cdf"])
+def test_sampler_on_the_mesh_draws_the_single_devices_tokens(draw):
+    """Rows over data x fsdp and the vocabulary's logits over tensor: each token draw takes the
+    same tokens as on one device (the inverse-CDF draw's block sums and gather cross shards)."""
+    from ada_jax import sampling
+    cfg = sampling.SamplingConfig(max_new_tokens=10, eos_id=-1, draw=draw)
+    toks = np.random.default_rng(0).integers(3, 64, size=(8, 6)).astype(np.int32)
+    mask = np.ones_like(toks, bool)
+    out = []
+    for mesh in (sharding.make_mesh(dict(data=2, fsdp=2, tensor=2)),
+                 sharding.make_mesh(dict(data=1, fsdp=1, tensor=1), devices=jax.devices()[:1])):
+        graphdef, params = sharding.init_sharded(
+            lambda: model_lib.Transformer(TINY, nnx.Rngs(0)), mesh, RULES)
+        bs = sharding.batch_sharding(mesh, RULES, toks.shape)
+        with sharding.activate(mesh, RULES):
+            out.append(sampling.sample(graphdef, params, jax.device_put(toks, bs),
+                                       jax.device_put(mask, bs), jax.random.key(3), cfg=cfg))
+    np.testing.assert_array_equal(out[0].tokens_BN, out[1].tokens_BN)
+    np.testing.assert_allclose(out[0].logp_BN, out[1].logp_BN, atol=1e-5)

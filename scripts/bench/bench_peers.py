@@ -32,7 +32,9 @@ order, so all see the same machine load. Reported: every repetition's wall and p
 time (`time.process_time`, all threads), their min and median, the load average, and ratios
 peer / ada_jax of the medians (> 1: ada_jax faster). `--ada_dtypes` and `--peer_dtypes` (e.g.
 float32,bfloat16) run each framework in several compute dtypes, each its own worker; the
-ratios take each ada_jax dtype (keys ending _<dtype>) against the best peer of any dtype. On a
+ratios take each ada_jax dtype (keys ending _<dtype>) against the best peer of any dtype;
+`--ada_draws gumbel,inverse_cdf` likewise runs ada_jax with each token draw (keys ending
+_inverse_cdf; `sampling.draw`). On a
 shared machine the CPU-time ratio is the steadier one; on an idle one XLA's thread pool (both
 frameworks on JAX) spins, and CPU time counts the spinning.
 
@@ -189,7 +191,7 @@ def _ada_config(a):
     c.model.update(init_from=a.folder, dtype=a.dtype, remat=False,
                    eos_token=stop_token(a.folder), extra_eos_tokens=("",))
     c.task.update(files=os.path.join(a.folder, "problems.jsonl"), reward="synthetic")
-    c.sampling.update(max_prompt_len=a.prompt_len, max_new_tokens=a.new_tokens)
+    c.sampling.update(max_prompt_len=a.prompt_len, max_new_tokens=a.new_tokens, draw=a.draw)
     c.rl.update(prompts_per_step=a.prompts, n=GROUP, minibatches=1, microbatches=1, steps=10**6)
     c.adaptive.update(slots=a.prompts * GROUP, mode=a.ada_mode)
     c.eval.update(every=0, every_cost=0)
@@ -212,7 +214,8 @@ def worker_sample_ada(a):
     _, ids, _ = prompts(a.folder, a.rows)
     tok, mask = sampling.left_pad(ids, max(map(len, ids)))
     tok, mask = jnp.asarray(tok), jnp.asarray(mask)
-    scfg = sampling.SamplingConfig(max_new_tokens=a.new_tokens, eos_id=-1, temperature=1.0)
+    scfg = sampling.SamplingConfig(max_new_tokens=a.new_tokens, eos_id=-1, temperature=1.0,
+                                   draw=a.draw)
 
     def run(i):
         out = jax.block_until_ready(sampling.sample(graphdef, params, tok, mask,
@@ -671,8 +674,8 @@ def bench_size(size, a, folder):
     res = {}
     if "sample" in a.parts:
         args = common + ["--rows", str(a.sample_rows), "--new_tokens", str(a.sample_tokens)]
-        specs = [(_ada_name(d), "sample_ada", sys.executable, ["--dtype", d])
-                 for d in a.ada_dtypes]
+        specs = [(_ada_name(d, r), "sample_ada", sys.executable, ["--dtype", d, "--draw", r])
+                 for d in a.ada_dtypes for r in a.ada_draws]
         if "hf" in a.peers:
             specs += [(_peer_name(f"hf_t{t}", d), "sample_hf", a.peer_python,
                        ["--threads", str(t), "--dtype", d])
@@ -683,9 +686,9 @@ def bench_size(size, a, folder):
         res["sample"] = _run_specs(specs, args, a.reps)
     if "grpo" in a.parts:
         args = common + ["--new_tokens", str(a.new_tokens)]
-        specs = [(_ada_name(d), "grpo_ada", sys.executable, ["--ada_mode", a.ada_mode,
-                                                              "--dtype", d])
-                 for d in a.ada_dtypes]
+        specs = [(_ada_name(d, r), "grpo_ada", sys.executable,
+                  ["--ada_mode", a.ada_mode, "--dtype", d, "--draw", r])
+                 for d in a.ada_dtypes for r in a.ada_draws]
         if "trl" in a.peers:
             specs.append(("trl", "grpo_trl", a.peer_python, ["--threads", str(a.trl_threads)]))
         if "tunix" in a.peers:
@@ -712,8 +715,11 @@ def _peer_name(name: str, dtype: str) -> str:
     return name if dtype == "float32" else f"{name}_{dtype}"
 
 
-def _ada_name(dtype: str) -> str:
-    return _peer_name("ada_jax", dtype)
+def _ada_name(dtype: str, draw: str = "gumbel") -> str:
+    """ada_jax's worker in dtype with a token draw: ada_jax[_<dtype>][_<draw>] (the defaults
+    float32 and gumbel unnamed)."""
+    name = _peer_name("ada_jax", dtype)
+    return name if draw == "gumbel" else f"{name}_{draw}"
 
 
 def ratios(res):
@@ -800,7 +806,11 @@ def main():
     ap.add_argument("--peer_dtypes", default="float32",
                     help="the HF and tunix samplers' dtypes, each its own worker; ratios "
                          "against the best")
+    ap.add_argument("--ada_draws", default="gumbel",
+                    help="ada_jax's token draws (sampling.draw), each its own worker "
+                         "(gumbel,inverse_cdf)")
     ap.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    ap.add_argument("--draw", default="gumbel", help=argparse.SUPPRESS)
     ap.add_argument("--workdir", default="", help="keep the model folders here")
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     ap.add_argument("--folder", help=argparse.SUPPRESS)
@@ -823,6 +833,7 @@ def main():
     a.hf_threads = [int(t) for t in (a.hf_threads or ("1" if a.quick else "1,2")).split(",")]
     a.peers = [] if a.peers == "none" else a.peers.split(",")
     a.ada_dtypes, a.peer_dtypes = a.ada_dtypes.split(","), a.peer_dtypes.split(",")
+    a.ada_draws = a.ada_draws.split(",")
     a.parts = a.parts.split(",")
     t_start = time.perf_counter()
     load0 = os.getloadavg()
