@@ -31,7 +31,7 @@ def test_bench_peers_ada_jax_path_prints_json():
 
 
 def test_bench_gemm_parts_at_a_toy_size():
-    """scripts/bench/bench_gemm.py's three parts on tiny shapes: positive GFLOP/s and CPU times, the
+    """scripts/bench/bench_gemm.py's four parts on tiny shapes: positive GFLOP/s and CPU times, the
     shares from the ablation's own times, and the model's methods put back afterwards."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     spec = importlib.util.spec_from_file_location("bench_gemm", os.path.join(
@@ -52,3 +52,5 @@ def test_bench_gemm_parts_at_a_toy_size():
         "mlp_float32", "mlp_bfloat16_result", "mlp_bfloat16_float32_acc", "head_float32",
         "head_bfloat16_in_place", "head_bfloat16_transposed"))
     assert all(v > 0 for v in d.values())
+    t = bench.token_draws(reps=1, vocab=300, rows=(2,))
+    assert sorted(t) == ["gumbel_m2", "inverse_cdf_m2"] and all(v > 0 for v in t.values())

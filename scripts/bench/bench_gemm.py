@@ -13,6 +13,9 @@ parts of the model removed.
     [M, 576] x [49152, 576] at M = 16 and 64, in float32, bfloat16 with a bfloat16 result and
     bfloat16 accumulated in float32 (the model's dots); the head contracting the embedding in
     place or through its transpose. GFLOP per CPU-second.
+(d) Token draws: CPU milliseconds of one `sampling.sample_token` on [M, 49152] float32 logits
+    (SmolLM2's vocabulary) at M = 16 and 64, for each `sampling.draw` (Gumbel-max's B x V
+    random bits against the inverse CDF's one uniform a row), the log-prob included.
 Torch is optional: without it (a) reports XLA alone. Last line: one JSON object.
 """
 import argparse
@@ -129,6 +132,19 @@ def decode_dtypes(reps: int, d: int = 576, f: int = 1536, vocab: int = 49152,
     return out
 
 
+def token_draws(reps: int, vocab: int = 49152, rows: tuple[int, ...] = (16, 64)) -> dict:
+    from ada_jax import sampling
+    out = {}
+    for m in rows:
+        logits = jax.random.normal(jax.random.key(3), (m, vocab)) * 3
+        key = jax.random.wrap_key_data(jnp.arange(4, dtype=jnp.uint32), impl="rbg")  # as `sample`
+        for draw in sampling.DRAWS:
+            cfg = sampling.SamplingConfig(max_new_tokens=1, eos_id=-1, draw=draw)
+            f = jax.jit(lambda x, k, cfg=cfg: sampling.sample_token(x, k, cfg))
+            out[f"{draw}_m{m}"] = 1e3 * _cpu(lambda: jax.block_until_ready(f(logits, key)), reps)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 reps, 32 rows")
@@ -137,13 +153,15 @@ def main():
     reps, rows = (3, 32) if a.quick else (9, 64)
     res = {"gemm": gemms(rows * 128, 256, 1024, reps, a.threads),
            "learner_cpu_s": ablation(rows, 64, 64, reps),
-           "decode_gflops_per_cpu_s": decode_dtypes(reps * 5), "rows": rows, "tokens_per_row": 128,
+           "decode_gflops_per_cpu_s": decode_dtypes(reps * 5),
+           "token_draw_cpu_ms": token_draws(reps * 5), "rows": rows, "tokens_per_row": 128,
            "load": round(os.getloadavg()[0], 1)}
     for shape, row in res["gemm"].items():
         print(shape, row)
     print("learner CPU s:", res["learner_cpu_s"])
     print("decode dots, GFLOP per CPU-s:",
           {k: round(v, 1) for k, v in res["decode_gflops_per_cpu_s"].items()})
+    print("token draws, CPU ms:", {k: round(v, 1) for k, v in res["token_draw_cpu_ms"].items()})
     print(json.dumps(res))
 
 
