@@ -61,11 +61,13 @@ def test_cached_decoding_matches_full_forward(variant):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_cache_writes_put_each_rows_tokens_at_its_position(dtype):
-    """Each row's new keys / values land at its own position, bit for bit (a bfloat16 cache is
-    written through its uint16 bits: XLA CPU would scatter it in float32)."""
+@pytest.mark.parametrize("T", [1, 2])
+def test_cache_writes_put_each_rows_tokens_at_its_position(dtype, T):
+    """Each row's new keys / values land at its own position, bit for bit, one token a row (a
+    16-bit cache by a select: XLA CPU would scatter it in float32) or several (a prefill's
+    chunk; a 16-bit cache through its uint16 bits)."""
     rng = np.random.default_rng(0)
-    B, K, E, S, T = 3, 2, 4, 9, 2
+    B, K, E, S = 3, 2, 4, 9
     dt = jnp.dtype(dtype)
     k0, v0 = rng.normal(size=(B, K, E, S)), rng.normal(size=(B, K, S, E))
     new_k, new_v = rng.normal(size=(B, K, E, T)), rng.normal(size=(B, K, T, E))
