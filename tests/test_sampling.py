@@ -40,16 +40,15 @@ def _chi_square(counts, probs):
     return float(((counts[cells] - expected[cells]) ** 2 / expected[cells]).sum()), cells.sum() - 1
 
 
-@pytest.mark.parametrize("draw", sampling.DRAWS)
-@pytest.mark.parametrize("block", [256, 7])
+@pytest.mark.parametrize("draw,block", [("gumbel", 0), ("inverse_cdf", 256), ("inverse_cdf", 7)])
 def test_each_draw_samples_the_softmax_distribution(draw, block):
-    """200k draws from one row of 1,000 logits (not a multiple of the block; a peak, a flat
-    middle, 400 -inf ids in the middle and at the end) follow softmax(logits) (chi-square below
-    its 0.999 quantile), never take a -inf id; a row with one finite logit, first or last,
-    always takes it. Catches a draw off by one token or one block."""
-    V, n = 1000, 200_000
+    """100k draws from one row of 300 logits (not a multiple of the block; a peak, 110 -inf
+    ids in the middle and at the end) follow softmax(logits) (chi-square below its 0.999
+    quantile), never take a -inf id; a row with one finite logit, first or last, always takes
+    it. Catches a draw off by one token or one block."""
+    V, n = 300, 100_000
     logits = np.random.default_rng(1).normal(size=V).astype(np.float32) * 2
-    logits[3], logits[300:500], logits[800:] = 6.0, -np.inf, -np.inf
+    logits[3], logits[100:160], logits[250:] = 6.0, -np.inf, -np.inf
     probs = np.asarray(jax.nn.softmax(jnp.asarray(logits)), np.float64)
     if draw == "gumbel":
         one = lambda row, k: jax.random.categorical(k, row)  # noqa: E731
@@ -58,7 +57,7 @@ def test_each_draw_samples_the_softmax_distribution(draw, block):
     keys = jax.random.split(jax.random.key(2), n)
     toks = np.asarray(jax.jit(jax.vmap(lambda k: one(jnp.asarray(logits), k)))(keys))
     counts = np.bincount(toks, minlength=V)
-    assert counts[300:500].sum() == counts[800:].sum() == 0
+    assert counts[100:160].sum() == counts[250:].sum() == 0
     chi2, dof = _chi_square(counts, probs)
     assert chi2 < dof + 3.1 * np.sqrt(2 * dof), (chi2, dof)  # ~ the 0.999 quantile
     for only in (0, V - 1):
