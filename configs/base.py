@@ -182,7 +182,7 @@ def get_config(arg: str = ""):
     # encodes it, kept in the response as a stop token is); () = the template's (plain, a base
     # model's: its next "\nQuestion:" or "\n\nQuestion:"; none for the others), ('',) = none.
     # draw: gumbel (the documented runs') or inverse_cdf (the same distribution, other tokens per
-    # seed; the sampler 1.2-1.3x faster at a 49k vocabulary on a CPU: docs/benchmarks.md)
+    # seed; the sampler 1.35x faster at a 49k vocabulary on a CPU: docs/benchmarks.md)
     c.sampling = ml_collections.ConfigDict(dict(
         temperature=1.0, top_k=0, top_p=1.0, max_prompt_len=48, max_new_tokens=112,
         eval_temperature=1.0, prefill_chunk=0, stop_strings=(), draw="gumbel"))
