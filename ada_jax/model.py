@@ -266,7 +266,7 @@ def _write_cache(layer_cache, k_BKET, v_BKTE):
             at = jnp.arange(cache.shape[axis + 1]).reshape(
                 [-1 if a == axis + 1 else 1 for a in range(cache.ndim)])
             return jnp.where(at == pos_B.reshape([-1] + [1] * (cache.ndim - 1)), new, cache)
-        bits = jnp.uint16 if cache.dtype.itemsize == 2 else None
+        bits = jnp.uint16 if dtype.itemsize == 2 else None
         if bits:
             cache, new = (jax.lax.bitcast_convert_type(x, bits) for x in (cache, new))
         out = jax.vmap(lambda c, u, i: jax.lax.dynamic_update_slice(

@@ -9,8 +9,10 @@ import subprocess
 import tempfile
 import time
 
+import numpy as np
 import pytest
 from flax import nnx
+from scipy import stats
 
 from ada_jax import model as model_lib
 
@@ -34,7 +36,6 @@ def tiny_model(seed: int = 0, **overrides):
 def logit_diff_vs_hf(graphdef, params, hf_model, toks, mask):
     """(max |ours − HF| logit over the real tokens of a left-padded batch, max |HF logit|)."""
     import jax
-    import numpy as np
     import torch
     pos = np.asarray(model_lib.positions_from_mask(mask))
     ours = jax.jit(lambda p: nnx.merge(graphdef, p)(toks, pos, mask)[0])(params)
@@ -135,3 +136,21 @@ def load_script(relpath: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def chi2_pvalue(samples, pmf, support):
+    """Chi-square goodness of fit, bins merged so each expects >= 5."""
+    counts = np.array([np.sum(samples == k) for k in support], float)
+    expected = np.array([pmf(k) for k in support]) * len(samples)
+    tail = len(samples) - expected.sum()
+    counts = np.append(counts, len(samples) - counts.sum())
+    expected = np.append(expected, tail)
+    obs, exp, acc_o, acc_e = [], [], 0.0, 0.0
+    for o, e in zip(counts, expected):
+        acc_o, acc_e = acc_o + o, acc_e + e
+        if acc_e >= 5:
+            obs.append(acc_o), exp.append(acc_e)
+            acc_o = acc_e = 0.0
+    obs[-1] += acc_o
+    exp[-1] += acc_e
+    return stats.chisquare(obs, exp).pvalue

@@ -52,24 +52,6 @@ def _sequential(data, p, budget, rule, k_pos, k_neg, min_pool=1):
     return np.asarray(out)
 
 
-def _chi2_pvalue(samples, pmf, support):
-    """Chi-square goodness of fit, bins merged so each expects >= 5."""
-    counts = np.array([np.sum(samples == k) for k in support], float)
-    expected = np.array([pmf(k) for k in support]) * len(samples)
-    tail = len(samples) - expected.sum()
-    counts = np.append(counts, len(samples) - counts.sum())
-    expected = np.append(expected, tail)
-    obs, exp, acc_o, acc_e = [], [], 0.0, 0.0
-    for o, e in zip(counts, expected):
-        acc_o, acc_e = acc_o + o, acc_e + e
-        if acc_e >= 5:
-            obs.append(acc_o), exp.append(acc_e)
-            acc_o = acc_e = 0.0
-    obs[-1] += acc_o
-    exp[-1] += acc_e
-    return stats.chisquare(obs, exp).pvalue
-
-
 def _floored(pmf, m):
     """Law of max(m, N) from the law of N (a minimum pool of m): N <= m all lands on m."""
     return lambda k: sum(pmf(j) for j in range(1, m + 1)) if k == m else (pmf(k) if k > m
@@ -89,7 +71,7 @@ def test_pos_stopping_time_is_negative_binomial(mode, min_pool):
     def nb(k):
         return math.comb(k - 1, K - 1) * p ** K * (1 - p) ** (k - K) if k >= K else 0.0
     pmf = _floored(nb, min_pool)
-    assert _chi2_pvalue(n, pmf, range(max(K, min_pool), 40)) > 1e-3
+    assert helpers.chi2_pvalue(n, pmf, range(max(K, min_pool), 40)) > 1e-3
     mean = sum(k * pmf(k) for k in range(1, 400))
     var = sum(k * k * pmf(k) for k in range(1, 400)) - mean ** 2
     assert abs(n.mean() - mean) < 4 * math.sqrt(var / B)
@@ -105,7 +87,7 @@ def test_balance_stopping_time_matches_exact_distribution(min_pool):
 
     n = np.asarray(st.n_samples)
     pmf = _floored(lambda k: _balance_pmf(k, p, K), min_pool)
-    assert _chi2_pvalue(n, pmf, range(max(2 * K, min_pool), 60)) > 1e-3
+    assert helpers.chi2_pvalue(n, pmf, range(max(2 * K, min_pool), 60)) > 1e-3
 
 
 def _balance_pmf(k, p, K):

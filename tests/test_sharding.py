@@ -9,6 +9,7 @@ from jax.sharding import PartitionSpec
 
 from ada_jax import logprobs
 from ada_jax import model as model_lib
+from ada_jax import sampling
 from ada_jax import sharding
 from configs import base
 from tests.helpers import TINY
@@ -120,11 +121,10 @@ def test_tied_head_by_vocabulary_chunks_on_the_mesh_matches_single_device(monkey
         np.testing.assert_allclose(a, b, atol=1e-5 * max(1.0, float(np.abs(b).max())))
 
 
-@pytest.mark.parametrize("draw", ["gumbel", "inverse_cdf"])
+@pytest.mark.parametrize("draw", sampling.DRAWS)
 def test_sampler_on_the_mesh_draws_the_single_devices_tokens(draw):
     """Rows over data x fsdp and the vocabulary's logits over tensor: each token draw takes the
     same tokens as on one device (the inverse-CDF draw's block sums and gather cross shards)."""
-    from ada_jax import sampling
     cfg = sampling.SamplingConfig(max_new_tokens=10, eos_id=-1, draw=draw)
     toks = np.random.default_rng(0).integers(3, 64, size=(8, 6)).astype(np.int32)
     mask = np.ones_like(toks, bool)

@@ -13,7 +13,8 @@ from flax import nnx
 from ada_jax import adaptive as A
 from ada_jax import collect, generators, sampling, stream, train
 from tests.helpers import tiny_model
-from tests.test_adaptive import _balance_pmf, _chi2_pvalue, _floored
+from tests.helpers import chi2_pvalue
+from tests.test_adaptive import _balance_pmf, _floored
 from tests.test_train import _config, _meta_without_timing, _restore
 
 LONG = generators.BernoulliGenerator(max_len=9)  # samples of 2..9 steps: out-of-order finishes
@@ -101,7 +102,7 @@ def test_stream_stopping_time_matches_exact_distribution():
     p, claims = 0.25, _drive(_stream(B=32, ahead=32, slots=64), lambda i: 0.25, 12)[0]
     n = np.concatenate([np.asarray(c.batch.pool_n_B) for c in claims])
     pmf = _floored(lambda k: _balance_pmf(k, p, 2), 4)
-    assert _chi2_pvalue(n, pmf, range(4, 40)) > 1e-3
+    assert chi2_pvalue(n, pmf, range(4, 40)) > 1e-3
 
 
 @pytest.mark.parametrize("on_policy,lag", [(False, 1), (True, 1), (False, 3)])

@@ -34,9 +34,8 @@ peer / ada_jax of the medians (> 1: ada_jax faster). `--ada_dtypes` and `--peer_
 float32,bfloat16) run each framework in several compute dtypes, each its own worker; the
 ratios take each ada_jax dtype (keys ending _<dtype>) against the best peer of any dtype;
 `--ada_draws gumbel,inverse_cdf` likewise runs ada_jax with each token draw (keys ending
-_inverse_cdf; `sampling.draw`). On a
-shared machine the CPU-time ratio is the steadier one; on an idle one XLA's thread pool (both
-frameworks on JAX) spins, and CPU time counts the spinning.
+_inverse_cdf; `sampling.draw`). On a shared machine the CPU-time ratio is the steadier one; on
+an idle one XLA's thread pool (both frameworks on JAX) spins, and CPU time counts the spinning.
 
   python scripts/bench/bench_peers.py --quick                     # ~2 min idle: both sizes, 2 reps
   python scripts/bench/bench_peers.py                             # 5 reps, HF at 1 and 2 threads
