@@ -8,9 +8,13 @@
 # PROMPTS (prompts a step, 8), NEW_TOKENS (48), ANSWER (last_number, or boxed), EVAL_K (held-out samples a
 # question, 2), DTYPE (compute dtype, auto: float32 on a CPU, where a bfloat16 step is no
 # faster, bfloat16 on accelerators; docs/real_model.md's first runs set bfloat16), EXTRA (flags added to
-# every run), JOBS (runs at a time, 2: the CPU's cores, each run pinned to its share), PRUNE
-# (1: delete a run's checkpoints once its final evaluation is written, for a study whose
-# checkpoints would fill the disk; such a run cannot be extended to a larger BUDGET).
+# every run), EVAL_ROWS (rows decoded at once in every held-out evaluation: the sampler's slots,
+# PROMPTS x 4, by default), JOBS (runs at a time, 2: the CPU's cores, each run pinned to its
+# share), PRUNE (1: delete a run's checkpoints once its final evaluation is written, for a study
+# whose checkpoints would fill the disk; such a run cannot be extended to a larger BUDGET), KEEP
+# (a folder, for instance one in the repository: the base's evaluation and each finished run's
+# metrics.jsonl, config.json and final evaluation are copied there, runs found there are not run
+# again, and the tables read them there: a study that outlives the machine it ran on).
 # Runs seed by seed (every arm of seed 0, then of seed 1, ...), so a study cut short holds
 # paired comparisons; prints scripts/analysis/before_after.py's tables (each arm against
 # each GRPO arm: at the budget, and at matched steps, samples and FLOP-weighted cost). Each run's
@@ -30,7 +34,7 @@ COMMON="--config.model.init_from=$MODEL --config.task.files=$TASK/train.jsonl \
  --config.task.eval_files=$TASK/eval.jsonl --config.task.answer=${ANSWER:-last_number} \
  --config.task.system_prompt= --config.sampling.max_prompt_len=128 \
  --config.sampling.max_new_tokens=${NEW_TOKENS:-48} --config.eval.prompts=100000 \
- --config.eval.batch_rows=$(( ${PROMPTS:-8} * 4 )) \
+ --config.eval.batch_rows=${EVAL_ROWS:-$(( ${PROMPTS:-8} * 4 ))} \
  --config.rl.prompts_per_step=${PROMPTS:-8} --config.model.dtype=${DTYPE:-auto}"
 # Small steps for 2 cores: one optimiser update a step in micro-batches of 8 rows, no warm-up
 # (an arm with fewer, larger steps would otherwise spend its run warming up), Ada-Seq pools of
@@ -47,24 +51,31 @@ declare -A METHODS=(
   [ada_pos]="algo=ada_pos|--config.adaptive.k_pos=2"
   [ada_balance]="algo=ada_balance|"
 )
+KEEP=${KEEP:-}
+[ -z "$KEEP" ] || { mkdir -p "$KEEP"; [ -f "$OUT/base.json" ] || [ ! -f "$KEEP/base.json" ] \
+  || cp "$KEEP/base.json" "$OUT/base.json"; }
 [ -f "$OUT/base.json" ] || python scripts/evaluate.py --base --workdir="$OUT/base" \
   --config=configs/base.py:algo=grpo,model=hf,task=files $COMMON $RL --k=4 \
   --out="$OUT/base.json" > "$OUT/base.log" 2>&1 || { tail -5 "$OUT/base.log" >&2; exit 1; }
+[ -z "$KEEP" ] || [ -f "$KEEP/base.json" ] || cp "$OUT/base.json" "$KEEP/base.json"
 for name in $ARMS; do
   [ -n "${METHODS[$name]:-}" ] || { echo "unknown arm $name: ${!METHODS[*]}" >&2; exit 2; }
 done
 jobs=()
+final=heldout_${BUDGET:-768}.json
 for seed in $SEEDS; do
   for name in $ARMS; do
     IFS='|' read -r variant extra <<< "${METHODS[$name]}"
     wd="$OUT/${name}_s$seed"
-    [ -f "$wd/heldout_${BUDGET:-768}.json" ] && continue
-    prune=""
-    [ "${PRUNE:-0}" = 1 ] && prune=" && rm -rf $wd/checkpoints"
+    [ -f "$wd/$final" ] || { [ -n "$KEEP" ] && [ -f "$KEEP/${name}_s$seed/$final" ]; } && continue
+    after=""
+    [ -n "$KEEP" ] && after=" && mkdir -p $KEEP/${name}_s$seed && cp $wd/metrics.jsonl \
+      $wd/config.json $wd/$final $KEEP/${name}_s$seed/"
+    [ "${PRUNE:-0}" = 1 ] && after="$after && rm -rf $wd/checkpoints"
     jobs+=("python scripts/train.py --workdir=$wd \
       --config=configs/base.py:$variant,model=hf,task=files --config.seed=$seed $COMMON $RL \
       $extra >> $wd.log 2>&1 && python scripts/evaluate.py --workdir=$wd --k=${EVAL_K:-2} \
-      --out=$wd/heldout_${BUDGET:-768}.json >> $wd.log 2>&1$prune")
+      --out=$wd/$final >> $wd.log 2>&1$after")
   done
 done
 # Several runs at a time: each on its own share of the cores (XLA's thread pools spin while they
@@ -76,13 +87,17 @@ export PIN
 pin='[ "$PIN" -ge 1 ] && taskset -pc $((SLOT * PIN))-$((SLOT * PIN + PIN - 1)) $$ > /dev/null; '
 printf '%s\n' "${jobs[@]}" | xargs -P "${JOBS:-2}" --process-slot-var=SLOT -I{} bash -c "$pin"'{}' \
   || echo "some runs failed: see $OUT/*.log"
-groups=()
+# The tables over the runs that reached the budget (a study cut short: the seeds done)
+groups=(); done_arms=()
+RESULTS=${KEEP:-$OUT}
 for name in $ARMS; do
-  dirs=$(for s in $SEEDS; do printf '%s,' "$OUT/${name}_s$s"; done)
-  groups+=("$name=${dirs%,}")
+  dirs=$(for s in $SEEDS; do
+    if [ -f "$RESULTS/${name}_s$s/$final" ]; then printf '%s,' "$RESULTS/${name}_s$s"; fi; done)
+  if [ -n "$dirs" ]; then groups+=("$name=${dirs%,}"); done_arms+=("$name"); fi
 done
+[ ${#groups[@]} -gt 0 ] || { echo "no run reached BUDGET=${BUDGET:-768}" >&2; exit 1; }
 # Each arm against each GRPO arm it runs beside (else against the first arm), seed by seed
-refs=$(for name in $ARMS; do case $name in grpo_*) printf '%s,' "$name";; esac; done)
+refs=$(for name in "${done_arms[@]}"; do case $name in grpo_*) printf '%s,' "$name";; esac; done)
 refs=${refs%,}
-python scripts/analysis/before_after.py --base "$OUT/base.json" --groups "${groups[@]}" \
-  --reference "${refs:-$(echo $ARMS | cut -d' ' -f1)}" --budget "${BUDGET:-768}"
+python scripts/analysis/before_after.py --base "$RESULTS/base.json" --groups "${groups[@]}" \
+  --reference "${refs:-${done_arms[0]}}" --budget "${BUDGET:-768}"
