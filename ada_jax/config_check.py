@@ -29,6 +29,8 @@ _CHOICES = {
     "task.on_bad_row": ("error", "skip"),
     "task.family_set": ("rl", "hard", "every"),
     "sampling.draw": DRAWS,
+    "eval.dtype": ("", "float32", "bfloat16", "auto"),
+    "eval.draw": ("",) + DRAWS,
     "adaptive.exit_rule": ("none", "pos", "balance"),
     "adaptive.mode": ("rounds", "refill", "stream"),
     "adaptive.at_budget": ("keep", "drop"),

@@ -299,6 +299,10 @@ FIELDS = {
     "eval.batch_rows": ("samples the evaluation decodes at once (their caches are its memory: "
                         "at most the training sampler's rows keeps an evaluation within the "
                         "run's memory; fewer is slower)", "— / per_device_eval_batch_size"),
+    "eval.dtype": ("the evaluation's compute dtype (empty: model.dtype's); the params stay "
+                   "as trained: a float32 policy sampled in bfloat16 where that is faster",
+                   "—"),
+    "eval.draw": ("the evaluation's token draw (empty: sampling.draw's)", "—"),
     "checkpoint.every": ("checkpoint every this many steps (and at the end)",
                          "trainer.save_freq / save_steps"),
     "checkpoint.keep": ("checkpoints kept", "trainer.max_actor_ckpt_to_keep / "

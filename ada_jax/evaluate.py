@@ -1,8 +1,10 @@
 """Evaluation: k samples per prompt, avg@k and unbiased pass@k, per level and weighted.
 
 pass@j(n, c) = 1 − C(n−c, j) / C(n, j) (docs/spec.md §6), averaged over prompts; avg@k is the mean
-reward. Hints are never used here.
+reward. Hints are never used here. `eval.dtype` and `eval.draw` set the evaluation's sampler
+apart from the learner's (a float32 policy sampled in bfloat16, where that is faster).
 """
+import dataclasses
 import math
 from typing import Sequence
 
@@ -10,6 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax import nnx
+
+from ada_jax import model as model_lib
 from ada_jax import sampling, sharding
 from ada_jax.rewards.embedded import score_text
 from ada_jax.tasks import Problem, task_of
@@ -49,14 +54,38 @@ def sampling_config(config, tokenizer, temperature: float) -> sampling.SamplingC
         draw=s.draw)
 
 
+_GRAPHDEFS = {}  # (graphdef, compute dtype) -> graphdef: one object, so one compile a run
+
+
+def computing_in(graphdef, params, dtype: str):
+    """The policy's graphdef with compute dtype `dtype` ("" or its own: unchanged); its params
+    stay as they are (each dot casts them, as model.dtype does)."""
+    if not dtype:
+        return graphdef
+    key = (graphdef, dtype)
+    if key not in _GRAPHDEFS:
+        cfg = nnx.merge(graphdef, params).cfg
+        if cfg.dtype == model_lib.compute_dtype(dtype):
+            _GRAPHDEFS[key] = graphdef
+        else:
+            new = dataclasses.replace(cfg, dtype=dtype)
+            _GRAPHDEFS[key] = nnx.split(nnx.eval_shape(
+                lambda: model_lib.Transformer(new, nnx.Rngs(0))))[0]
+    return _GRAPHDEFS[key]
+
+
 def sample_completions(graphdef, params, tokenizer, problems, config, key, k: int,
                        batch_rows: int | None = None, temperature: float | None = None):
     """k completions per problem: (texts in problem-major order, int[len(problems), k] lengths
-    in tokens), decoded `batch_rows` (default config.eval.batch_rows) rows at a time."""
+    in tokens), decoded `batch_rows` (default config.eval.batch_rows) rows at a time, with
+    eval.dtype's compute and eval.draw's token draw where they are set."""
     s = config.sampling
     batch_rows = config.eval.batch_rows if batch_rows is None else batch_rows
     scfg = sampling_config(config, tokenizer,
                            s.eval_temperature if temperature is None else temperature)
+    if config.eval.draw:
+        scfg = dataclasses.replace(scfg, draw=config.eval.draw)
+    graphdef = computing_in(graphdef, params, config.eval.dtype)
     rows = [p for p in problems for _ in range(k)]
     # No more rows than there are: padding to 256 held 256 rows of KV cache for 32 completions.
     d = jax.device_count()

@@ -11,6 +11,7 @@ own end-of-turn and eos tokens (`checkpoint_chat`); the per-family table (CHAT_F
 fallback for a checkpoint without a template.
 """
 import datetime
+import functools
 import json
 import os
 from typing import Protocol, Sequence
@@ -293,6 +294,14 @@ def render_chat(chat_template: str, messages: list[dict], special_tokens: dict |
     add_generation_prompt=..., tokenize=False)` renders it: the same sandboxed environment
     (trim_blocks, lstrip_blocks, loop controls, its tojson, raise_exception), the tokenizer's
     special tokens (bos_token, eos_token, ...) in scope, but a fixed clock (TEMPLATE_DATE)."""
+    return _compiled_chat(chat_template).render(
+        messages=messages, tools=None, documents=None,
+        add_generation_prompt=add_generation_prompt, **(special_tokens or {}))
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_chat(chat_template: str):
+    """The template compiled once (compiling it took 6 ms a prompt, the rendering 0.1 ms)."""
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -308,9 +317,7 @@ def render_chat(chat_template: str, messages: list[dict], special_tokens: dict |
     env.filters["tojson"] = tojson
     env.globals.update(raise_exception=raise_exception,
                        strftime_now=lambda fmt: TEMPLATE_DATE.strftime(fmt))
-    return env.from_string(chat_template).render(
-        messages=messages, tools=None, documents=None,
-        add_generation_prompt=add_generation_prompt, **(special_tokens or {}))
+    return env.from_string(chat_template)
 
 
 def turn_end(chat_template: str, special_tokens: dict | None = None) -> str | None:

@@ -253,9 +253,12 @@ def get_config(arg: str = ""):
     # train_prompts > 0 also evaluates on that many training prompts (train_eval/…);
     # every_cost > 0 also evaluates at the first step whose cost (samples generated + trained)
     # passes each multiple of it: one cost grid for arms whose steps cost differently;
-    # batch_rows: samples decoded at once (their caches are the eval's memory; fewer is slower).
+    # batch_rows: samples decoded at once (their caches are the eval's memory; fewer is slower);
+    # dtype, draw: the evaluation's compute dtype and token draw ("": model.dtype's,
+    # sampling.draw's), e.g. a float32 policy evaluated in bfloat16 where that samples faster.
     c.eval = ml_collections.ConfigDict(dict(every=10, every_cost=0, k=4, prompts=256,
-                                            train_prompts=0, batch_rows=256))
+                                            train_prompts=0, batch_rows=256, dtype="",
+                                            draw=""))
     # Resuming a workdir refuses a config that differs from its config.json (beyond run length,
     # cadence, layout: config_check.RESUMABLE) unless allow_config_change; when checkpoints
     # exist but none is readable it stops unless start_over_if_unreadable.

@@ -9,7 +9,9 @@
 # question, 2), DTYPE (compute dtype, auto: float32 on a CPU, where a bfloat16 step is no
 # faster, bfloat16 on accelerators; docs/real_model.md's first runs set bfloat16), EXTRA (flags added to
 # every run), EVAL_ROWS (rows decoded at once in every held-out evaluation: the sampler's slots,
-# PROMPTS x 4, by default), JOBS (runs at a time, 2: the CPU's cores, each run pinned to its
+# PROMPTS x 4, by default), GRID_PROMPTS (in-run evaluations, `eval.every_cost` in EXTRA, on the
+# first this many held-out questions, which interleave the levels; default all; the base's and
+# each run's final evaluation always take every question), JOBS (runs at a time, 2: the CPU's cores, each run pinned to its
 # share), PRUNE (1: delete a run's checkpoints once its final evaluation is written, for a study
 # whose checkpoints would fill the disk; such a run cannot be extended to a larger BUDGET), KEEP
 # (a folder, for instance one in the repository: the base's evaluation and each finished run's
@@ -44,7 +46,7 @@ RL="--config.rl.steps=100000 --config.rl.cost_budget=${BUDGET:-768} --config.rl.
  --config.optim.warmup_steps=0 --config.adaptive.mode=refill \
  --config.adaptive.slots=$(( ${PROMPTS:-8} * 4 )) --config.adaptive.samples_per_round=4 \
  --config.adaptive.max_rounds=4 --config.eval.every=0 --config.checkpoint.every=100000 \
- --config.log.progress=False ${EXTRA:-}"
+ --config.log.progress=False --config.eval.prompts=${GRID_PROMPTS:-100000} ${EXTRA:-}"
 declare -A METHODS=(
   [grpo_n4]="algo=grpo|--config.rl.n=4"
   [grpo_n8]="algo=grpo|--config.rl.n=8"
@@ -56,7 +58,7 @@ KEEP=${KEEP:-}
   || cp "$KEEP/base.json" "$OUT/base.json"; }
 [ -f "$OUT/base.json" ] || python scripts/evaluate.py --base --workdir="$OUT/base" \
   --config=configs/base.py:algo=grpo,model=hf,task=files $COMMON $RL --k=4 \
-  --out="$OUT/base.json" > "$OUT/base.log" 2>&1 || { tail -5 "$OUT/base.log" >&2; exit 1; }
+  --config.eval.prompts=100000 --out="$OUT/base.json" > "$OUT/base.log" 2>&1 || { tail -5 "$OUT/base.log" >&2; exit 1; }
 [ -z "$KEEP" ] || [ -f "$KEEP/base.json" ] || cp "$OUT/base.json" "$KEEP/base.json"
 for name in $ARMS; do
   [ -n "${METHODS[$name]:-}" ] || { echo "unknown arm $name: ${!METHODS[*]}" >&2; exit 2; }
@@ -75,7 +77,7 @@ for seed in $SEEDS; do
     jobs+=("python scripts/train.py --workdir=$wd \
       --config=configs/base.py:$variant,model=hf,task=files --config.seed=$seed $COMMON $RL \
       $extra >> $wd.log 2>&1 && python scripts/evaluate.py --workdir=$wd --k=${EVAL_K:-2} \
-      --out=$wd/$final >> $wd.log 2>&1$after")
+      --config.eval.prompts=100000 --out=$wd/$final >> $wd.log 2>&1$after")
   done
 done
 # Several runs at a time: each on its own share of the cores (XLA's thread pools spin while they

@@ -182,6 +182,44 @@ def test_evaluate_decodes_eval_batch_rows_samples_at_once(monkeypatch):
     assert calls == [16, 16]  # the config's eval.batch_rows
 
 
+def test_evaluate_samples_in_eval_dtype_and_draw(monkeypatch):
+    """eval.dtype and eval.draw set the evaluation's sampler apart from the learner's: the
+    sampler gets the policy's graphdef computing in bfloat16 (one object across calls: one
+    compile) over the very float32 params, and the inverse-CDF draw; unset, the run's own."""
+    import numpy as np
+    from flax import nnx
+    from ada_jax import base_policy, sampling, sharding
+    from ada_jax.tasks import EmbeddedSource
+    from ada_jax.tokenizer import load_tokenizer
+    c = base.get_config("task=embedded,smoke=True")
+    graphdef, params = base_policy.init_params(c, sharding.make_mesh(c.mesh), c.seed)
+    problems = [EmbeddedSource("eval", 4, 0)[i] for i in range(4)]
+    seen = []
+    real_sample = sampling.sample
+
+    def spy(gd, p, toks, mask, key, cfg):
+        seen.append((gd, p, cfg.draw))
+        return real_sample(gd, p, toks, mask, key, cfg=cfg)
+
+    monkeypatch.setattr(sampling, "sample", spy)
+    tok = load_tokenizer(c)
+    c.sampling.max_new_tokens = 4
+    evaluate.sample_completions(graphdef, params, tok, problems, c, jax.random.key(0), 2)
+    assert seen[-1] == (graphdef, params, "gumbel")  # the run's own
+    c.eval.dtype, c.eval.draw = "bfloat16", "inverse_cdf"
+    texts, lengths = evaluate.sample_completions(graphdef, params, tok, problems, c,
+                                                 jax.random.key(0), 2)
+    gd, p, draw = seen[-1]
+    assert p is params and draw == "inverse_cdf" and gd != graphdef
+    model = nnx.merge(gd, params)
+    assert model.cfg.dtype == "bfloat16" and model.embed[...].dtype == np.float32
+    assert len(texts) == 8 and lengths.shape == (4, 2) and (lengths >= 1).all()
+    evaluate.sample_completions(graphdef, params, tok, problems, c, jax.random.key(1), 2)
+    assert seen[-1][0] is gd  # the same graphdef again: no second compile
+    c.eval.dtype = "float32"  # the policy's own dtype: its own graphdef
+    assert evaluate.computing_in(graphdef, params, "float32") is graphdef
+
+
 @pytest.mark.slow
 def test_resume_and_evaluate_from_the_workdir_alone(tmp_path):
     """Train 1 step with flags, then resume to 2 and evaluate naming only the workdir."""
