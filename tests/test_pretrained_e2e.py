@@ -346,3 +346,28 @@ def test_real_model_script_runs_arms_to_one_budget_and_tabulates(stand_in, tmp_p
         row = next(line for line in got.stdout.splitlines() if line.startswith(f"| {arm} | 0 |"))
         header = [c.strip() for c in got.stdout.splitlines()[0].split("|")]
         assert int(row.split("|")[header.index("cost (samples)")]) == costs[-1]
+    # KEEP: the base's and each finished run's small files kept in a folder; a study on a new
+    # machine (a fresh OUT) finds them there, runs nothing again and tabulates them; the grid on
+    # the first GRID_PROMPTS questions, the final evaluation on every question
+    keep, fresh = str(tmp_path / "keep"), str(tmp_path / "fresh")
+    env = dict(env, BUDGET="48", KEEP=keep, GRID_PROMPTS="3", ARMS="grpo_n4")
+    got = helpers.run(["bash", os.path.join(ROOT, "scripts", "real_model.sh"), stand_in("qwen2"),
+                       task, str(tmp_path / "out2"), "0"], check=True, env=env)
+    assert sorted(os.listdir(os.path.join(keep, "grpo_n4_s0"))) == [
+        "config.json", "heldout_48.json", "metrics.jsonl"]
+    assert os.path.exists(os.path.join(keep, "base.json"))
+    with open(os.path.join(keep, "grpo_n4_s0", "metrics.jsonl")) as f:
+        grid = [json.loads(line) for line in f if "eval/avg@1" in line]
+    n_eval = sum(1 for _ in open(os.path.join(task, "eval.jsonl")))
+    assert grid and all(sum(r.get(f"eval/level{lv}/avg@1") is not None for lv in range(1, 7))
+                        <= 3 for r in grid)  # 3 questions: at most 3 levels
+    with open(os.path.join(keep, "grpo_n4_s0", "heldout_48.json")) as f:
+        final = json.load(f)
+    assert n_eval > 3 and sum(k.startswith("level") for k in final) > 3  # every question
+    got = helpers.run(["bash", os.path.join(ROOT, "scripts", "real_model.sh"), stand_in("qwen2"),
+                       task, fresh, "0"], check=True, env=dict(env, ARMS="grpo_n4 ada_pos"))
+    assert not os.path.exists(os.path.join(fresh, "grpo_n4_s0"))  # found in KEEP: not run again
+    assert os.path.exists(os.path.join(keep, "ada_pos_s0", "heldout_48.json"))
+    lines = got.stdout.splitlines()
+    assert any(line.startswith("| grpo_n4 | 0 |") for line in lines)
+    assert any("Against grpo_n4, same seed" in line for line in lines)
