@@ -3,20 +3,22 @@
 # accuracy per level before and after (docs/real_model.md).
 #   bash scripts/real_model.sh MODEL_DIR TASK_DIR [OUT_DIR] [SEEDS]
 # MODEL_DIR: a Hugging Face folder (scripts/convert_gguf.py); TASK_DIR: train.jsonl and
-# eval.jsonl (scripts/tools/make_arithmetic_task.py). Environment knobs: ARMS (grpo_n4 ada_pos
-# ada_balance; also grpo_n8), BUDGET (samples generated + trained per run, 768), LR (1e-5),
-# PROMPTS (prompts a step, 8), NEW_TOKENS (48), ANSWER (last_number, or boxed), EVAL_K (held-out samples a
-# question, 2), DTYPE (compute dtype, auto: float32 on a CPU, where a bfloat16 step is no
-# faster, bfloat16 on accelerators; docs/real_model.md's first runs set bfloat16), EXTRA (flags added to
-# every run), EVAL_ROWS (rows decoded at once in every held-out evaluation: the sampler's slots,
-# PROMPTS x 4, by default), GRID_PROMPTS (in-run evaluations, `eval.every_cost` in EXTRA, on the
-# first this many held-out questions, which interleave the levels; default all; the base's and
-# each run's final evaluation always take every question), JOBS (runs at a time, 2: the CPU's cores, each run pinned to its
-# share), PRUNE (1: delete a run's checkpoints once its final evaluation is written, for a study
-# whose checkpoints would fill the disk; such a run cannot be extended to a larger BUDGET), KEEP
-# (a folder, for instance one in the repository: the base's evaluation and each finished run's
-# metrics.jsonl, config.json and final evaluation are copied there, runs found there are not run
-# again, and the tables read them there: a study that outlives the machine it ran on).
+# eval.jsonl (scripts/tools/make_arithmetic_task.py). Environment knobs:
+#   ARMS (grpo_n4 ada_pos ada_balance; also grpo_n8), BUDGET (samples generated + trained per
+#   run, 768), LR (1e-5), PROMPTS (prompts a step, 8), NEW_TOKENS (48), ANSWER (last_number, or
+#   boxed), EVAL_K (held-out samples a question, 2), DTYPE (compute dtype, auto: float32 on a
+#   CPU, where a bfloat16 step is no faster, bfloat16 on accelerators; docs/real_model.md's
+#   first runs set bfloat16), EXTRA (flags added to every run);
+#   EVAL_ROWS (rows decoded at once in every held-out evaluation; default the sampler's slots,
+#   PROMPTS x 4), GRID_PROMPTS (in-run evaluations, `eval.every_cost` in EXTRA, on the first
+#   this many held-out questions, which interleave the levels; default all; the base's and each
+#   run's final evaluation always take every question);
+#   JOBS (runs at a time, 2: the CPU's cores, each run pinned to its share), PRUNE (1: delete a
+#   run's checkpoints once its final evaluation is written, for a study whose checkpoints would
+#   fill the disk; such a run cannot be extended to a larger BUDGET), KEEP (a folder, e.g. one
+#   in the repository: the base's evaluation and each finished run's metrics.jsonl,
+#   config.json and final evaluation are copied there, runs found there are not run again, and
+#   the tables read them there: a study that outlives the machine it ran on).
 # Runs seed by seed (every arm of seed 0, then of seed 1, ...), so a study cut short holds
 # paired comparisons; prints scripts/analysis/before_after.py's tables (each arm against
 # each GRPO arm: at the budget, and at matched steps, samples and FLOP-weighted cost). Each run's
