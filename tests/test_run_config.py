@@ -220,6 +220,31 @@ def test_evaluate_samples_in_eval_dtype_and_draw(monkeypatch):
     assert evaluate.computing_in(graphdef, params, "float32") is graphdef
 
 
+def test_evaluation_prefills_the_prompts_there_are_not_max_prompt_len():
+    """Left padding past the longest prompt (rounded up to 16) is cut before the sampler: the
+    same tokens and log-probs as at the full width (padding is masked), from a narrower program;
+    never wider than the prompts were padded to."""
+    import numpy as np
+    from ada_jax import base_policy, sampling, sharding
+    c = base.get_config("task=embedded,smoke=True")
+    graphdef, params = base_policy.init_params(c, sharding.make_mesh(c.mesh), c.seed)
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(3, 50, n).tolist() for n in (5, 17, 9, 1)]
+    toks, mask = sampling.left_pad(seqs, 48)
+    cut_t, cut_m = evaluate.trim_left_padding(toks, mask)
+    assert cut_t.shape == (4, 32) and cut_m.sum() == mask.sum()  # 17 -> 32
+    np.testing.assert_array_equal(cut_t, toks[:, 16:])
+    cfg = sampling.SamplingConfig(max_new_tokens=6, eos_id=-1, pad_id=0, temperature=1.0)
+    full = sampling.sample(graphdef, params, jax.numpy.asarray(toks), jax.numpy.asarray(mask),
+                           jax.random.key(3), cfg=cfg)
+    cut = sampling.sample(graphdef, params, jax.numpy.asarray(cut_t),
+                          jax.numpy.asarray(cut_m), jax.random.key(3), cfg=cfg)
+    np.testing.assert_array_equal(np.asarray(cut.tokens_BN), np.asarray(full.tokens_BN))
+    np.testing.assert_allclose(np.asarray(cut.logp_BN), np.asarray(full.logp_BN), atol=1e-5)
+    narrow_t, _ = evaluate.trim_left_padding(toks[:, -12:], mask[:, -12:])
+    assert narrow_t.shape == (4, 12)  # at most the width it came with
+
+
 @pytest.mark.slow
 def test_resume_and_evaluate_from_the_workdir_alone(tmp_path):
     """Train 1 step with flags, then resume to 2 and evaluate naming only the workdir."""
