@@ -29,6 +29,9 @@ set -euo pipefail
 MODEL=$1; TASK=$2; OUT=${3:-runs_real}; SEEDS=${4:-"0 1 2"}
 ARMS=${ARMS:-"grpo_n4 ada_pos ada_balance"}
 cd "$(dirname "$0")/.."
+# This checkout's package, not whichever one pip installed (a study pinned to a clone of another
+# commit would otherwise import the editable install's ada_jax)
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
 # One base for every arm: the checkpoint as converted, its own chat template and stop tokens,
 # an empty system turn (the template's default), answers read as the last number by default;
