@@ -56,6 +56,7 @@ _NON_NEGATIVE_INTS = (  # step counts and cadences (0 = none / off), counts
     "eval.train_prompts", "eval.every_cost", "rl.cost_budget",
     "sampling.top_k", "adaptive.k_pos", "adaptive.k_neg", "rl.daro_buckets",
     "optim.max_skipped_steps", "loss.credit_tokens", "rl.pad_multiple", "loss.replay_skip",
+    "sampling.pad_multiple",
 )
 _NON_NEGATIVE = (
     "sampling.temperature", "loss.clip_high", "loss.kl_coef", "loss.entropy_coef", "optim.lr",
@@ -371,6 +372,7 @@ def check_task(config) -> None:
 # step computes (or the shapes of the saved arrays), so a changed value is refused.
 RESUMABLE = ("rl.steps", "rl.cost_budget", "eval.every", "eval.every_cost", "checkpoint", "log", "mesh", "distributed",
              "sharding_rules", "model.remat", "model.scan_layers", "rl.microbatches", "sampling.prefill_chunk",
+             "sampling.pad_multiple",
              "task.verifier_workers", "optim.max_update_ratio", "optim.max_skipped_steps")
 RESUMABLE += ("optim.collapse_steps", "optim.stop_on_collapse", "check.memory")
 

@@ -443,8 +443,7 @@ def load_hf_checkpoint(path: str, mesh, rules, *, param_dtype: str = "float32", 
     dtype, default param_dtype; remat; scan_layers; max_len), which end up in the graphdef's config."""
     cfg = model_config_from_hf(read_hf_config(path), param_dtype=param_dtype,
                                source=os.path.join(path, "config.json"), **overrides)
-    graphdef, abstract = nnx.split(nnx.eval_shape(
-        lambda: model_lib.Transformer(cfg, nnx.Rngs(0))))
+    graphdef, abstract = model_lib.abstract(cfg)
     shardings = dict(nnx.to_flat_state(sharding.state_shardings(abstract, mesh, rules)))
     variables = dict(nnx.to_flat_state(abstract))
     names = tensor_names(cfg)

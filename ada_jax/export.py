@@ -33,8 +33,7 @@ def restore_params(workdir: str, step: int | None = None, mesh=None):
     state are not read."""
     config = _saved_config(workdir)
     cfg = model_lib.ModelConfig.from_config(config.model)
-    graphdef, abstract = nnx.split(nnx.eval_shape(lambda: model_lib.Transformer(cfg,
-                                                                                nnx.Rngs(0))))
+    graphdef, abstract = model_lib.abstract(cfg)
     mesh = mesh or sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
     rules = [tuple(r) if not isinstance(r[1], list) else (r[0], tuple(r[1]))
              for r in config.sharding_rules]

@@ -58,7 +58,7 @@ def _per_device(tree, rows: int) -> int:
 
 def param_bytes(model_cfg, mesh_shape: dict, rules) -> tuple[int, int]:
     """(parameters, bytes per device of the params as sharded by `rules`)."""
-    state = nnx.state(nnx.eval_shape(lambda: model_lib.Transformer(model_cfg, nnx.Rngs(0))))
+    state = model_lib.abstract(model_cfg)[1]
     mesh = types.SimpleNamespace(shape=mesh_shape)
     n = per_device = 0
     for var in jax.tree.leaves(state, is_leaf=lambda v: isinstance(v, nnx.Variable)):

@@ -564,6 +564,12 @@ def init_cache(cfg: ModelConfig, batch: int, length: int) -> Cache:
             "pos": jnp.zeros((batch,), jnp.int32)}
 
 
+def abstract(cfg: ModelConfig):
+    """(graphdef, abstract params) of a Transformer of `cfg`: shapes and dtypes, no memory and
+    no compute (what a converter fills, a restore reads into, a memory estimate counts)."""
+    return nnx.split(nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(0))))
+
+
 def positions_from_mask(mask_BT):
     """Index of each token among its row's real tokens (0 for left padding)."""
     return jnp.maximum(jnp.cumsum(mask_BT.astype(jnp.int32), axis=1) - 1, 0)

@@ -183,9 +183,12 @@ def get_config(arg: str = ""):
     # model's: its next "\nQuestion:" or "\n\nQuestion:"; none for the others), ('',) = none.
     # draw: gumbel (the documented runs') or inverse_cdf (the same distribution, other tokens per
     # seed; the sampler 1.35x faster at a 49k vocabulary on a CPU: docs/benchmarks.md)
+    # pad_multiple: prompts prefilled at the batch's longest one rounded up to this (0 = always
+    # max_prompt_len; the same tokens up to float rounding: docs/benchmarks.md)
     c.sampling = ml_collections.ConfigDict(dict(
         temperature=1.0, top_k=0, top_p=1.0, max_prompt_len=48, max_new_tokens=112,
-        eval_temperature=1.0, prefill_chunk=0, stop_strings=(), draw="gumbel"))
+        eval_temperature=1.0, prefill_chunk=0, stop_strings=(), draw="gumbel",
+        pad_multiple=16))
 
     c.task = ml_collections.ConfigDict(dict(
         name=args["task"], reward="verifier", answer="boxed", template="embedded",

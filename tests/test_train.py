@@ -788,3 +788,33 @@ def test_a_run_with_replay_resumes_bitwise(tmp_path, monkeypatch):
         recs = [json.loads(line) for line in f]
     assert all(r["replay_nll"] > 0 and r["replay_tokens"] > 0 for r in recs)
     assert recs[-1]["cum_replay_tokens"] == sum(r["replay_tokens"] for r in recs)
+
+
+def test_a_step_prefills_its_prompts_at_their_own_width(tmp_path, monkeypatch):
+    """sampling.pad_multiple: the engine runs the step's prompts cut to the longest one
+    (rounded up to 16), not max_prompt_len, and keeps the same samples as at the full width
+    (padding is masked); the learner's rows keep max_prompt_len columns."""
+    from ada_jax import adaptive
+    from ada_jax.policies import rollout
+    seen = []
+    real_run = adaptive.run
+
+    def run(params, prompt_BP, *a, **kw):
+        seen.append(prompt_BP.shape[1])
+        return real_run(params, prompt_BP, *a, **kw)
+    monkeypatch.setattr(adaptive, "run", run)
+    got = {}
+    for multiple in (16, 0):
+        c = _config("ada_pos", **{"sampling.max_prompt_len": 96, "model.max_len": 256,
+                                  "sampling.pad_multiple": multiple})
+        ctx, params = train.setup(c, str(tmp_path / str(multiple)))
+        problems = [ctx.train_source[i] for i in range(c.rl.prompts_per_step)]
+        got[multiple] = rollout.run_engine(ctx, params, problems, jax.random.key(4))
+    longest = int(np.asarray(got[0].mask_BP).sum(1).max())
+    assert longest < 48 and seen == [-(-longest // 16) * 16, 96], (longest, seen)
+    for r in (16, 0):
+        assert got[r].prompt_BP.shape == got[r].mask_BP.shape == (c.rl.prompts_per_step, 96)
+    cut, full = got[16].batch, got[0].batch
+    for name in ("tokens_BGN", "len_BG", "reward_BG", "mask_BG", "pool_n_B", "pool_pos_B"):
+        np.testing.assert_array_equal(getattr(cut, name), getattr(full, name), err_msg=name)
+    np.testing.assert_allclose(cut.logp_BGN, full.logp_BGN, atol=1e-5)

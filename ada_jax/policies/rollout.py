@@ -143,20 +143,25 @@ def run_engine(ctx, params, problems, key, budgets=None, hint_texts=None) -> Col
     c = ctx.config
     toks, mask = evaluate.encode_prompts(ctx.tokenizer, problems, c.task.template,
                                          c.sampling.max_prompt_len, hint_texts)
+    # The engine prefills the step's prompts at their own width (sampling.pad_multiple); the
+    # learner's rows keep max_prompt_len columns (it trims them itself: rl.pad_multiple).
+    run_toks, run_mask = evaluate.trim_left_padding(toks, mask, c.sampling.pad_multiple,
+                                                    across_processes=True)
     if budgets is None:
         budgets = default_budgets(ctx, len(problems))
     on_mesh = functools.partial(sharding.global_batch, ctx.mesh, c.sharding_rules)
     toks, mask, budgets = on_mesh(toks), on_mesh(mask), on_mesh(np.asarray(budgets, np.int32))
+    run_toks, run_mask = jnp.asarray(on_mesh(run_toks)), jnp.asarray(on_mesh(run_mask))
     budgets = jnp.asarray(budgets, jnp.int32)
     if ctx.math_pool is None:
-        st = adaptive.run(params, jnp.asarray(toks), jnp.asarray(mask), budgets,
+        st = adaptive.run(params, run_toks, run_mask, budgets,
                           jax.tree.map(on_mesh, reward_data(c, ctx.tokenizer, problems)), key,
                           cfg=ctx.engine, gen_fn=ctx.generator, reward_fn=ctx.reward_fn,
                           group=c.rl.n)
     else:  # math files: the host scores finished samples between decode chunks
         answers = [a for part in sharding.allgather_json([p.answer for p in problems])
                    for a in part]  # any process's slot may hold any prompt's sample
-        st = adaptive.run_host(params, jnp.asarray(toks), jnp.asarray(mask), budgets, key,
+        st = adaptive.run_host(params, run_toks, run_mask, budgets, key,
                                cfg=ctx.engine, gen_fn=ctx.generator,
                                score=host_score(ctx, answers), group=c.rl.n)
     drop = None
