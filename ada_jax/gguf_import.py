@@ -6,12 +6,14 @@ transformers) load: config.json from the architecture's metadata, model.safetens
 tokenizer.json rebuilt from the tokenizer metadata with `tokenizers`, tokenizer_config.json
 (special tokens, the chat template) and generation_config.json (bos / eos / pad ids).
 
-Supported (ARCHITECTURES): llama (Llama, SmolLM2, Mistral-style dense models) with a byte-level
-BPE vocabulary (tokenizer.ggml.model "gpt2"), and gemma3 (Gemma 3 text models) with its
-sentencepiece-style vocabulary (tokenizer.ggml.model "llama"). llama.cpp stores llama's q and k
-projections with the rows of each head permuted for its RoPE (HF's rotate-half pairs (i, i + E/2)
-become adjacent rows): `unpermute` undoes it, as transformers' own GGUF loader does; it stores
-Gemma's norm weights w as 1 + w: the converter subtracts the 1 again (transformers does too).
+Supported (ARCHITECTURES): llama (Llama, SmolLM2, Mistral-style dense models), qwen2 (Qwen2 and
+Qwen2.5: q/k/v biases) and qwen3 (Qwen3 dense: RMSNorm over each head's queries and keys), with
+a byte-level BPE vocabulary (tokenizer.ggml.model "gpt2"), and gemma3 (Gemma 3 text models) with
+its sentencepiece-style vocabulary (tokenizer.ggml.model "llama"). llama.cpp stores llama's q
+and k projections with the rows of each head permuted for its RoPE (HF's rotate-half pairs
+(i, i + E/2) become adjacent rows): `unpermute` undoes it, as transformers' own GGUF loader does
+(Qwen's and Gemma's are stored as they are); it stores Gemma's norm weights w as 1 + w: the
+converter subtracts the 1 again (transformers does too).
 Another architecture is refused from the file's header, before its tensors are read.
 """
 import json
@@ -31,7 +33,12 @@ GEMMA3_LAYER_TENSORS = {
     **LAYER_TENSORS, "ffn_norm": "pre_feedforward_layernorm", "attn_q_norm": "self_attn.q_norm",
     "attn_k_norm": "self_attn.k_norm", "post_attention_norm": "post_attention_layernorm",
     "post_ffw_norm": "post_feedforward_layernorm"}
-ARCHITECTURES = {"llama": LAYER_TENSORS, "gemma3": GEMMA3_LAYER_TENSORS}
+# qwen2: llama's names (its q/k/v biases are the same tensors' ".bias"); qwen3: two more norms
+QWEN3_LAYER_TENSORS = {**LAYER_TENSORS, "attn_q_norm": "self_attn.q_norm",
+                       "attn_k_norm": "self_attn.k_norm"}
+ARCHITECTURES = {"llama": LAYER_TENSORS, "qwen2": LAYER_TENSORS, "qwen3": QWEN3_LAYER_TENSORS,
+                 "gemma3": GEMMA3_LAYER_TENSORS}
+PERMUTED = ("llama",)  # architectures whose q/k rows llama.cpp permutes for its RoPE
 GEMMA3_PATTERN = 6  # every 6th layer global, the others local (llama.cpp's and transformers')
 GLOBAL_TENSORS = {"token_embd.weight": "model.embed_tokens.weight",
                   "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
@@ -120,7 +127,8 @@ def permute(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 
 def hf_config(meta: dict, tied: bool) -> dict:
-    """config.json (LlamaForCausalLM, Gemma3ForCausalLM) from a GGUF's metadata."""
+    """config.json (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM)
+    from a GGUF's metadata."""
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise GGUFError(f"architecture {arch!r} is not supported; supported: "
@@ -154,6 +162,12 @@ def hf_config(meta: dict, tied: bool) -> dict:
         max_position_embeddings=int(get("context_length")), tie_word_embeddings=tied,
         attention_bias=False, mlp_bias=False, torch_dtype="float32",
         bos_token_id=ids["bos"], eos_token_id=ids["eos"], pad_token_id=ids["padding"])
+    if arch in ("qwen2", "qwen3"):
+        config.update(architectures=[f"{arch.capitalize()}ForCausalLM"], model_type=arch,
+                      use_sliding_window=False, sliding_window=None)
+        del config["mlp_bias"]
+        if arch == "qwen2":  # biases by family (transformers' Qwen2 has no attention_bias)
+            del config["attention_bias"]
     if arch == "gemma3":
         del config["mlp_bias"], config["hidden_act"]
         config.update(
@@ -170,8 +184,9 @@ def hf_tensors(reader, config: dict) -> dict[str, np.ndarray]:
     """HF name -> float32 array in HF layout ([out, in] for projections), dequantized."""
     from gguf import quants
     heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
-    gemma = config["model_type"] == "gemma3_text"
-    layer_tensors = GEMMA3_LAYER_TENSORS if gemma else LAYER_TENSORS
+    arch = "gemma3" if config["model_type"] == "gemma3_text" else config["model_type"]
+    gemma, permuted = arch == "gemma3", arch in PERMUTED
+    layer_tensors = ARCHITECTURES[arch]
     out = {}
     for t in reader.tensors:
         name = GLOBAL_TENSORS.get(t.name)
@@ -189,9 +204,9 @@ def hf_tensors(reader, config: dict) -> dict[str, np.ndarray]:
                             f"({e})") from e
         if gemma and t.name.endswith("norm.weight"):
             w = w - np.float32(1)  # llama.cpp stores Gemma's 1 + w
-        elif not gemma and ".attn_q." in t.name:
+        elif permuted and t.name.endswith(".attn_q.weight"):
             w = unpermute(w, heads)
-        elif not gemma and ".attn_k." in t.name:
+        elif permuted and t.name.endswith(".attn_k.weight"):
             w = unpermute(w, kv)
         out[name] = np.ascontiguousarray(w)
     return out

@@ -52,8 +52,9 @@ def _tokenizer():
     return tok
 
 
-def _weights(vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """HF-layout float32 weights of a tiny tied llama."""
+def _weights(vocab: int, seed: int = 0, arch: str = "llama") -> dict[str, np.ndarray]:
+    """HF-layout float32 weights of a tiny tied llama (qwen2: with q/k/v biases; qwen3: with
+    q/k norms)."""
     rng = np.random.default_rng(seed)
     w = {"model.embed_tokens.weight": rng.normal(0, 0.5, (vocab, D)),
          "model.norm.weight": 1 + rng.normal(0, 0.1, D)}
@@ -68,24 +69,31 @@ def _weights(vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
                   p + "mlp.gate_proj.weight": rng.normal(0, 0.2, (F, D)),
                   p + "mlp.up_proj.weight": rng.normal(0, 0.2, (F, D)),
                   p + "mlp.down_proj.weight": rng.normal(0, 0.2, (D, F))})
+        if arch == "qwen2":
+            w.update({p + f"self_attn.{x}_proj.bias": rng.normal(0, 0.2, n * E)
+                      for x, n in (("q", H), ("k", K), ("v", K))})
+        if arch == "qwen3":
+            w.update({p + f"self_attn.{x}_norm.weight": 1 + rng.normal(0, 0.1, E)
+                      for x in ("q", "k")})
     return {k: v.astype(np.float32) for k, v in w.items()}
 
 
-def write_tiny_gguf(path: str, qtype: str = "Q8_0") -> tuple[dict, object]:
-    """A tiny llama GGUF as llama.cpp's converter writes one: returns (the HF weights before
-    quantization, the tokenizer). Matrices in `qtype` (embedding Q8_0), norms F32, q/k rows
-    permuted (gguf_import.permute), no output.weight (tied)."""
+def write_tiny_gguf(path: str, qtype: str = "Q8_0", arch: str = "llama") -> tuple[dict, object]:
+    """A tiny llama (qwen2, qwen3) GGUF as llama.cpp's converter writes one: returns (the HF
+    weights before quantization, the tokenizer). Matrices in `qtype` (embedding Q8_0), norms
+    and biases F32, llama's q/k rows permuted (gguf_import.permute), no output.weight (tied)."""
     tok = _tokenizer()
     vocab = tok.get_vocab_size()
     tokens = [tok.id_to_token(i) for i in range(vocab)]
     merges = json.loads(tok.to_str())["model"]["merges"]
     merges = [m if isinstance(m, str) else " ".join(m) for m in merges]
-    hf = _weights(vocab)
+    hf = _weights(vocab, arch=arch)
     names = {v: k for k, v in gguf_import.GLOBAL_TENSORS.items()}
-    names.update({f"model.layers.{i}.{v}.weight": f"blk.{i}.{k}.weight"
-                  for i in range(L) for k, v in gguf_import.LAYER_TENSORS.items()})
-    w = gguf.GGUFWriter(path, "llama")
-    w.add_name("tiny llama")
+    names.update({f"model.layers.{i}.{v}.{kind}": f"blk.{i}.{k}.{kind}" for i in range(L)
+                  for k, v in gguf_import.ARCHITECTURES[arch].items()
+                  for kind in ("weight", "bias")})
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"tiny {arch}")
     w.add_block_count(L)
     w.add_context_length(1024)
     w.add_embedding_length(D)
@@ -107,10 +115,12 @@ def write_tiny_gguf(path: str, qtype: str = "Q8_0") -> tuple[dict, object]:
     w.add_pad_token_id(2)
     w.add_add_bos_token(False)
     w.add_chat_template(SMOLLM2_TEMPLATE)
+    w.add_key_length(E)
+    w.add_value_length(E)
     for name, x in hf.items():
-        if "q_proj" in name:
+        if arch == "llama" and "q_proj" in name:
             x = gguf_import.permute(x, H)
-        elif "k_proj" in name:
+        elif arch == "llama" and "k_proj" in name:
             x = gguf_import.permute(x, K)
         if x.ndim == 1:
             w.add_tensor(names[name], x)
@@ -303,3 +313,44 @@ def test_stand_ins_stop_at_their_own_turn_end(tmp_path):
     with open(os.path.join(path, "generation_config.json"), "w") as f:
         json.dump(dict(eos_token_id=start), f)  # generation_config's ids come before the eos
     assert tok_lib.checkpoint_chat(path)["extra_eos_tokens"] == ("<|im_start|>", "<|endoftext|>")
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
+def test_qwen_files_convert_unpermuted_and_run_as_transformers_runs_them(arch, tmp_path):
+    """Qwen2's q/k/v biases and Qwen3's q/k norms come through, its q/k rows as stored
+    (llama.cpp permutes llama's only); the folder is Qwen's family in ada_jax and runs with the
+    logits transformers computes from the GGUF file itself."""
+    file, out = str(tmp_path / "tiny.gguf"), str(tmp_path / "hf")
+    hf, tok = write_tiny_gguf(file, "Q8_0", arch)
+    got = gguf_import.gguf_to_hf(file, out)
+    assert got["config"]["model_type"] == arch
+    ours = _load(out)
+    assert sorted(ours) == sorted(hf)
+    for name, x in hf.items():
+        if x.ndim == 1:
+            np.testing.assert_array_equal(ours[name], x, err_msg=name)
+        else:
+            q = gguf.GGMLQuantizationType.Q8_0
+            want = gguf.quants.dequantize(gguf.quants.quantize(x, q), q)
+            np.testing.assert_array_equal(ours[name], want, err_msg=name)
+    with open(os.path.join(out, "config.json")) as f:
+        cfg = convert.model_config_from_hf(json.load(f))
+    assert (cfg.qkv_bias, cfg.qk_norm, cfg.head_dim) == (arch == "qwen2", arch == "qwen3", E)
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("accelerate", reason="transformers loads GGUF files with accelerate")
+    from ada_jax.sampling import left_pad
+    from tests.helpers import logit_diff_vs_hf
+    # transformers' GGUF config mapping skips key_length: its Qwen3 head_dim stays the
+    # default 128 (every released Qwen3's), so the tiny model's is passed explicitly
+    extra = dict(head_dim=E) if arch == "qwen3" else {}
+    from_gguf = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), gguf_file="tiny.gguf", dtype=torch.float32, **extra).eval()
+    assert type(from_gguf).__name__ == f"{arch.capitalize()}ForCausalLM"
+    mesh = sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
+    _, graphdef, params = convert.load_hf_checkpoint(
+        out, mesh, base.get_config("task=embedded").sharding_rules)
+    ids = [tok.encode(t, add_special_tokens=False).ids for t in TEXTS]
+    toks, mask = left_pad(ids, max(map(len, ids)), 2)
+    diff, scale = logit_diff_vs_hf(graphdef, params, from_gguf, toks, mask)
+    assert diff < 1e-4 * max(scale, 1.0), (diff, scale)
