@@ -163,12 +163,42 @@ def _rope(hf: dict, source: str) -> tuple[float, dict | None]:
     return theta, scaling
 
 
+# transformers' Gemma3TextConfig defaults: a multimodal Gemma 3 config.json (the Hub's
+# gemma-3-4b and up) lists in its text_config only the fields that differ from them.
+GEMMA3_TEXT_DEFAULTS = dict(
+    vocab_size=262_208, num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+    rms_norm_eps=1e-6, max_position_embeddings=131_072, rope_theta=1_000_000.0,
+    rope_local_base_freq=10_000.0, query_pre_attn_scalar=256, sliding_window=4096,
+    sliding_window_pattern=6, hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True)
+# A multimodal checkpoint's tensors: the language model's under these prefixes (transformers'
+# two layouts), the vision tower's and projector's beside them (not loaded).
+TEXT_PREFIXES = {"language_model.model.": "model.", "language_model.lm_head.": "lm_head.",
+                 "model.language_model.": "model."}
+VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                   "model.multi_modal_projector.")
+
+
 def text_config(hf: dict) -> dict:
-    """config.json's language model: a multimodal Gemma 3 config's text_config, else hf."""
+    """config.json's language model: a multimodal Gemma 3 config's text_config (its omitted
+    fields at Gemma3TextConfig's defaults), else hf."""
     if isinstance(hf.get("text_config"), dict):
-        return dict(hf["text_config"], model_type=hf["text_config"].get("model_type",
-                                                                        "gemma3_text"))
+        text = hf["text_config"]
+        return {**GEMMA3_TEXT_DEFAULTS, **text,
+                "model_type": text.get("model_type", "gemma3_text")}
     return hf
+
+
+def text_tensor_names(names) -> dict[str, str]:
+    """A multimodal checkpoint's language-model tensors: {text model name (model.…,
+    lm_head.…): stored name}; vision tensors left out. Names outside both kinds stay as they
+    are (and are refused later as unexpected)."""
+    out = {}
+    for name in names:
+        if name.startswith(VISION_PREFIXES):
+            continue
+        prefix = next((p for p in TEXT_PREFIXES if name.startswith(p)), None)
+        out[name if prefix is None else TEXT_PREFIXES[prefix] + name[len(prefix):]] = name
+    return out
 
 
 def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str = "config.json",
@@ -441,13 +471,18 @@ def load_hf_checkpoint(path: str, mesh, rules, *, param_dtype: str = "float32", 
     """(ModelConfig, graphdef, params) for a Hugging Face model folder, params (param_dtype)
     placed on the mesh as they are read. overrides may set RUNTIME_FIELDS (dtype: the compute
     dtype, default param_dtype; remat; scan_layers; max_len), which end up in the graphdef's config."""
-    cfg = model_config_from_hf(read_hf_config(path), param_dtype=param_dtype,
+    hf = read_hf_config(path)
+    cfg = model_config_from_hf(hf, param_dtype=param_dtype,
                                source=os.path.join(path, "config.json"), **overrides)
     graphdef, abstract = model_lib.abstract(cfg)
     shardings = dict(nnx.to_flat_state(sharding.state_shardings(abstract, mesh, rules)))
     variables = dict(nnx.to_flat_state(abstract))
     names = tensor_names(cfg)
     files = _weight_files(path)
+    stored = {n: n for n in files}  # our (text model) name -> the name in the file
+    if isinstance(hf.get("text_config"), dict):  # multimodal: its text part
+        stored = text_tensor_names(files)
+        files = {n: files[s] for n, s in stored.items()}
     for name, file in files.items():
         if name not in names and not (name == "lm_head.weight" and cfg.tie_embeddings
                                       or name.endswith(_IGNORED_SUFFIXES)):
@@ -471,17 +506,18 @@ def load_hf_checkpoint(path: str, mesh, rules, *, param_dtype: str = "float32", 
             x = np.empty(shape, jnp.dtype(cfg.param_dtype))
             for name in key_names:
                 file, (_, kind, layer) = files[name], names[name]
-                if name not in present[file]:
-                    raise CheckpointError(f"{file}: no tensor {name!r}, which {INDEX_FILE} "
+                src = stored[name]
+                if src not in present[file]:
+                    raise CheckpointError(f"{file}: no tensor {src!r}, which {INDEX_FILE} "
                                           "places in this file")
                 want = shape if layer is None else shape[1:]
-                got = tuple(readers[file].get_slice(name).get_shape())
+                got = tuple(readers[file].get_slice(src).get_shape())
                 if got != _hf_shape(kind, want):
                     raise CheckpointError(
-                        f"{file}: tensor {name!r} has shape {list(got)}, expected "
+                        f"{file}: tensor {src!r} has shape {list(got)}, expected "
                         f"{list(_hf_shape(kind, want))} from config.json")
                 x[... if layer is None else layer] = _to_ours(
-                    kind, readers[file].get_tensor(name), want)
+                    kind, readers[file].get_tensor(src), want)
             loaded[key] = jax.make_array_from_callback(shape, shardings[key],
                                                        lambda idx, x=x: x[idx])
     params = nnx.from_flat_state([(k, v.replace(loaded[k])) for k, v in variables.items()])

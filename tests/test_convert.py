@@ -412,3 +412,52 @@ def test_missing_and_unexpected_tensors(saved, mesh, tmp_path):
         convert.load_hf_checkpoint(str(path), mesh, RULES)
     with pytest.raises(FileNotFoundError, match="no config.json"):
         convert.load_hf_checkpoint(str(tmp_path), mesh, RULES)
+
+
+def test_a_multimodal_gemma3_checkpoint_loads_its_language_model(mesh, tmp_path):
+    """A Gemma3ForConditionalGeneration folder (the Hub's gemma-3-4b and up): the language
+    model's tensors under their multimodal names, the vision tower's left out, logits as
+    transformers' multimodal model gives on text; its config.json's text_config as sparse as
+    the Hub's (only what differs from Gemma3TextConfig's defaults: our defaults are those)."""
+    _, _, extra = FAMILIES["gemma3_text"]
+    # transformers' multimodal head does not soft-cap (no released Gemma 3 does)
+    text = {**COMMON, **extra, "final_logit_softcapping": None}
+    config = transformers.Gemma3Config(
+        text_config=text, mm_tokens_per_image=4, vision_config=dict(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            image_size=28, patch_size=14))
+    torch.manual_seed(0)
+    hf = transformers.Gemma3ForConditionalGeneration(config).eval()
+    hf.config._attn_implementation = "eager"
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            p.copy_(1.0 + 0.1 * torch.randn_like(p) if "norm" in name
+                    else 0.3 * torch.randn_like(p))
+    hf.save_pretrained(str(tmp_path))
+    with safe_open(str(tmp_path / "model.safetensors"), "np") as f:
+        stored = list(f.keys())
+    assert any(n.startswith("vision_tower.") for n in stored)
+    hub_defaults = transformers.Gemma3TextConfig().to_dict()
+    for key, value in convert.GEMMA3_TEXT_DEFAULTS.items():
+        if key in hub_defaults:
+            assert hub_defaults[key] == value, key
+    assert hub_defaults["rope_parameters"]["full_attention"]["rope_theta"] == \
+        convert.GEMMA3_TEXT_DEFAULTS["rope_theta"]
+    assert hub_defaults["rope_parameters"]["sliding_attention"]["rope_theta"] == \
+        convert.GEMMA3_TEXT_DEFAULTS["rope_local_base_freq"]
+    cfg_full, graphdef, params = convert.load_hf_checkpoint(str(tmp_path), mesh, RULES)
+    toks, mask = _batch()
+    diff, scale = logit_diff_vs_hf(graphdef, params, hf, toks, mask)
+    assert diff < 1e-4, (diff, scale)
+    with open(tmp_path / "config.json") as f:
+        full = json.load(f)
+    full["text_config"] = {k: v for k, v in full["text_config"].items()
+                           if k in ("model_type", "rope_parameters", "layer_types")
+                           or hub_defaults.get(k) != v}
+    assert "num_attention_heads" in full["text_config"]  # the tiny model's own
+    full["text_config"].pop("vocab_size")  # as if it were the default: it comes back as that
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(full, f)
+    sparse = convert.model_config_from_hf(full)
+    assert sparse.vocab_size == 262_208
+    assert dataclasses.replace(sparse, vocab_size=V) == cfg_full
