@@ -6,15 +6,17 @@ are non-finite or larger than the params. A learning rate 10-100x too high moves
 smoke config at lr 1e-2 the training-prompt accuracy falls 0.066 -> 0.02 -> 0 and the reward
 stays near 0 (0.70 at its lr 1e-3). What marks it is the outcome.
 
-`Watch` counts samples and positives of two measures, each compared only with its own earlier
-values: the rollouts' reward (every training step; step 1's rollouts are the run's own, at its
-batch size) and, when evaluated, the accuracy on the training prompts (`train_eval/avg@k`;
+`Watch` counts two measures, each compared only with its own earlier values: the rollouts'
+prompts and those with a right sample (every training step; step 1's rollouts are the run's
+own, at its batch size: prompts, not samples, because a step's prompts are new ones and a
+prompt's samples succeed or fail together, so 6 right samples of 32 may be 3 prompts of 8) and,
+when evaluated, the accuracy on the training prompts (`train_eval/avg@k` samples;
 eval.train_prompts; step 0 included: the same prompts, k and temperature each time). The
 window is the last `optim.collapse_steps` steps; a measure *fell* (`fell`) when its rate in
-the window is under NEAR_ZERO of its rate before the window and a count that low has
-probability under ALPHA at the earlier rate (a binomial tail over the window's samples, so a
-step of 2 samples weighs as 2 samples, and one lucky positive does not clear a window of
-hundreds). A collapse (`collapsed`): a measure fell and none held (a rate in the window above
+the window is under NEAR_ZERO of its rate before the window and Fisher's exact test finds a
+count that low improbable (chance under ALPHA) were the rate unchanged: both rates are
+estimates, so a lucky first step (the earlier rate from 8 prompts) is no evidence, a step of 2
+samples weighs as 2, and one lucky positive does not clear a window of hundreds. A collapse (`collapsed`): a measure fell and none held (a rate in the window above
 NEAR_ZERO of its earlier one). Then a warning once (log and the record's `collapsed` = 1,
 which stays 1 while collapsed), and with `optim.stop_on_collapse` (the default) the run stops
 with `Collapsed` (exit 1), at that step and, resumed, at every step while it stays collapsed.
@@ -22,30 +24,35 @@ Held-out accuracy is not a measure here: on a transfer task it may be 0 all alon
 """
 import math
 
-ALPHA = 1e-6  # a false stop's chance per judged window, at the earlier rate
+ALPHA = 1e-4  # a false stop's chance per judged window, were the rate unchanged
 NEAR_ZERO = 0.25  # the window's rate must also be under this share of the earlier rate
 LARGE_UPDATE = 0.01  # an update ratio (update norm / param norm) this large blames the lr
-MEASURES = {"reward": "reward", "accuracy": "training-prompt accuracy"}
+# measure -> (its name in the message, what it counts)
+MEASURES = {"reward": ("rollouts", "prompts with a right sample"),
+            "accuracy": ("training-prompt accuracy", "samples")}
+UNIT = "prompts"  # what a checkpointed watch counted the rollouts in (older ones: samples)
 
 
 class Collapsed(RuntimeError):
     """The policy collapsed and optim.stop_on_collapse is set."""
 
 
-def tail(k: int, n: int, p: float) -> float:
-    """P[Binomial(n, p) <= k]."""
+def fisher_less(before: tuple, window: tuple) -> float:
+    """Fisher's exact test, one-sided: P[the window holds k or fewer of the k0 + k positives]
+    for (n0, k0) before and (n, k) in it, were both drawn at one rate (hypergeometric)."""
     from scipy import stats
-    return float(stats.binom.cdf(k, n, p))
+    (n0, k0), (n, k) = before, window
+    return float(stats.hypergeom.cdf(k, n0 + n, k0 + k, n))
 
 
 def fell(before: tuple, window: tuple) -> float | None:
-    """For (samples, positives) before and in the window: the chance of the window's count or
-    fewer at the earlier rate, when the window's rate is under NEAR_ZERO of it; None when it is
-    not (or either has no samples, or nothing was solved before)."""
+    """For (count, positives) before and in the window: the chance of the window's count or
+    fewer were the rate unchanged (`fisher_less`), when the window's rate is under NEAR_ZERO of
+    the earlier one; None when it is not (or either is empty, or nothing was solved before)."""
     (n0, k0), (n, k) = before, window
     if not (n0 and k0 and n) or k / n >= NEAR_ZERO * k0 / n0:
         return None
-    return tail(k, n, k0 / n0)
+    return fisher_less(before, window)
 
 
 def collapsed(before: dict, window: dict) -> bool:
@@ -70,15 +77,18 @@ class Watch:
         self.warned = False
 
     def state(self) -> dict:
-        return {"before": self.before, "window": self.window, "warned": self.warned}
+        return {"before": self.before, "window": self.window, "warned": self.warned,
+                "unit": UNIT}
 
     def restore(self, state: dict | None) -> None:
-        if state and "window" in state:  # else a checkpoint from before this rule: start over
+        # else a checkpoint from before this rule (or rollouts counted in samples): start over
+        if state and "window" in state and state.get("unit") == UNIT:
             self.before, self.window = state["before"], state["window"]
             self.warned = state["warned"]
 
     def update(self, step: int, metrics: dict, reward: tuple | None = None) -> bool:
-        """`reward`: the step's rollouts (samples, positives), None at step 0. Sets
+        """`reward`: the step's rollouts (prompts, prompts with a right sample), None at step
+        0. Sets
         metrics["collapsed"] (1.0 while collapsed); True at the step a collapse is first seen
         (the one warning)."""
         if not self.steps:
@@ -113,8 +123,10 @@ class Watch:
         for m, (n, k) in counts.items():
             n0, k0 = self.before[m]
             if (p := fell((n0, k0), (n, k))) is not None:
-                parts.append(f"{MEASURES[m]} {k}/{n} samples ({k / n:.3g}) against {k0}/{n0} "
-                             f"({k0 / n0:.3g}) before, a chance of {p:.1g} at that rate")
+                name, unit = MEASURES[m]
+                parts.append(f"{name} {k}/{n} {unit} ({k / n:.3g}) against {k0}/{n0} "
+                             f"({k0 / n0:.3g}) before, a chance of {p:.1g} had the rate not "
+                             f"changed")
         keep = (f"to keep training this run, resume it with "
                 f"--config.optim.stop_on_collapse=False (a warning only) or judge a longer "
                 f"window with --config.optim.collapse_steps (now {self.steps})"

@@ -275,9 +275,10 @@ FIELDS = {
                                 "—"),
     "optim.collapse_steps": ("the collapse window, in steps: a collapse is a rate in the "
                              "last this many steps under a quarter of the run's earlier rate "
-                             "and improbably low at it (chance < 1e-6 over the window's "
-                             "samples), for the rollouts' reward and, where evaluated, the "
-                             "training-prompt accuracy; warned once, `collapsed` in the "
+                             "and improbably low were it unchanged (Fisher's exact test, "
+                             "chance < 1e-4), for the rollouts' prompts with a right sample "
+                             "and, where evaluated, the training-prompt accuracy's samples; "
+                             "warned once, `collapsed` in the "
                              "metrics (0 = never watch; raise it for small batches)", "—"),
     "optim.stop_on_collapse": ("stop a collapsed run (exit 1) instead of only warning; "
                                "resumed, it stops again while collapsed", "—"),

@@ -405,7 +405,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             if eval_due(c, done, last, met["cost_samples"], met["cost_samples"]
                         - met["samples_launched"] - met["samples_trained"]):
                 met.update(run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, done)))
-            if watch.update(done, met, (int(pool_n_B.sum()), int(pool_pos_B.sum()))):
+            solved = (int((pool_n_B > 0).sum()), int((pool_pos_B > 0).sum()))  # prompts
+            if watch.update(done, met, solved):
                 log.warning("%s", watch.message(done, c.optim))
             writer.write(done, met, {"pass_rate": pass_rate_B, "samples_per_prompt": pool_n_B,
                                      "kept_per_prompt": np.asarray(batch.mask_BG).sum(1),
