@@ -16,7 +16,8 @@ window is the last `optim.collapse_steps` steps; a measure *fell* (`fell`) when 
 the window is under NEAR_ZERO of its rate before the window and Fisher's exact test finds a
 count that low improbable (chance under ALPHA) were the rate unchanged: both rates are
 estimates, so a lucky first step (the earlier rate from 8 prompts) is no evidence, a step of 2
-samples weighs as 2, and one lucky positive does not clear a window of hundreds. A collapse (`collapsed`): a measure fell and none held (a rate in the window above
+samples weighs as 2, and one lucky positive does not clear a window of hundreds. A collapse
+(`collapsed`): a measure fell and none held (a rate in the window above
 NEAR_ZERO of its earlier one). Then a warning once (log and the record's `collapsed` = 1,
 which stays 1 while collapsed), and with `optim.stop_on_collapse` (the default) the run stops
 with `Collapsed` (exit 1), at that step and, resumed, at every step while it stays collapsed.
