@@ -1,5 +1,5 @@
 """A training run's policy as a Hugging Face folder: its checkpoint's params read alone
-(`restore_params`) and written by `convert.export_hf` with what `transformers` needs to generate
+(`restore_params`) and written by `hf_export.export_hf` with what `transformers` needs to generate
 from it unaided (`export_run`: tokenizer files, stop and pad ids, the checkpoint's context)."""
 import dataclasses
 import json
@@ -11,7 +11,7 @@ import jax
 import ml_collections
 from flax import nnx
 
-from ada_jax import checkpoint, convert, run_config, sharding
+from ada_jax import checkpoint, convert, hf_export, run_config, sharding
 from ada_jax import model as model_lib
 from ada_jax import tokenizer as tok_lib
 
@@ -74,7 +74,7 @@ def export_run(workdir: str, out_dir: str, *, step: int | None = None, dtype: st
         cfg = dataclasses.replace(cfg, max_len=convert.hf_field(
             convert.read_hf_config(source), "max_position_embeddings", source,
             default=cfg.max_len))
-    files = convert.export_hf(params, cfg, out_dir, source=source, dtype=dtype,
+    files = hf_export.export_hf(params, cfg, out_dir, source=source, dtype=dtype,
                       max_shard_bytes=max_shard_bytes)
     tok = tok_lib.load_tokenizer(config)
     if not isinstance(tok, tok_lib.HFTokenizer):

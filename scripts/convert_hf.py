@@ -13,7 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from ada_jax import convert, export, model as model_lib, sharding  # noqa: E402
+from ada_jax import convert, export, hf_export, model as model_lib, sharding  # noqa: E402
 from configs import base  # noqa: E402
 
 
@@ -50,7 +50,7 @@ def main():
           f"no configs/base.py MODELS entry matches; run it with the sizes read from the "
           f"folder: --config=configs/base.py:model=hf --config.model.init_from={a.hf_dir}")
     if a.out:
-        files = convert.export_hf(params, cfg, a.out, source=a.hf_dir, dtype=a.dtype or "bfloat16",
+        files = hf_export.export_hf(params, cfg, a.out, source=a.hf_dir, dtype=a.dtype or "bfloat16",
                                   max_shard_bytes=shard)
         print(f"exported {len(files)} safetensors files to {a.out}")
 

@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from ada_jax import convert, sharding
+from ada_jax import convert, hf_export, sharding
 from ada_jax import model as model_lib
 from ada_jax.sampling import SamplingConfig, left_pad, sample
 from configs import base
@@ -155,7 +155,7 @@ def test_export_round_trip(saved, mesh, tmp_path):
     family, hf, path = saved
     # A short runtime max_len must not become the export's max_position_embeddings.
     cfg, _, params = convert.load_hf_checkpoint(path, mesh, RULES, max_len=64)
-    files = convert.export_hf(params, cfg, str(tmp_path), source=path, max_shard_bytes=30_000)
+    files = hf_export.export_hf(params, cfg, str(tmp_path), source=path, max_shard_bytes=30_000)
     shards = [f for f in os.listdir(path) if f.endswith(".safetensors")]  # HF's, at 30 KB
     assert len(files) == len(shards) > 1 and os.path.exists(tmp_path / convert.INDEX_FILE)
     want, got = _tensors(path), _tensors(str(tmp_path))
@@ -188,12 +188,12 @@ def test_export_round_trip(saved, mesh, tmp_path):
 def test_export_without_source_uses_cfg(saved, mesh, tmp_path):
     _, _, path = saved
     cfg, _, params = convert.load_hf_checkpoint(path, mesh, RULES, max_len=64)
-    convert.export_hf(params, cfg, str(tmp_path))
+    hf_export.export_hf(params, cfg, str(tmp_path))
     exported = convert.read_hf_config(str(tmp_path))
     assert exported["max_position_embeddings"] == 64 and "eos_token_id" not in exported
     assert not os.path.exists(tmp_path / "generation_config.json")
     with pytest.raises(ValueError, match="is another model.*n_layers"):
-        convert.export_hf(params, dataclasses.replace(cfg, n_layers=1), str(tmp_path),
+        hf_export.export_hf(params, dataclasses.replace(cfg, n_layers=1), str(tmp_path),
                           source=path)
 
 
@@ -202,7 +202,7 @@ def test_bfloat16_checkpoint_round_trips_bit_exactly(mesh, tmp_path):
     _hf_model("qwen2", torch.bfloat16).save_pretrained(src, max_shard_size=SHARD)
     cfg, _, params = convert.load_hf_checkpoint(str(src), mesh, RULES, param_dtype="bfloat16")
     assert params["embed"][...].dtype == np.dtype("bfloat16") and cfg.dtype == "bfloat16"
-    convert.export_hf(params, cfg, str(out), max_shard_bytes=15_000)
+    hf_export.export_hf(params, cfg, str(out), max_shard_bytes=15_000)
     want, got = _tensors(str(src)), _tensors(str(out))
     assert sorted(got) == sorted(want)
     for name in want:
@@ -292,7 +292,7 @@ def test_other_families_hub_configs(name):
     hf, want = HUB_OTHERS[name]
     got = convert.model_config_from_hf(hf)
     assert got == model_lib.ModelConfig(**want)
-    exported = convert.hf_config_from_model_config(got)  # and back, as the same family
+    exported = hf_export.hf_config_from_model_config(got)  # and back, as the same family
     assert exported["model_type"] == hf["model_type"]
     assert convert.model_config_from_hf(exported) == got
 
@@ -303,20 +303,20 @@ def test_export_refuses_a_config_of_another_family():
     qwen3, _ = HUB_OTHERS["qwen3_0_6b"]
     cfg = convert.model_config_from_hf(qwen3)
     with pytest.raises(ValueError, match="not llama: llama has no qk_norm"):
-        convert.hf_config_from_model_config(cfg, "llama")
+        hf_export.hf_config_from_model_config(cfg, "llama")
     with pytest.raises(ValueError, match="not qwen2: qwen2 has qkv_bias, which this config "
                                          "lacks; qwen2 has no qk_norm"):
-        convert.hf_config_from_model_config(cfg, "qwen2")
+        hf_export.hf_config_from_model_config(cfg, "qwen2")
     with pytest.raises(ValueError, match="not qwen3: qwen3 has no embed_scale"):
-        convert.hf_config_from_model_config(dataclasses.replace(cfg, embed_scale=True))
+        hf_export.hf_config_from_model_config(dataclasses.replace(cfg, embed_scale=True))
     with pytest.raises(ValueError, match="not mistral: .*sliding_window_pattern"):
-        convert.hf_config_from_model_config(dataclasses.replace(
+        hf_export.hf_config_from_model_config(dataclasses.replace(
             cfg, qk_norm=False, sliding_window=8, sliding_window_pattern=2), "mistral")
     with pytest.raises(ValueError, match="not llama: llama has no sliding_window"):
-        convert.hf_config_from_model_config(dataclasses.replace(
+        hf_export.hf_config_from_model_config(dataclasses.replace(
             cfg, qk_norm=False, sliding_window=8), "llama")
     with pytest.raises(ValueError, match="mistral's window layers use the global RoPE base"):
-        convert.hf_config_from_model_config(dataclasses.replace(
+        hf_export.hf_config_from_model_config(dataclasses.replace(
             cfg, qk_norm=False, sliding_window=8, rope_local_base=10.0))
 
 

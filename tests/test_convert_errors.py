@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
-from ada_jax import convert, sharding
+from ada_jax import convert, hf_export, sharding
 from ada_jax.sampling import left_pad
 from configs import base
 from tests.helpers import logit_diff_vs_hf
@@ -104,9 +104,9 @@ def test_other_file_names_are_refused(single, mesh):
 
 def test_reexport_removes_stale_files(saved, mesh, tmp_path):
     cfg, _, params = _load(saved / "sharded", mesh)
-    convert.export_hf(params, cfg, str(tmp_path), max_shard_bytes=20_000)
+    hf_export.export_hf(params, cfg, str(tmp_path), max_shard_bytes=20_000)
     assert os.path.exists(tmp_path / convert.INDEX_FILE)
-    convert.export_hf(params, cfg, str(tmp_path))  # one file now: the old shards must go
+    hf_export.export_hf(params, cfg, str(tmp_path))  # one file now: the old shards must go
     assert sorted(f for f in os.listdir(tmp_path) if "safetensors" in f) == ["model.safetensors"]
     _load(tmp_path, mesh)
 
@@ -178,7 +178,7 @@ def test_unknown_dtype_is_refused(saved, mesh, tmp_path):
     cfg, _, params = _load(path, mesh, param_dtype="bfloat16", dtype="float32")
     assert (cfg.param_dtype, cfg.dtype) == ("bfloat16", "float32")
     with pytest.raises(ValueError, match="dtype='int8'"):
-        convert.export_hf(params, cfg, str(tmp_path), dtype="int8")
+        hf_export.export_hf(params, cfg, str(tmp_path), dtype="int8")
 
 
 # ---- attention variants --------------------------------------------------------------------
@@ -188,7 +188,7 @@ def test_llama_attention_bias_is_refused(saved, mesh, tmp_path):
     export as qwen2 only, and such llama checkpoints are refused on import."""
     cfg, _, params = _load(saved / "single", mesh)
     with pytest.raises(ValueError, match="attention_bias"):
-        convert.export_hf(params, cfg, str(tmp_path), model_type="llama")
+        hf_export.export_hf(params, cfg, str(tmp_path), model_type="llama")
     with pytest.raises(convert.CheckpointError, match="attention_bias"):
         convert.model_config_from_hf(dict(CONFIG, model_type="llama", attention_bias=True))
 

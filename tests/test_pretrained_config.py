@@ -7,7 +7,7 @@ from absl import flags
 from flax import nnx
 from ml_collections import config_flags
 
-from ada_jax import base_policy, convert, sampling, sharding
+from ada_jax import base_policy, hf_export, sampling, sharding
 from ada_jax import model as model_lib
 from ada_jax import tokenizer as tok_lib
 from ada_jax.config_check import validate
@@ -103,7 +103,7 @@ def _tiny_checkpoint(tmp_path, **changes):
     c = base.get_config("model=tiny,task=embedded")
     cfg = model_lib.ModelConfig.from_config(c.model)
     _, params = nnx.split(model_lib.Transformer(cfg, nnx.Rngs(0)))
-    convert.export_hf(params, cfg, str(tmp_path / "hf"), model_type="llama")
+    hf_export.export_hf(params, cfg, str(tmp_path / "hf"), model_type="llama")
     c.model.init_from = str(tmp_path / "hf")
     c.model.update(changes)
     return c

@@ -57,7 +57,7 @@ def main():
     os.environ["ADA_JAX_CACHE"] = os.path.join(tmp, "cache")
     from flax import nnx
 
-    from ada_jax import convert, sharding
+    from ada_jax import hf_export, sharding
     from ada_jax import model as model_lib
     from ada_jax.tokenizer import load_tokenizer
     from configs import base
@@ -78,7 +78,7 @@ def main():
     c = config()
     mesh, tokenizer = sharding.make_mesh(c.mesh), load_tokenizer(c)
     cfg = model_lib.ModelConfig.from_config(c.model)
-    convert.export_hf(nnx.split(model_lib.Transformer(cfg, nnx.Rngs(0)))[1], cfg,
+    hf_export.export_hf(nnx.split(model_lib.Transformer(cfg, nnx.Rngs(0)))[1], cfg,
                       os.path.join(tmp, "hf"), model_type="llama")
     cases = [("pretrained", config(**{"model.init_from": os.path.join(tmp, "hf")})),
              ("random init", config(**{"sft.steps": 0})),

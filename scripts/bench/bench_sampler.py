@@ -134,8 +134,8 @@ def to_hf_state_dict(cfg, params):
     """ada_jax params -> HF Llama/Qwen2 state dict (numpy float32, torch layouts)."""
     import numpy as np
 
-    from ada_jax import convert
-    return {k: v.astype(np.float32) for k, v in convert.hf_state_dict(params, cfg).items()}
+    from ada_jax import hf_export
+    return {k: v.astype(np.float32) for k, v in hf_export.hf_state_dict(params, cfg).items()}
 
 
 # ----------------------------------------------------------------------------- HF worker
