@@ -13,7 +13,9 @@ its sentencepiece-style vocabulary (tokenizer.ggml.model "llama"). llama.cpp sto
 and k projections with the rows of each head permuted for its RoPE (HF's rotate-half pairs
 (i, i + E/2) become adjacent rows): `unpermute` undoes it, as transformers' own GGUF loader does
 (Qwen's and Gemma's are stored as they are); it stores Gemma's norm weights w as 1 + w: the
-converter subtracts the 1 again (transformers does too).
+converter subtracts the 1 again (transformers does too). Biases: q/k/v biases alone, in a qwen2
+file or a llama one (its q/k biases permuted as their rows are), make a Qwen2 folder (Llama with
+q/k/v biases); a llama or qwen2 file without them a Llama one; any other bias is refused.
 Another architecture is refused from the file's header, before its tensors are read.
 """
 import json
@@ -39,6 +41,7 @@ QWEN3_LAYER_TENSORS = {**LAYER_TENSORS, "attn_q_norm": "self_attn.q_norm",
 ARCHITECTURES = {"llama": LAYER_TENSORS, "qwen2": LAYER_TENSORS, "qwen3": QWEN3_LAYER_TENSORS,
                  "gemma3": GEMMA3_LAYER_TENSORS}
 PERMUTED = ("llama",)  # architectures whose q/k rows llama.cpp permutes for its RoPE
+QKV = ("attn_q", "attn_k", "attn_v")  # the only tensors with a bias (Qwen2's family)
 GEMMA3_PATTERN = 6  # every 6th layer global, the others local (llama.cpp's and transformers')
 GLOBAL_TENSORS = {"token_embd.weight": "model.embed_tokens.weight",
                   "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
@@ -126,13 +129,29 @@ def permute(w: np.ndarray, n_heads: int) -> np.ndarray:
     return w.reshape(n_heads, 2, -1, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def hf_config(meta: dict, tied: bool) -> dict:
+def family(arch: str, tensor_names) -> str:
+    """The HF family a file's tensors make: its architecture, except that llama and qwen2 are
+    told apart by their biases (q/k/v biases alone: qwen2; none: llama). GGUFError for a bias
+    anywhere else, or on a qwen3 or gemma3 file."""
+    biased = sorted({n.split(".")[2] for n in tensor_names
+                     if n.startswith("blk.") and n.endswith(".bias")})
+    if arch in ("llama", "qwen2") and set(biased) in (set(), set(QKV)):
+        return "qwen2" if biased else "llama"
+    if biased:
+        raise GGUFError(f"a {arch} file with biases on {', '.join(biased)}: supported are "
+                        f"biases on {', '.join(QKV)} together, in a llama or qwen2 file")
+    return arch
+
+
+def hf_config(meta: dict, tied: bool, tensor_names=()) -> dict:
     """config.json (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM)
-    from a GGUF's metadata."""
+    from a GGUF's metadata; the family from the architecture and its tensors' biases
+    (`family`)."""
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise GGUFError(f"architecture {arch!r} is not supported; supported: "
                         f"{', '.join(ARCHITECTURES)}")
+    kind = family(arch, tensor_names)
 
     def get(key, default=None):
         value = meta.get(f"{arch}.{key}", default)
@@ -162,11 +181,11 @@ def hf_config(meta: dict, tied: bool) -> dict:
         max_position_embeddings=int(get("context_length")), tie_word_embeddings=tied,
         attention_bias=False, mlp_bias=False, torch_dtype="float32",
         bos_token_id=ids["bos"], eos_token_id=ids["eos"], pad_token_id=ids["padding"])
-    if arch in ("qwen2", "qwen3"):
-        config.update(architectures=[f"{arch.capitalize()}ForCausalLM"], model_type=arch,
+    if kind in ("qwen2", "qwen3"):
+        config.update(architectures=[f"{kind.capitalize()}ForCausalLM"], model_type=kind,
                       use_sliding_window=False, sliding_window=None)
         del config["mlp_bias"]
-        if arch == "qwen2":  # biases by family (transformers' Qwen2 has no attention_bias)
+        if kind == "qwen2":  # biases by family (transformers' Qwen2 has no attention_bias)
             del config["attention_bias"]
     if arch == "gemma3":
         del config["mlp_bias"], config["hidden_act"]
@@ -180,11 +199,11 @@ def hf_config(meta: dict, tied: bool) -> dict:
     return config
 
 
-def hf_tensors(reader, config: dict) -> dict[str, np.ndarray]:
-    """HF name -> float32 array in HF layout ([out, in] for projections), dequantized."""
+def hf_tensors(reader, config: dict, arch: str) -> dict[str, np.ndarray]:
+    """HF name -> float32 array in HF layout ([out, in] for projections), dequantized; `arch`
+    is the file's architecture (what llama.cpp stored: permuted or not)."""
     from gguf import quants
     heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
-    arch = "gemma3" if config["model_type"] == "gemma3_text" else config["model_type"]
     gemma, permuted = arch == "gemma3", arch in PERMUTED
     layer_tensors = ARCHITECTURES[arch]
     out = {}
@@ -204,9 +223,9 @@ def hf_tensors(reader, config: dict) -> dict[str, np.ndarray]:
                             f"({e})") from e
         if gemma and t.name.endswith("norm.weight"):
             w = w - np.float32(1)  # llama.cpp stores Gemma's 1 + w
-        elif permuted and t.name.endswith(".attn_q.weight"):
+        elif permuted and t.name.endswith((".attn_q.weight", ".attn_q.bias")):
             w = unpermute(w, heads)
-        elif permuted and t.name.endswith(".attn_k.weight"):
+        elif permuted and t.name.endswith((".attn_k.weight", ".attn_k.bias")):
             w = unpermute(w, kv)
         out[name] = np.ascontiguousarray(w)
     return out
@@ -303,8 +322,8 @@ def gguf_to_hf(file: str, out_dir: str) -> dict:
     reader = gguf.GGUFReader(file)
     meta = _fields(reader)
     names = {t.name for t in reader.tensors}
-    config = hf_config(meta, tied="output.weight" not in names)
-    tensors = hf_tensors(reader, config)
+    config = hf_config(meta, tied="output.weight" not in names, tensor_names=names)
+    tensors = hf_tensors(reader, config, meta["general.architecture"])
     tok = hf_tokenizer(meta)
     tokens = meta["tokenizer.ggml.tokens"]
     if tok.get_vocab_size() != len(tokens) or len(tokens) > config["vocab_size"]:

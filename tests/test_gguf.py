@@ -78,16 +78,19 @@ def _weights(vocab: int, seed: int = 0, arch: str = "llama") -> dict[str, np.nda
     return {k: v.astype(np.float32) for k, v in w.items()}
 
 
-def write_tiny_gguf(path: str, qtype: str = "Q8_0", arch: str = "llama") -> tuple[dict, object]:
+def write_tiny_gguf(path: str, qtype: str = "Q8_0", arch: str = "llama", weights: str = None,
+                    extra: dict = None) -> tuple[dict, object]:
     """A tiny llama (qwen2, qwen3) GGUF as llama.cpp's converter writes one: returns (the HF
     weights before quantization, the tokenizer). Matrices in `qtype` (embedding Q8_0), norms
-    and biases F32, llama's q/k rows permuted (gguf_import.permute), no output.weight (tied)."""
+    and biases F32, llama's q/k rows (and biases) permuted (gguf_import.permute), no
+    output.weight (tied). `weights`: the family of the weights (default `arch`'s); `extra`:
+    more HF tensors."""
     tok = _tokenizer()
     vocab = tok.get_vocab_size()
     tokens = [tok.id_to_token(i) for i in range(vocab)]
     merges = json.loads(tok.to_str())["model"]["merges"]
     merges = [m if isinstance(m, str) else " ".join(m) for m in merges]
-    hf = _weights(vocab, arch=arch)
+    hf = {**_weights(vocab, arch=weights or arch), **(extra or {})}
     names = {v: k for k, v in gguf_import.GLOBAL_TENSORS.items()}
     names.update({f"model.layers.{i}.{v}.{kind}": f"blk.{i}.{k}.{kind}" for i in range(L)
                   for k, v in gguf_import.ARCHITECTURES[arch].items()
@@ -354,3 +357,53 @@ def test_qwen_files_convert_unpermuted_and_run_as_transformers_runs_them(arch, t
     toks, mask = left_pad(ids, max(map(len, ids)), 2)
     diff, scale = logit_diff_vs_hf(graphdef, params, from_gguf, toks, mask)
     assert diff < 1e-4 * max(scale, 1.0), (diff, scale)
+
+
+def test_a_llama_file_with_qkv_biases_is_a_qwen2_folder(tmp_path):
+    """llama.cpp writes a Llama with q/k/v biases as a llama file, its q/k biases permuted as
+    their rows: the folder is Qwen2's family (Llama with q/k/v biases), every tensor in HF's
+    order (the biases exactly the ones written), and runs with transformers' logits."""
+    file, out = str(tmp_path / "tiny.gguf"), str(tmp_path / "hf")
+    hf, tok = write_tiny_gguf(file, "Q8_0", "llama", weights="qwen2")
+    got = gguf_import.gguf_to_hf(file, out)
+    assert got["config"]["model_type"] == "qwen2"
+    ours, q = _load(out), gguf.GGMLQuantizationType.Q8_0
+    assert sorted(ours) == sorted(hf)
+    for name, x in hf.items():
+        if x.ndim == 1:
+            np.testing.assert_array_equal(ours[name], x, err_msg=name)
+            continue
+        heads = H if "q_proj" in name else K if "k_proj" in name else None
+        stored = gguf_import.permute(x, heads) if heads else x
+        want = gguf.quants.dequantize(gguf.quants.quantize(stored, q), q)
+        np.testing.assert_array_equal(ours[name], gguf_import.unpermute(want, heads)
+                                      if heads else want, err_msg=name)
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from ada_jax.sampling import left_pad
+    from tests.helpers import logit_diff_vs_hf
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert type(theirs).__name__ == "Qwen2ForCausalLM"
+    mesh = sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
+    _, graphdef, params = convert.load_hf_checkpoint(
+        out, mesh, base.get_config("task=embedded").sharding_rules)
+    ids = [tok.encode(t, add_special_tokens=False).ids for t in TEXTS]
+    toks, mask = left_pad(ids, max(map(len, ids)), 2)
+    diff, scale = logit_diff_vs_hf(graphdef, params, theirs, toks, mask)
+    assert diff < 1e-4 * max(scale, 1.0), (diff, scale)
+
+
+@pytest.mark.parametrize("arch, weights, bias, what", [
+    ("llama", "qwen2", "self_attn.o_proj.bias", "attn_output"),
+    ("qwen2", "qwen2", "mlp.up_proj.bias", "ffn_up"),
+    ("qwen3", "qwen3", "self_attn.q_proj.bias", "attn_q")])
+def test_biases_the_model_lacks_are_refused_by_name(arch, weights, bias, what, tmp_path):
+    """An output, MLP or qwen3 bias has no place in the model: refused before anything is
+    written, naming the tensor kind."""
+    rows = {"o_proj": D, "up_proj": F, "q_proj": H * E}[bias.split(".")[1]]
+    file, out = str(tmp_path / "tiny.gguf"), str(tmp_path / "hf")
+    write_tiny_gguf(file, "Q8_0", arch, weights=weights, extra={
+        f"model.layers.{i}.{bias}": np.ones(rows, np.float32) for i in range(L)})
+    with pytest.raises(gguf_import.GGUFError, match=f"{arch} file with biases on .*{what}"):
+        gguf_import.gguf_to_hf(file, out)
+    assert not os.path.exists(out)
