@@ -109,7 +109,8 @@ FIELDS = {
     "sampling.eval_temperature": ("evaluation sampling temperature",
                                   "rollout.val_kwargs.temperature / —"),
     "sampling.prefill_chunk": ("prompt rows per prefill call (0 = all at once)", "—"),
-    "sampling.pad_multiple": ("the sampler (training steps and evaluations) prefills each "
+    "sampling.pad_multiple": ("the sampler (training steps, stream calls, evaluations) "
+                              "prefills each "
                               "batch's prompts at the longest one's length rounded up to a "
                               "multiple of this, not at max_prompt_len (few widths, few "
                               "compiles); 0 = max_prompt_len always", "—"),

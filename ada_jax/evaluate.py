@@ -73,21 +73,6 @@ def computing_in(graphdef, params, dtype: str):
     return _GRAPHDEFS[key]
 
 
-def trim_left_padding(toks, mask, multiple: int = 16, across_processes: bool = False):
-    """Left-padded prompts [B, P] cut to the longest one's length rounded up to `multiple`
-    (at most P; 0 keeps P): the prefill and every decode step's attention run over the prompts
-    there are, not over sampling.max_prompt_len (SmolLM2's 46-token prompts at 128: 2.7x the
-    prefill's work). Few widths, so few compiles. `across_processes`: the rows are this
-    process's share of one global batch, cut to the longest prompt of every process's rows."""
-    if multiple <= 0:
-        return toks, mask
-    longest = int(np.asarray(mask).sum(1).max(initial=0))
-    if across_processes:
-        longest = max(sharding.allgather_json(longest))
-    width = min(toks.shape[1], max(-(-longest // multiple) * multiple, multiple))
-    return toks[:, toks.shape[1] - width:], mask[:, mask.shape[1] - width:]
-
-
 def sample_completions(graphdef, params, tokenizer, problems, config, key, k: int,
                        batch_rows: int | None = None, temperature: float | None = None):
     """k completions per problem: (texts in problem-major order, int[len(problems), k] lengths
@@ -105,7 +90,7 @@ def sample_completions(graphdef, params, tokenizer, problems, config, key, k: in
     d = jax.device_count()
     batch_rows = min(batch_rows, max(-(-len(rows) // d) * d, d))
     toks, mask = encode_prompts(tokenizer, rows, config.task.template, s.max_prompt_len)
-    toks, mask = trim_left_padding(toks, mask, s.pad_multiple)
+    toks, mask = sampling.trim_left_padding(toks, mask, s.pad_multiple)
     texts, lengths = [""] * len(rows), np.zeros(len(rows), np.int32)
     for start in range(0, len(rows), batch_rows):
         t, m = toks[start:start + batch_rows], mask[start:start + batch_rows]

@@ -39,7 +39,8 @@ into a checkpoint's JSON meta; the engine state (counters, kept buffers, running
 tokens) and the resident prompts' tokens go into its arrays. A resumed run rebuilds the caches
 exactly as the uninterrupted one does at every call, so it continues bitwise equal.
 
-Shapes: Q resident prompt rows, S slots, P prompt length, N max new tokens. The engine state
+Shapes: Q resident prompt rows, S slots, P prompt length (the rows' columns; a call prefills
+the resident prompts' own width, `pad_multiple`), N max new tokens. The engine state
 is laid out over the mesh's batch axes by its leading (Q or S) dimension.
 """
 import dataclasses
@@ -52,7 +53,7 @@ import numpy as np
 
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ada_jax import adaptive, selection, sharding
+from ada_jax import adaptive, sampling, selection, sharding
 
 EMPTY = -1  # admit_call of a free row
 
@@ -193,7 +194,7 @@ class Stream:
 
     def __init__(self, cfg: adaptive.EngineConfig, gen_fn, *, prompts: int, ahead: int,
                  prompt_len: int, group: int, on_policy: bool = False, pace: float = 0.5,
-                 max_lag: int = 1, calls: int | None = None):
+                 max_lag: int = 1, calls: int | None = None, pad_multiple: int = 0):
         if cfg.mode != "refill" or cfg.pool_order != "launch":
             raise ValueError("streaming needs the refill schedule with launch-order pools "
                              f"(mode='refill', pool_order='launch'), got mode={cfg.mode!r}, "
@@ -205,6 +206,7 @@ class Stream:
                              f"update(s) after its samples were drawn")
         self.cfg, self.gen_fn, self.group, self.on_policy = cfg, gen_fn, group, on_policy
         self.pace, self.max_lag, self.total_calls = pace, max_lag, calls
+        self.pad_multiple = pad_multiple  # a call prefills its residents' width (`run`)
         self.B, self.Q, self.P = prompts, prompts + ahead, prompt_len
         self.due_first = cfg.slots >= 2 * (max_lag + 1) * prompts  # `launch_priority`
         Q = self.Q
@@ -374,7 +376,11 @@ class Stream:
         order = tuple(map(self.place, self.launch_priority(horizon, resident)))
         more_args = (jnp.int32(need), self.place(horizon), jnp.asarray(need_H),
                      self.place(resident), until)
-        prompt, mask = self.place(self.prompt_QP), self.place(self.mask_QP)
+        # The call prefills the resident prompts at the longest one's width rounded up to
+        # pad_multiple, not at P (the rows keep P columns; the bookkeeping is the same on
+        # every process, so is the width). The caches are rebuilt every call (module doc).
+        cut = self.P - sampling.prompt_width(self.mask_QP[resident], self.pad_multiple)
+        prompt, mask = self.place(self.prompt_QP[:, cut:]), self.place(self.mask_QP[:, cut:])
         cfg, gen_fn = self.cfg, self.gen_fn
         if score is None:
             self.st = self._run(params, prompt, mask, budget, order, more_args,

@@ -231,7 +231,7 @@ def test_evaluation_prefills_the_prompts_there_are_not_max_prompt_len():
     rng = np.random.default_rng(0)
     seqs = [rng.integers(3, 50, n).tolist() for n in (5, 17, 9, 1)]
     toks, mask = sampling.left_pad(seqs, 48)
-    cut_t, cut_m = evaluate.trim_left_padding(toks, mask)
+    cut_t, cut_m = sampling.trim_left_padding(toks, mask)
     assert cut_t.shape == (4, 32) and cut_m.sum() == mask.sum()  # 17 -> 32
     np.testing.assert_array_equal(cut_t, toks[:, 16:])
     cfg = sampling.SamplingConfig(max_new_tokens=6, eos_id=-1, pad_id=0, temperature=1.0)
@@ -241,7 +241,7 @@ def test_evaluation_prefills_the_prompts_there_are_not_max_prompt_len():
                           jax.numpy.asarray(cut_m), jax.random.key(3), cfg=cfg)
     np.testing.assert_array_equal(np.asarray(cut.tokens_BN), np.asarray(full.tokens_BN))
     np.testing.assert_allclose(np.asarray(cut.logp_BN), np.asarray(full.logp_BN), atol=1e-5)
-    narrow_t, _ = evaluate.trim_left_padding(toks[:, -12:], mask[:, -12:])
+    narrow_t, _ = sampling.trim_left_padding(toks[:, -12:], mask[:, -12:])
     assert narrow_t.shape == (4, 12)  # at most the width it came with
 
 

@@ -253,6 +253,38 @@ def test_trainer_stream_resumes_mid_stream_exactly(tmp_path, monkeypatch):
     assert max(r["off_policy_share"] for r in recs(ref)[1:]) > 0
 
 
+def test_stream_calls_prefill_their_prompts_at_their_own_width(tmp_path, monkeypatch):
+    """sampling.pad_multiple in stream mode: each call prefills the resident prompts cut to
+    the longest one (rounded up to 16), not max_prompt_len, and draws the same samples as at
+    the full width (padding is masked): the same rewards, lengths and token counts, losses to
+    float rounding; the rows (and the checkpoint) keep max_prompt_len columns."""
+    widths, real_run = set(), stream._run
+
+    def run(params, prompt_QP, *a, **kw):
+        widths.add(prompt_QP.shape[1])  # at trace time: once per width
+        return real_run(params, prompt_QP, *a, **kw)
+    monkeypatch.setattr(stream, "_run", run)
+    recs, seen = {}, {}
+    for multiple in (16, 0):
+        widths.clear()
+        kw = {"adaptive.mode": "stream", "rl.prompts_per_step": 4, "rl.steps": 3,
+              "sampling.max_prompt_len": 96, "model.max_len": 256, "checkpoint.every": 3,
+              "sampling.pad_multiple": multiple}
+        wd = str(tmp_path / str(multiple))
+        train.train_and_evaluate(_config("ada_balance", **kw), wd)
+        with open(os.path.join(wd, "metrics.jsonl")) as f:
+            recs[multiple] = [json.loads(line) for line in f]
+        seen[multiple] = sorted(widths)
+        _, arrays, _ = _restore(wd)
+        assert np.asarray(arrays["stream"]["prompt"]).shape[1] == 96
+    assert seen[0] == [96] and seen[16] and max(seen[16]) <= 48, seen
+    for a, b in zip(recs[16], recs[0], strict=True):
+        for k in ("reward_mean", "samples_total", "samples_launched", "generated_tokens",
+                  "response_length", "trained_tokens"):
+            assert a[k] == b[k], (k, a[k], b[k])
+        np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.parametrize("dtype,tol", [("float32", 2e-5), ("bfloat16", 0.1)])
 def test_resumed_slot_caches_equal_decoded_ones(dtype, tol):
     """`ModelGenerator.resume` (one prefill of prompt + drawn tokens, in chunks) rebuilds what

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ada_jax import adaptive, evaluate, selection, sharding
+from ada_jax import adaptive, evaluate, sampling, selection, sharding
 from ada_jax.rewards import synthetic
 from ada_jax.rewards.embedded import encode_answers, token_scorer
 from ada_jax.tasks import task_of
@@ -145,7 +145,7 @@ def run_engine(ctx, params, problems, key, budgets=None, hint_texts=None) -> Col
                                          c.sampling.max_prompt_len, hint_texts)
     # The engine prefills the step's prompts at their own width (sampling.pad_multiple); the
     # learner's rows keep max_prompt_len columns (it trims them itself: rl.pad_multiple).
-    run_toks, run_mask = evaluate.trim_left_padding(toks, mask, c.sampling.pad_multiple,
+    run_toks, run_mask = sampling.trim_left_padding(toks, mask, c.sampling.pad_multiple,
                                                     across_processes=True)
     if budgets is None:
         budgets = default_budgets(ctx, len(problems))

@@ -68,8 +68,8 @@ def make_stream(ctx, params):
     return stream_lib.Stream(ctx.engine, ctx.generator, prompts=c.rl.prompts_per_step,
                              ahead=prompts_ahead(c), prompt_len=c.sampling.max_prompt_len,
                              group=ctx.group, on_policy=c.adaptive.stream.on_policy,
-                             max_lag=c.adaptive.stream.max_lag,
-                             calls=c.rl.steps).init(
+                             max_lag=c.adaptive.stream.max_lag, calls=c.rl.steps,
+                             pad_multiple=c.sampling.pad_multiple).init(
                                  params, ctx.mesh, c.sharding_rules)
 
 
