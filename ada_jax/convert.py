@@ -1,5 +1,5 @@
-"""Hugging Face checkpoints -> the NNX Transformer, for the Qwen2/Qwen2.5/Qwen3, Llama-3, Mistral
-and Gemma 3 (text) families; `hf_export` writes them back.
+"""Hugging Face checkpoints -> the NNX Transformer, for the Qwen2/Qwen2.5/Qwen3, Llama-3, Mistral,
+Gemma 2 and Gemma 3 (text) families; `hf_export` writes them back.
 
 Import streams: the model is created abstractly (`nnx.eval_shape`), its mesh shardings come from
 `sharding.state_shardings`, and each safetensors tensor is read (one at a time, file by file),
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                  "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                 "gemma3_text": "Gemma3ForCausalLM"}
+                 "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
 # What each family adds to Llama: ModelConfig fields it requires (True) or allows (False). A
 # config with any other of FAMILY_FIELDS set, or without a required one, is not that family.
 FAMILY_FIELDS = ("qkv_bias", "qk_norm", "post_norms", "norm_plus_one", "embed_scale",
@@ -49,11 +49,23 @@ FAMILIES = {
     "qwen2": {"qkv_bias": True},  # q/k/v biases
     "qwen3": {"qk_norm": True},  # RMSNorm over each head's queries and keys
     "mistral": {"sliding_window": False},  # one window for every layer
+    # Gemma 2: norms after attention and the MLP, (1 + w) norms, scaled embeddings, every other
+    # layer local (one RoPE base for all), soft-capped scores and logits
+    "gemma2": {"post_norms": True, "norm_plus_one": True, "embed_scale": True,
+               "sliding_window": False, "query_pre_attn_scalar": False,
+               "attn_logit_softcap": False, "final_logit_softcap": False},
     "gemma3_text": {"qk_norm": True, "post_norms": True, "norm_plus_one": True,
                     "embed_scale": True, "sliding_window": False,
                     "query_pre_attn_scalar": False, "attn_logit_softcap": False,
                     "final_logit_softcap": False},
 }
+GEMMA = ("gemma2", "gemma3_text")
+# transformers' defaults where a Gemma config.json leaves a field out: every pattern-th layer
+# global, the soft caps (Gemma 2's config class caps scores at 50 and logits at 30)
+GEMMA_DEFAULTS = {"gemma2": dict(pattern=2, attn_logit_softcapping=50.0,
+                                 final_logit_softcapping=30.0),
+                  "gemma3_text": dict(pattern=6, attn_logit_softcapping=0.0,
+                                      final_logit_softcapping=0.0)}
 # config.json's activation -> ModelConfig.mlp_act
 ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 # ModelConfig fields a caller may set when loading; everything else comes from config.json.
@@ -112,13 +124,14 @@ def _sliding_layers(hf: dict, n_layers: int) -> list[int]:
     return [i for i, t in enumerate(types) if t == "sliding_attention"]
 
 
-def _gemma_layers(hf: dict, n_layers: int, source: str) -> dict:
-    """Gemma 3's local / global layers (layer_types, else every sliding_window_pattern-th layer
-    global) as ModelConfig fields; CheckpointError when they follow no such pattern."""
+def _gemma_layers(hf: dict, n_layers: int, source: str, pattern: int) -> dict:
+    """Gemma's local / global layers (layer_types, else every sliding_window_pattern-th layer
+    global, default `pattern`) as ModelConfig fields; CheckpointError when they follow no such
+    pattern."""
     if hf.get("use_bidirectional_attention"):
         raise CheckpointError(f"{source}: unsupported use_bidirectional_attention=True")
     types = hf.get("layer_types") or [
-        "full_attention" if (i + 1) % hf.get("sliding_window_pattern", 6) == 0 else
+        "full_attention" if (i + 1) % hf.get("sliding_window_pattern", pattern) == 0 else
         "sliding_attention" for i in range(n_layers)]
     if len(types) != n_layers:
         raise CheckpointError(f"{source}: {len(types)} layer_types for {n_layers} layers")
@@ -224,7 +237,7 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
     if "dtype" in overrides:
         overrides["dtype"] = _dtype(model_lib.compute_dtype(overrides["dtype"]), "dtype")
     n_layers = hf_field(hf, "num_hidden_layers", source)
-    gemma, mistral = model_type == "gemma3_text", model_type == "mistral"
+    gemma, mistral = model_type in GEMMA, model_type == "mistral"
     window = [] if gemma or mistral else _sliding_layers(hf, n_layers)
     if window:
         raise CheckpointError(f"{source}: unsupported sliding window attention in layers "
@@ -252,24 +265,32 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
         n_heads=heads, n_kv_heads=hf_field(hf, "num_key_value_heads", source, default=heads),
         d_ff=hf_field(hf, "intermediate_size", source),
         head_dim=hf_field(hf, "head_dim", source, default=d_model // heads), rope_base=theta,
-        qkv_bias=model_type == "qwen2", qk_norm=model_type == "qwen3",
+        qkv_bias=model_type == "qwen2", qk_norm=model_type in ("qwen3", "gemma3_text"),
         tie_embeddings=bool(hf.get("tie_word_embeddings", gemma)),
         norm_eps=hf_field(hf, "rms_norm_eps", source, float, 1e-6),
         max_len=hf_field(hf, "max_position_embeddings", source, default=4096),
         param_dtype=param_dtype, dtype=param_dtype, mlp_act=ACTIVATIONS[act], **rope)
     if gemma:
+        defaults = GEMMA_DEFAULTS[model_type]
         local = (hf.get("rope_parameters") or {}).get("sliding_attention") or {}
         if local.get("rope_type", "default") != "default":
             raise CheckpointError(f"{source}: unsupported rope scaling "
                                   f"{local['rope_type']!r} of the sliding-window layers")
+        if model_type == "gemma2" and rope:
+            raise CheckpointError(f"{source}: unsupported rope scaling {rope['rope_scaling']!r} "
+                                  "in a gemma2 config (its local layers share the global RoPE)")
+
+        def cap(key):  # null: no cap; missing: the family's default
+            return (hf_field(hf, key, source, float, 0.0) if key in hf else defaults[key])
         fields.update(
-            _gemma_layers(hf, n_layers, source), qk_norm=True, post_norms=True,
+            _gemma_layers(hf, n_layers, source, defaults["pattern"]), post_norms=True,
             norm_plus_one=True, embed_scale=True,
-            rope_local_base=hf_field(local, "rope_theta", source, float, hf_field(
-                hf, "rope_local_base_freq", source, float, 10_000.0)),
+            rope_local_base=theta if model_type == "gemma2" else hf_field(
+                local, "rope_theta", source, float, hf_field(
+                    hf, "rope_local_base_freq", source, float, 10_000.0)),
             query_pre_attn_scalar=hf_field(hf, "query_pre_attn_scalar", source, float, 256.0),
-            attn_logit_softcap=hf_field(hf, "attn_logit_softcapping", source, float, 0.0),
-            final_logit_softcap=hf_field(hf, "final_logit_softcapping", source, float, 0.0))
+            attn_logit_softcap=cap("attn_logit_softcapping"),
+            final_logit_softcap=cap("final_logit_softcapping"))
     if mistral and hf.get("sliding_window") is not None:
         fields.update(_mistral_window(hf, source, theta, rope))
     return model_lib.ModelConfig(**{**fields, **overrides})

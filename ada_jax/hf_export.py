@@ -22,12 +22,14 @@ from ada_jax.convert import (ACTIVATIONS, ARCHITECTURES, FAMILIES, FAMILY_FIELDS
 def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | None = None,
                                 dtype: str | None = None) -> dict:
     """A config.json dict (Hub format) for cfg; model_type defaults to the one family whose
-    FAMILIES fields cfg has: gemma3_text for Gemma's norms, qwen3 for QK-norm alone, qwen2 for
+    FAMILIES fields cfg has: gemma3_text for Gemma's norms with QK-norm, gemma2 for them without
+    it, qwen3 for QK-norm alone, qwen2 for
     q/k/v biases, mistral for a sliding window on every layer, else llama. ValueError when cfg
     is not model_type (transformers would build another model)."""
     have = {f for f in FAMILY_FIELDS if getattr(cfg, f)}
     if model_type is None:
-        model_type = ("gemma3_text" if cfg.post_norms else "qwen3" if cfg.qk_norm else
+        model_type = ("gemma3_text" if cfg.post_norms and cfg.qk_norm else
+                      "gemma2" if cfg.post_norms else "qwen3" if cfg.qk_norm else
                       "qwen2" if cfg.qkv_bias else "mistral" if cfg.sliding_window else "llama")
     if model_type not in ARCHITECTURES:
         raise ValueError(f"unsupported model_type {model_type!r}; choose from "
@@ -54,15 +56,21 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
               max_position_embeddings=cfg.max_len, rope_theta=cfg.rope_base,
               tie_word_embeddings=cfg.tie_embeddings, torch_dtype=dtype or cfg.param_dtype,
               rope_scaling=None)
-    if model_type == "gemma3_text":
+    if model_type in ("gemma2", "gemma3_text"):
+        if model_type == "gemma2" and (cfg.rope_scaling != "none"
+                                       or cfg.rope_local_base != cfg.rope_base):
+            raise ValueError("gemma2's local layers use the global RoPE base, unscaled; this "
+                             f"config has rope_scaling={cfg.rope_scaling!r}, rope_local_base="
+                             f"{cfg.rope_local_base} (rope_base {cfg.rope_base})")
         hf.update(hidden_activation=hf.pop("hidden_act"), attention_bias=False,
                   sliding_window=cfg.sliding_window or None,
                   layer_types=["sliding_attention" if local else "full_attention"
                                for local in model_lib.local_layers(cfg)],
-                  rope_local_base_freq=cfg.rope_local_base,
                   query_pre_attn_scalar=_int_if_whole(cfg.query_pre_attn_scalar or cfg.head_dim),
                   attn_logit_softcapping=cfg.attn_logit_softcap or None,
                   final_logit_softcapping=cfg.final_logit_softcap or None)
+        if model_type == "gemma3_text":
+            hf.update(rope_local_base_freq=cfg.rope_local_base)
     elif model_type == "mistral":
         if cfg.sliding_window and (cfg.rope_scaling != "none"
                                    or cfg.rope_local_base != cfg.rope_base):

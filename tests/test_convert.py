@@ -43,6 +43,12 @@ FAMILIES = {
     # Mistral: one sliding window (4, shorter than the prompts) on every layer, untied head.
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(
         sliding_window=4, tie_word_embeddings=False, rope_theta=2e4)),
+    # Gemma 2: a local layer (window 4) then a global one, one RoPE base; post norms, GeGLU,
+    # scaled embeddings, no QK-norm, soft-capped attention scores (cap 2: it acts) and logits.
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(
+        head_dim=8, tie_word_embeddings=True, sliding_window=4, rope_theta=1e5,
+        layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=10,
+        attn_logit_softcapping=2.0, final_logit_softcapping=5.0)),
     # Gemma 3: a local layer (window 4, shorter than the prompts) then a global one, each with
     # its RoPE base; QK-norm, post norms, GeGLU, scaled embeddings, a query scalar that is not
     # head_dim, soft-capped final logits.
@@ -93,16 +99,19 @@ def test_logits_match_transformers(saved, mesh):
     cfg, graphdef, params = convert.load_hf_checkpoint(path, mesh, RULES)
     assert cfg.qkv_bias == (family == "qwen2")
     assert cfg.qk_norm == (family in ("qwen3", "gemma3_text"))
-    assert cfg.norm_plus_one == (family == "gemma3_text")
+    assert cfg.norm_plus_one == (family in convert.GEMMA)
+    assert (cfg.attn_logit_softcap, cfg.final_logit_softcap) == {
+        "gemma2": (2.0, 5.0), "gemma3_text": (0.0, 5.0)}.get(family, (0.0, 0.0))
     assert cfg.head_dim == (16 if family == "qwen3" else 8)
     assert cfg.tie_embeddings == (family not in ("llama", "mistral"))
     assert (cfg.sliding_window, cfg.sliding_window_pattern, cfg.rope_local_base) == {
-        "gemma3_text": (4, 2, 100.0), "mistral": (4, 0, 2e4)}.get(family, (0, 0, 10_000.0))
+        "gemma3_text": (4, 2, 100.0), "gemma2": (4, 2, 1e5),
+        "mistral": (4, 0, 2e4)}.get(family, (0, 0, 10_000.0))
     assert cfg.rope_scaling == ("llama3" if family == "llama" else "none")
     q = params["blocks"]["attn"]["q"][...]  # really placed on the mesh
     assert q.sharding.spec == PartitionSpec(None, "fsdp", "tensor", None)
     blocks = params["blocks"]
-    if family == "gemma3_text":  # Gemma's extra norms: [L, D] over fsdp
+    if family in convert.GEMMA:  # Gemma's extra norms: [L, D] over fsdp
         for norm in (blocks["post_attn_norm"], blocks["post_mlp_norm"], blocks["mlp_norm"]):
             assert norm["scale"][...].sharding.spec == PartitionSpec(None, "fsdp")
     if cfg.qk_norm:  # QK-norm's [L, E]: replicated
@@ -287,6 +296,20 @@ HUB_OTHERS = {
 }
 
 
+HUB_OTHERS["gemma_2_2b"] = (dict(
+    architectures=["Gemma2ForCausalLM"], model_type="gemma2", attention_bias=False,
+    attn_logit_softcapping=50.0, final_logit_softcapping=30.0, head_dim=256,
+    hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh", hidden_size=2304,
+    intermediate_size=9216, max_position_embeddings=8192, num_attention_heads=8,
+    num_hidden_layers=26, num_key_value_heads=4, query_pre_attn_scalar=256, rms_norm_eps=1e-6,
+    rope_theta=10000.0, sliding_window=4096, torch_dtype="float32", vocab_size=256000),
+    dict(vocab_size=256_000, d_model=2304, n_layers=26, n_heads=8, n_kv_heads=4, d_ff=9216,
+         head_dim=256, rope_base=1e4, rope_local_base=1e4, tie_embeddings=True, norm_eps=1e-6,
+         max_len=8192, mlp_act="gelu_tanh", post_norms=True, norm_plus_one=True,
+         embed_scale=True, sliding_window=4096, sliding_window_pattern=2,
+         query_pre_attn_scalar=256.0, attn_logit_softcap=50.0, final_logit_softcap=30.0))
+
+
 @pytest.mark.parametrize("name", sorted(HUB_OTHERS))
 def test_other_families_hub_configs(name):
     hf, want = HUB_OTHERS[name]
@@ -395,11 +418,11 @@ def test_missing_and_unexpected_tensors(saved, mesh, tmp_path):
     path = _copy(saved, tmp_path)
     more = dict(layer_types=["sliding_attention", "full_attention"] * 2)
     _edit_config(path, num_hidden_layers=3,  # the checkpoint has 2
-                 **({k: v[:3] for k, v in more.items()} if family == "gemma3_text" else {}))
+                 **({k: v[:3] for k, v in more.items()} if family in convert.GEMMA else {}))
     with pytest.raises(ValueError, match="lacks tensors.*model.layers.2"):
         convert.load_hf_checkpoint(str(path), mesh, RULES)
     _edit_config(path, num_hidden_layers=2,
-                 **({k: v[:2] for k, v in more.items()} if family == "gemma3_text" else {}))
+                 **({k: v[:2] for k, v in more.items()} if family in convert.GEMMA else {}))
     with open(path / convert.INDEX_FILE) as f:
         index = json.load(f)
     index["weight_map"]["model.layers.0.mlp.gate_proj.bias"] = "extra.safetensors"
