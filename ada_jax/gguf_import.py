@@ -8,8 +8,8 @@ tokenizer.json rebuilt from the tokenizer metadata with `tokenizers`, tokenizer_
 
 Supported (ARCHITECTURES): llama (Llama, SmolLM2, Mistral-style dense models), qwen2 (Qwen2 and
 Qwen2.5: q/k/v biases) and qwen3 (Qwen3 dense: RMSNorm over each head's queries and keys), with
-a byte-level BPE vocabulary (tokenizer.ggml.model "gpt2"), and gemma3 (Gemma 3 text models) with
-its sentencepiece-style vocabulary (tokenizer.ggml.model "llama"). llama.cpp stores llama's q
+a byte-level BPE vocabulary (tokenizer.ggml.model "gpt2"), and gemma2 and gemma3 (Gemma 2, Gemma 3
+text models) with their sentencepiece-style vocabulary (tokenizer.ggml.model "llama"). llama.cpp stores llama's q
 and k projections with the rows of each head permuted for its RoPE (HF's rotate-half pairs
 (i, i + E/2) become adjacent rows): `unpermute` undoes it, as transformers' own GGUF loader does
 (Qwen's and Gemma's are stored as they are); it stores Gemma's norm weights w as 1 + w: the
@@ -38,11 +38,16 @@ GEMMA3_LAYER_TENSORS = {
 # qwen2: llama's names (its q/k/v biases are the same tensors' ".bias"); qwen3: two more norms
 QWEN3_LAYER_TENSORS = {**LAYER_TENSORS, "attn_q_norm": "self_attn.q_norm",
                        "attn_k_norm": "self_attn.k_norm"}
+# gemma2: gemma3's without the q/k norms
+GEMMA2_LAYER_TENSORS = {k: v for k, v in GEMMA3_LAYER_TENSORS.items()
+                        if k not in ("attn_q_norm", "attn_k_norm")}
 ARCHITECTURES = {"llama": LAYER_TENSORS, "qwen2": LAYER_TENSORS, "qwen3": QWEN3_LAYER_TENSORS,
-                 "gemma3": GEMMA3_LAYER_TENSORS}
+                 "gemma2": GEMMA2_LAYER_TENSORS, "gemma3": GEMMA3_LAYER_TENSORS}
+GEMMA = ("gemma2", "gemma3")  # norms stored as 1 + w, a sentencepiece-style vocabulary
 PERMUTED = ("llama",)  # architectures whose q/k rows llama.cpp permutes for its RoPE
 QKV = ("attn_q", "attn_k", "attn_v")  # the only tensors with a bias (Qwen2's family)
-GEMMA3_PATTERN = 6  # every 6th layer global, the others local (llama.cpp's and transformers')
+# every n-th layer global, the others local (llama.cpp's and transformers')
+GEMMA_PATTERN = {"gemma2": 2, "gemma3": 6}
 GLOBAL_TENSORS = {"token_embd.weight": "model.embed_tokens.weight",
                   "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight"}
 # llama.cpp's pre-tokenizer names -> how the text is split before byte-level BPE (the regex of
@@ -132,7 +137,7 @@ def permute(w: np.ndarray, n_heads: int) -> np.ndarray:
 def family(arch: str, tensor_names) -> str:
     """The HF family a file's tensors make: its architecture, except that llama and qwen2 are
     told apart by their biases (q/k/v biases alone: qwen2; none: llama). GGUFError for a bias
-    anywhere else, or on a qwen3 or gemma3 file."""
+    anywhere else, or on a qwen3 or Gemma file."""
     biased = sorted({n.split(".")[2] for n in tensor_names
                      if n.startswith("blk.") and n.endswith(".bias")})
     if arch in ("llama", "qwen2") and set(biased) in (set(), set(QKV)):
@@ -187,15 +192,25 @@ def hf_config(meta: dict, tied: bool, tensor_names=()) -> dict:
         del config["mlp_bias"]
         if kind == "qwen2":  # biases by family (transformers' Qwen2 has no attention_bias)
             del config["attention_bias"]
-    if arch == "gemma3":
+    if arch in GEMMA:
         del config["mlp_bias"], config["hidden_act"]
         config.update(
+            hidden_activation="gelu_pytorch_tanh",
+            layer_types=["full_attention" if (i + 1) % GEMMA_PATTERN[arch] == 0 else
+                         "sliding_attention" for i in range(layers)])
+    if arch == "gemma3":
+        config.update(
             architectures=["Gemma3ForCausalLM"], model_type="gemma3_text",
-            hidden_activation="gelu_pytorch_tanh", sliding_window=int(get("attention.sliding_window")),
-            layer_types=["full_attention" if (i + 1) % GEMMA3_PATTERN == 0 else
-                         "sliding_attention" for i in range(layers)],
-            rope_local_base_freq=10_000.0, query_pre_attn_scalar=head_dim,
-            attn_logit_softcapping=None, final_logit_softcapping=None)
+            sliding_window=int(get("attention.sliding_window")), rope_local_base_freq=10_000.0,
+            query_pre_attn_scalar=head_dim, attn_logit_softcapping=None,
+            final_logit_softcapping=None)
+    if arch == "gemma2":  # llama.cpp's defaults and query scale (Gemma 2 27B: d / heads)
+        config.update(
+            architectures=["Gemma2ForCausalLM"], model_type="gemma2",
+            sliding_window=int(get("attention.sliding_window", 4096)),
+            query_pre_attn_scalar=d // heads if layers == 46 else head_dim,
+            attn_logit_softcapping=float(get("attn_logit_softcapping", 50.0)),
+            final_logit_softcapping=float(get("final_logit_softcapping", 30.0)))
     return config
 
 
@@ -204,7 +219,7 @@ def hf_tensors(reader, config: dict, arch: str) -> dict[str, np.ndarray]:
     is the file's architecture (what llama.cpp stored: permuted or not)."""
     from gguf import quants
     heads, kv = config["num_attention_heads"], config["num_key_value_heads"]
-    gemma, permuted = arch == "gemma3", arch in PERMUTED
+    gemma, permuted = arch in GEMMA, arch in PERMUTED
     layer_tensors = ARCHITECTURES[arch]
     out = {}
     for t in reader.tensors:
@@ -233,18 +248,19 @@ def hf_tensors(reader, config: dict, arch: str) -> dict[str, np.ndarray]:
 
 def hf_tokenizer(meta: dict):
     """A `tokenizers` Tokenizer from a GGUF's tokenizer metadata: byte-level BPE (`bpe_tokenizer`)
-    or, for gemma3, its sentencepiece-style BPE (`gemma_tokenizer`); its control tokens as
+    or, for Gemma 2 and 3, their sentencepiece-style BPE (`gemma_tokenizer`); its control tokens as
     special added tokens, user-defined ones of the vocabulary as plain added tokens (as
     transformers' GGUF tokenizer)."""
     from tokenizers import AddedToken
     kind = meta.get("tokenizer.ggml.model")
     if kind == "gpt2":
         tok = bpe_tokenizer(meta)
-    elif kind == "llama" and meta.get("general.architecture") == "gemma3":
+    elif kind == "llama" and meta.get("general.architecture") in GEMMA:
         tok = gemma_tokenizer(meta)
     else:
         raise GGUFError(f"tokenizer.ggml.model={kind!r}: supported: byte-level BPE ('gpt2'), "
-                        f"and gemma3's sentencepiece vocabulary ('llama')")
+                        f"and Gemma's sentencepiece vocabulary ('llama' in a gemma2 or gemma3 "
+                        f"file)")
     tokens = meta["tokenizer.ggml.tokens"]
     types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False)

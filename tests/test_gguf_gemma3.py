@@ -33,9 +33,9 @@ def _vocab() -> tuple[list[str], list[int]]:
     return tokens, types
 
 
-def _weights(vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
+def _weights(vocab: int, seed: int = 0, arch: str = "gemma3") -> dict[str, np.ndarray]:
     """HF-layout float32 weights of a tiny tied Gemma 3 (norm weights w: the model scales by
-    1 + w)."""
+    1 + w); Gemma 2's have no q/k norms."""
     rng = np.random.default_rng(seed)
     w = {"model.embed_tokens.weight": rng.normal(0, 0.5, (vocab, D)),
          "model.norm.weight": rng.normal(0, 0.1, D)}
@@ -53,18 +53,24 @@ def _weights(vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
                   p + "mlp.gate_proj.weight": rng.normal(0, 0.2, (F, D)),
                   p + "mlp.up_proj.weight": rng.normal(0, 0.2, (F, D)),
                   p + "mlp.down_proj.weight": rng.normal(0, 0.2, (D, F))})
+        if arch == "gemma2":
+            del w[p + "self_attn.q_norm.weight"], w[p + "self_attn.k_norm.weight"]
     return {k: v.astype(np.float32) for k, v in w.items()}
 
 
-def write_tiny_gemma3(path: str) -> dict[str, np.ndarray]:
-    """A tiny gemma3 GGUF as llama.cpp writes one; returns the HF weights before quantization."""
+def write_tiny_gemma3(path: str, arch: str = "gemma3") -> dict[str, np.ndarray]:
+    """A tiny gemma3 (gemma2: with soft caps 3 and 5) GGUF as llama.cpp writes one; returns the
+    HF weights before quantization."""
     tokens, types = _vocab()
-    hf = _weights(len(tokens))
+    hf = _weights(len(tokens), arch=arch)
     names = {v: k for k, v in gguf_import.GLOBAL_TENSORS.items()}
     names.update({f"model.layers.{i}.{v}.weight": f"blk.{i}.{k}.weight"
-                  for i in range(L) for k, v in gguf_import.GEMMA3_LAYER_TENSORS.items()})
-    w = gguf.GGUFWriter(path, "gemma3")
-    w.add_name("tiny gemma3")
+                  for i in range(L) for k, v in gguf_import.ARCHITECTURES[arch].items()})
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"tiny {arch}")
+    if arch == "gemma2":
+        w.add_attn_logit_softcapping(3.0)
+        w.add_final_logit_softcapping(5.0)
     w.add_block_count(L)
     w.add_context_length(1024)
     w.add_embedding_length(D)
@@ -206,7 +212,7 @@ def test_unsupported_architecture_is_refused_from_the_header(tmp_path, monkeypat
     with pytest.raises(gguf_import.GGUFError) as e:
         gguf_import.gguf_to_hf(file, str(tmp_path / "out"))
     assert str(e.value) == (f"{file}: architecture 'phi3' is not supported; supported: "
-                            f"llama, qwen2, qwen3, gemma3")
+                            f"llama, qwen2, qwen3, gemma2, gemma3")
     assert not os.path.exists(tmp_path / "out")
 
 
@@ -267,3 +273,37 @@ def test_a_few_shot_file_comes_before_every_plain_question(converted, tmp_path):
         c.task.few_shot_file = str(path)
         with pytest.raises(ValueError, match=f"few_shot_file=.*{why}"):
             tok_lib.load_tokenizer(c)
+
+
+def test_a_gemma2_file_runs_as_transformers_runs_it(tmp_path):
+    """Gemma 2: every other layer local, no q/k norms, the file's soft caps (3 and 5: they
+    act), llama.cpp's query scale (head_dim): the folder's tensors equal transformers' GGUF
+    load, its config is Gemma 2's, and ada_jax computes transformers' logits from it."""
+    from safetensors.numpy import load_file
+    from tests.helpers import logit_diff_vs_hf
+    file, out = str(tmp_path / "tiny.gguf"), str(tmp_path / "hf")
+    hf = write_tiny_gemma3(file, "gemma2")
+    got = gguf_import.gguf_to_hf(file, out)["config"]
+    assert (got["model_type"], got["sliding_window"], got["query_pre_attn_scalar"]) == (
+        "gemma2", WINDOW, E)
+    assert got["layer_types"] == ["sliding_attention", "full_attention"] * 3
+    cfg = convert.model_config_from_hf(got)
+    assert (cfg.qk_norm, cfg.sliding_window_pattern, cfg.rope_local_base,
+            cfg.attn_logit_softcap, cfg.final_logit_softcap) == (False, 2, 1e5, 3.0, 5.0)
+    tensors = load_file(os.path.join(out, "model.safetensors"))
+    assert sorted(tensors) == sorted(hf)
+    transformers, torch = _transformers()
+    sd = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), gguf_file="tiny.gguf", dtype=torch.float32).state_dict()
+    for name, x in tensors.items():
+        np.testing.assert_array_equal(x, sd[name].numpy(), err_msg=name)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert type(ref).__name__ == "Gemma2ForCausalLM"
+    mesh = sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
+    _, graphdef, params = convert.load_hf_checkpoint(out, mesh,
+                                                     base.get_config("").sharding_rules)
+    tok = tok_lib.HFTokenizer(out)
+    ids = [tok_lib.prompt_ids(tok, t) for t in TEXTS]
+    toks, mask = sampling.left_pad(ids, max(map(len, ids)), tok.pad_id)
+    diff, scale = logit_diff_vs_hf(graphdef, params, ref, toks, mask)
+    assert diff < 1e-4 * max(scale, 1.0), (diff, scale)
