@@ -71,6 +71,8 @@ FIELDS = {
                                  "attn_logit_softcapping"),
     "model.final_logit_softcap": ("output logits soft-capped at this (0: off)",
                                   "final_logit_softcapping"),
+    "model.nope_interval": ("every n-th layer without RoPE (SmolLM3: 4; 0: every layer has "
+                            "it)", "no_rope_layer_interval / no_rope_layers"),
     "model.tie_embeddings": ("output layer shares the embedding", "tie_word_embeddings"),
     "model.norm_eps": ("RMSNorm epsilon", "rms_norm_eps"),
     "model.max_len": ("longest sequence (prompt + response) the model takes",

@@ -1,5 +1,5 @@
 """Hugging Face checkpoints -> the NNX Transformer, for the Qwen2/Qwen2.5/Qwen3, Llama-3, Mistral,
-Gemma 2 and Gemma 3 (text) families; `hf_export` writes them back.
+SmolLM3, Gemma 2 and Gemma 3 (text) families; `hf_export` writes them back.
 
 Import streams: the model is created abstractly (`nnx.eval_shape`), its mesh shardings come from
 `sharding.state_shardings`, and each safetensors tensor is read (one at a time, file by file),
@@ -38,17 +38,19 @@ log = logging.getLogger(__name__)
 
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                  "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                 "gemma2": "Gemma2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+                 "smollm3": "SmolLM3ForCausalLM", "gemma2": "Gemma2ForCausalLM",
+                 "gemma3_text": "Gemma3ForCausalLM"}
 # What each family adds to Llama: ModelConfig fields it requires (True) or allows (False). A
 # config with any other of FAMILY_FIELDS set, or without a required one, is not that family.
 FAMILY_FIELDS = ("qkv_bias", "qk_norm", "post_norms", "norm_plus_one", "embed_scale",
                  "sliding_window", "query_pre_attn_scalar", "attn_logit_softcap",
-                 "final_logit_softcap")
+                 "final_logit_softcap", "nope_interval")
 FAMILIES = {
     "llama": {},
     "qwen2": {"qkv_bias": True},  # q/k/v biases
     "qwen3": {"qk_norm": True},  # RMSNorm over each head's queries and keys
     "mistral": {"sliding_window": False},  # one window for every layer
+    "smollm3": {"nope_interval": False},  # every n-th layer without RoPE
     # Gemma 2: norms after attention and the MLP, (1 + w) norms, scaled embeddings, every other
     # layer local (one RoPE base for all), soft-capped scores and logits
     "gemma2": {"post_norms": True, "norm_plus_one": True, "embed_scale": True,
@@ -144,6 +146,22 @@ def _gemma_layers(hf: dict, n_layers: int, source: str, pattern: int) -> dict:
     return fields
 
 
+def _nope_interval(hf: dict, n_layers: int, source: str) -> int:
+    """SmolLM3's layers without RoPE (no_rope_layers: 1 rotates, 0 does not; else every
+    no_rope_layer_interval-th layer) as ModelConfig.nope_interval; CheckpointError when they
+    are not every n-th layer."""
+    n = hf_field(hf, "no_rope_layer_interval", source, default=4)
+    flags = hf.get("no_rope_layers") or [int((i + 1) % n != 0) for i in range(n_layers)]
+    if len(flags) != n_layers:
+        raise CheckpointError(f"{source}: {len(flags)} no_rope_layers for {n_layers} layers")
+    off = [i for i, f in enumerate(flags) if not f]
+    interval = off[0] + 1 if off else 0
+    if list(model_lib.rope_layers(model_lib.ModelConfig(
+            1, 1, n_layers, 1, 1, 1, 1, nope_interval=interval))) != [bool(f) for f in flags]:
+        raise CheckpointError(f"{source}: no_rope_layers {flags} are not every n-th layer")
+    return interval
+
+
 def _mistral_window(hf: dict, source: str, theta: float, rope: dict) -> dict:
     """Mistral's one sliding window, on every layer, as ModelConfig fields (local layers only,
     with the global RoPE base); CheckpointError for per-layer types or a window with RoPE
@@ -227,7 +245,7 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
                               f"{sorted(ACTIVATIONS)}")
     if hf.get("mlp_bias"):
         raise CheckpointError(f"{source}: unsupported mlp_bias=True")
-    if model_type in ("llama", "qwen3") and hf.get("attention_bias"):
+    if model_type in ("llama", "qwen3", "smollm3") and hf.get("attention_bias"):
         raise CheckpointError(f"{source}: unsupported attention_bias=True ({model_type} then "
                               "has an o_proj bias too, which this model lacks)")
     bad = sorted(set(overrides) - set(RUNTIME_FIELDS))
@@ -293,6 +311,8 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
             final_logit_softcap=cap("final_logit_softcapping"))
     if mistral and hf.get("sliding_window") is not None:
         fields.update(_mistral_window(hf, source, theta, rope))
+    if model_type == "smollm3":
+        fields.update(nope_interval=_nope_interval(hf, n_layers, source))
     return model_lib.ModelConfig(**{**fields, **overrides})
 
 

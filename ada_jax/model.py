@@ -1,8 +1,8 @@
 """Decoder-only transformer (Flax NNX): RMSNorm, RoPE, grouped-query attention, SwiGLU;
 with config fields for Gemma 3 (local sliding-window and global layers with their own RoPE
 bases, RMS-normed queries and keys, norms after attention and the MLP, (1 + w) norm scales,
-GeGLU, embeddings scaled by sqrt(d), soft-capped logits). Every such field's default leaves
-Llama / Qwen2 as they are.
+GeGLU, embeddings scaled by sqrt(d), soft-capped logits) and SmolLM3 (layers without RoPE).
+Every such field's default leaves Llama / Qwen2 as they are.
 
 Shapes: B batch, T query length, S key/cache length, D model, H query heads, K kv heads,
 G = H // K query heads per kv head, E head dim, F mlp hidden, V vocab, L layers.
@@ -67,6 +67,7 @@ class ModelConfig:
     query_pre_attn_scalar: float = 0.0  # attention scores times its ** -0.5 (0: head_dim's)
     attn_logit_softcap: float = 0.0  # scores -> cap * tanh(scores / cap) (0: none)
     final_logit_softcap: float = 0.0  # the same for the output logits
+    nope_interval: int = 0  # every nope_interval-th layer has no RoPE (SmolLM3's 4; 0: none)
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", compute_dtype(self.dtype))
@@ -80,7 +81,8 @@ class ModelConfig:
 # The variant fields above (a checkpoint's config.json sets them; ModelConfig's defaults: off)
 VARIANT_FIELDS = ("sliding_window", "sliding_window_pattern", "rope_local_base", "qk_norm",
                   "post_norms", "norm_plus_one", "mlp_act", "embed_scale",
-                  "query_pre_attn_scalar", "attn_logit_softcap", "final_logit_softcap")
+                  "query_pre_attn_scalar", "attn_logit_softcap", "final_logit_softcap",
+                  "nope_interval")
 
 
 def compute_dtype(name: str, platform: str | None = None) -> str:
@@ -138,6 +140,13 @@ def local_layers(cfg: ModelConfig) -> tuple[bool, ...]:
     n = cfg.sliding_window_pattern
     return tuple(bool(cfg.sliding_window) and (not n or (i + 1) % n != 0)
                  for i in range(cfg.n_layers))
+
+
+def rope_layers(cfg: ModelConfig) -> tuple[bool, ...]:
+    """Per layer: whether it rotates its queries and keys (SmolLM3's NoPE layers, every
+    nope_interval-th, do not: position reaches them only through the causal mask)."""
+    n = cfg.nope_interval
+    return tuple(not n or (i + 1) % n != 0 for i in range(cfg.n_layers))
 
 
 def rope_frequencies(cfg: ModelConfig, local: bool = False) -> jax.Array:
@@ -366,13 +375,15 @@ class Transformer(nnx.Module):
             if isinstance(self.blocks, nnx.List):
                 raise ValueError("a scan over the layers needs the stacked model, not per_layer's")
             x, new_layers = _scan_blocks(*nnx.split(self.blocks), x, positions_BT, rope, masks,
-                                         local_layers(cfg), cache, remat)
+                                         local_layers(cfg), rope_layers(cfg), cache, remat)
         else:
             new_layers = []
-            for i, (block, local) in enumerate(zip(layers(self), local_layers(cfg))):
+            for i, (block, local, rotary) in enumerate(zip(layers(self), local_layers(cfg),
+                                                           rope_layers(cfg))):
                 lc = None if cache is None else {"k": cache["k"][i], "v": cache["v"][i],
                                                   "pos": cache["pos"]}
-                x, lc = _block_call(block, x, positions_BT, rope[local], masks[local], lc, remat)
+                inv_freq = rope[local] if rotary else jnp.zeros_like(rope[local])  # 0: identity
+                x, lc = _block_call(block, x, positions_BT, inv_freq, masks[local], lc, remat)
                 new_layers.append(lc)
         if logits_slice is not None:
             x = x[:, logits_slice[0]:logits_slice[1]]
@@ -492,18 +503,20 @@ def per_layer(model: "Transformer") -> "Transformer":
     return out
 
 
-def _scan_blocks(graphdef, stacked, x, positions_BT, rope, masks, local_L, cache,
+def _scan_blocks(graphdef, stacked, x, positions_BT, rope, masks, local_L, rope_L, cache,
                  remat: bool):
     """The blocks as one `lax.scan` over their stacked weights (and the cache's per-layer keys
     / values stacked likewise): (x, per-layer caches or Nones). rope / masks: per layer kind
     (False: global, True: local) as `Transformer.__call__` makes them; local_L says each
-    layer's kind, a scanned input when there are local layers."""
+    layer's kind, rope_L whether it applies RoPE: scanned inputs where layers differ."""
     def body(x, layer):
-        state, k, v, local = layer
+        state, k, v, local, rotary = layer
         inv_freq, kv_mask = rope[False], masks[False]
         if local is not None:
             inv_freq = jnp.where(local, rope[True], inv_freq)
             kv_mask = jnp.where(local, masks[True], kv_mask)
+        if rotary is not None:  # a NoPE layer: zero frequencies, an identity rotation
+            inv_freq = jnp.where(rotary, inv_freq, jnp.zeros_like(inv_freq))
         lc = None if k is None else {"k": k, "v": v, "pos": cache["pos"]}
         x, lc = _block_call(nnx.merge(graphdef, state), x, positions_BT, inv_freq, kv_mask, lc,
                             remat)
@@ -511,7 +524,8 @@ def _scan_blocks(graphdef, stacked, x, positions_BT, rope, masks, local_L, cache
 
     kv = (None, None) if cache is None else (jnp.stack(cache["k"]), jnp.stack(cache["v"]))
     local = jnp.asarray(local_L) if any(local_L) else None
-    x, (k_L, v_L) = jax.lax.scan(body, x, (stacked,) + kv + (local,))
+    rotary = None if all(rope_L) else jnp.asarray(rope_L)
+    x, (k_L, v_L) = jax.lax.scan(body, x, (stacked,) + kv + (local, rotary))
     n_layers = jax.tree.leaves(stacked)[0].shape[0]
     if cache is None:
         return x, [None] * n_layers

@@ -43,6 +43,9 @@ FAMILIES = {
     # Mistral: one sliding window (4, shorter than the prompts) on every layer, untied head.
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(
         sliding_window=4, tie_word_embeddings=False, rope_theta=2e4)),
+    # SmolLM3: Llama's layers, the second without RoPE (no_rope_layer_interval 2), tied.
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", dict(
+        tie_word_embeddings=True, rope_theta=1e4, no_rope_layer_interval=2)),
     # Gemma 2: a local layer (window 4) then a global one, one RoPE base; post norms, GeGLU,
     # scaled embeddings, no QK-norm, soft-capped attention scores (cap 2: it acts) and logits.
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(
@@ -100,6 +103,7 @@ def test_logits_match_transformers(saved, mesh):
     assert cfg.qkv_bias == (family == "qwen2")
     assert cfg.qk_norm == (family in ("qwen3", "gemma3_text"))
     assert cfg.norm_plus_one == (family in convert.GEMMA)
+    assert cfg.nope_interval == (2 if family == "smollm3" else 0)
     assert (cfg.attn_logit_softcap, cfg.final_logit_softcap) == {
         "gemma2": (2.0, 5.0), "gemma3_text": (0.0, 5.0)}.get(family, (0.0, 0.0))
     assert cfg.head_dim == (16 if family == "qwen3" else 8)
@@ -416,13 +420,15 @@ def test_shape_mismatch_names_tensor_and_file(saved, mesh, tmp_path):
 def test_missing_and_unexpected_tensors(saved, mesh, tmp_path):
     family, _, _ = saved
     path = _copy(saved, tmp_path)
-    more = dict(layer_types=["sliding_attention", "full_attention"] * 2)
+    more = {"smollm3": dict(no_rope_layers=[1, 0] * 2)}.get(
+        family, dict(layer_types=["sliding_attention", "full_attention"] * 2))
+    per_layer = family in convert.GEMMA + ("smollm3",)  # lists as long as the layers
     _edit_config(path, num_hidden_layers=3,  # the checkpoint has 2
-                 **({k: v[:3] for k, v in more.items()} if family in convert.GEMMA else {}))
+                 **({k: v[:3] for k, v in more.items()} if per_layer else {}))
     with pytest.raises(ValueError, match="lacks tensors.*model.layers.2"):
         convert.load_hf_checkpoint(str(path), mesh, RULES)
     _edit_config(path, num_hidden_layers=2,
-                 **({k: v[:2] for k, v in more.items()} if family in convert.GEMMA else {}))
+                 **({k: v[:2] for k, v in more.items()} if per_layer else {}))
     with open(path / convert.INDEX_FILE) as f:
         index = json.load(f)
     index["weight_map"]["model.layers.0.mlp.gate_proj.bias"] = "extra.safetensors"
