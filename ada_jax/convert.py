@@ -1,5 +1,5 @@
 """Hugging Face checkpoints -> the NNX Transformer, for the Qwen2/Qwen2.5/Qwen3, Llama-3, Mistral,
-SmolLM3, Gemma 2 and Gemma 3 (text) families; `hf_export` writes them back.
+Phi-3, SmolLM3, Gemma 2 and Gemma 3 (text) families; `hf_export` writes them back.
 
 Import streams: the model is created abstractly (`nnx.eval_shape`), its mesh shardings come from
 `sharding.state_shardings`, and each safetensors tensor is read (one at a time, file by file),
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                  "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
+                 "phi3": "Phi3ForCausalLM",
                  "smollm3": "SmolLM3ForCausalLM", "gemma2": "Gemma2ForCausalLM",
                  "gemma3_text": "Gemma3ForCausalLM"}
 # What each family adds to Llama: ModelConfig fields it requires (True) or allows (False). A
@@ -51,6 +52,8 @@ FAMILIES = {
     "qwen3": {"qk_norm": True},  # RMSNorm over each head's queries and keys
     "mistral": {"sliding_window": False},  # one window for every layer
     "smollm3": {"nope_interval": False},  # every n-th layer without RoPE
+    # Phi-3: Llama's (or Mistral's one window) in fused q/k/v and gate/up tensors (`FUSED`)
+    "phi3": {"sliding_window": False},
     # Gemma 2: norms after attention and the MLP, (1 + w) norms, scaled embeddings, every other
     # layer local (one RoPE base for all), soft-capped scores and logits
     "gemma2": {"post_norms": True, "norm_plus_one": True, "embed_scale": True,
@@ -81,6 +84,11 @@ SOURCE_FIELDS = ("max_position_embeddings", "bos_token_id", "eos_token_id", "pad
 SOURCE_FILES = ("generation_config.json", "tokenizer.json", "tokenizer_config.json",
                 "special_tokens_map.json", "chat_template.jinja")
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints carry
+# Families that store several of our tensors as one, rows stacked in this order: fused tensor
+# -> its parts (read as `tensor_names`' separate tensors; written back as Llama's / Mistral's)
+FUSED = {"phi3": {"self_attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj",
+                                         "self_attn.v_proj"),
+                  "mlp.gate_up_proj": ("mlp.gate_proj", "mlp.up_proj")}}
 
 
 class CheckpointError(ValueError):
@@ -167,8 +175,8 @@ def _mistral_window(hf: dict, source: str, theta: float, rope: dict) -> dict:
     with the global RoPE base); CheckpointError for per-layer types or a window with RoPE
     scaling, which local layers do not apply."""
     if hf.get("layer_types"):
-        raise CheckpointError(f"{source}: unsupported layer_types in a mistral config "
-                              "(transformers' Mistral applies one window to every layer)")
+        raise CheckpointError(f"{source}: unsupported layer_types in a {hf.get('model_type')} "
+                              "config (transformers applies its one window to every layer)")
     if rope:
         raise CheckpointError(f"{source}: unsupported rope scaling {rope['rope_scaling']!r} "
                               "with a sliding window")
@@ -255,13 +263,18 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
     if "dtype" in overrides:
         overrides["dtype"] = _dtype(model_lib.compute_dtype(overrides["dtype"]), "dtype")
     n_layers = hf_field(hf, "num_hidden_layers", source)
-    gemma, mistral = model_type in GEMMA, model_type == "mistral"
+    gemma, mistral = model_type in GEMMA, model_type in ("mistral", "phi3")
     window = [] if gemma or mistral else _sliding_layers(hf, n_layers)
     if window:
         raise CheckpointError(f"{source}: unsupported sliding window attention in layers "
                               f"{window} (use_sliding_window=True, sliding_window="
                               f"{hf['sliding_window']}); full attention only")
     theta, scaling = _rope(hf, source)
+    partial = (hf.get("rope_parameters") or {}).get(
+        "partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))
+    if partial not in (None, 1, 1.0):
+        raise CheckpointError(f"{source}: unsupported partial_rotary_factor={partial} (RoPE on "
+                              "part of each head; this model rotates all of it)")
     rope = {}
     if scaling is not None:
         kind = scaling.get("rope_type", scaling.get("type"))
@@ -418,6 +431,31 @@ def _weight_files(path: str) -> dict[str, str]:
     return {name: os.path.join(path, f) for name, f in weight_map.items()}
 
 
+def _fused_parts(cfg: model_lib.ModelConfig, fused: dict, files: dict, stored: dict):
+    """(files, stored, rows) with each fused tensor (`FUSED`) replaced by its parts: a part's
+    name (as `tensor_names` has it) -> the fused tensor's file and name, and -> ((first row,
+    end row), the fused tensor's rows)."""
+    size = {"self_attn.q_proj": cfg.n_heads * cfg.head_dim,
+            "self_attn.k_proj": cfg.n_kv_heads * cfg.head_dim,
+            "self_attn.v_proj": cfg.n_kv_heads * cfg.head_dim,
+            "mlp.gate_proj": cfg.d_ff, "mlp.up_proj": cfg.d_ff}
+    files, stored, rows = dict(files), dict(stored), {}
+    for name in list(files):
+        base, _, kind = name.rpartition(".")
+        prefix, _, module = base.rpartition(".layers.")
+        layer, _, module = module.partition(".")
+        if not prefix or module not in fused:
+            continue
+        file, src = files.pop(name), stored.pop(name)
+        start, total = 0, sum(size[p] for p in fused[module])
+        for part in fused[module]:
+            part_name = f"{prefix}.layers.{layer}.{part}.{kind}"
+            files[part_name], stored[part_name] = file, src
+            rows[part_name] = ((start, start + size[part]), total)
+            start += size[part]
+    return files, stored, rows
+
+
 def read_hf_config(path: str) -> dict:
     file = os.path.join(path, "config.json")
     if not os.path.exists(file):
@@ -441,6 +479,9 @@ def load_hf_checkpoint(path: str, mesh, rules, *, param_dtype: str = "float32", 
     if isinstance(hf.get("text_config"), dict):  # multimodal: its text part
         stored = text_tensor_names(files)
         files = {n: files[s] for n, s in stored.items()}
+    rows = {}  # a fused tensor's part -> its rows in the stored tensor
+    if hf.get("model_type") in FUSED:
+        files, stored, rows = _fused_parts(cfg, FUSED[hf["model_type"]], files, stored)
     for name, file in files.items():
         if name not in names and not (name == "lm_head.weight" and cfg.tie_embeddings
                                       or name.endswith(_IGNORED_SUFFIXES)):
@@ -470,12 +511,19 @@ def load_hf_checkpoint(path: str, mesh, rules, *, param_dtype: str = "float32", 
                                           "places in this file")
                 want = shape if layer is None else shape[1:]
                 got = tuple(readers[file].get_slice(src).get_shape())
+                if name in rows:  # a part of a fused tensor: its rows
+                    (start, stop), total = rows[name]
+                    if got[0] != total:
+                        raise CheckpointError(f"{file}: tensor {src!r} has {got[0]} rows, "
+                                              f"expected {total} from config.json")
+                    got = (stop - start,) + got[1:]
                 if got != _hf_shape(kind, want):
                     raise CheckpointError(
                         f"{file}: tensor {src!r} has shape {list(got)}, expected "
                         f"{list(_hf_shape(kind, want))} from config.json")
-                x[... if layer is None else layer] = _to_ours(
-                    kind, readers[file].get_tensor(src), want)
+                w = (readers[file].get_slice(src)[rows[name][0][0]:rows[name][0][1]]
+                     if name in rows else readers[file].get_tensor(src))
+                x[... if layer is None else layer] = _to_ours(kind, w, want)
             loaded[key] = jax.make_array_from_callback(shape, shardings[key],
                                                        lambda idx, x=x: x[idx])
     params = nnx.from_flat_state([(k, v.replace(loaded[k])) for k, v in variables.items()])

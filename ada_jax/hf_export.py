@@ -14,9 +14,9 @@ from flax import nnx
 from safetensors.numpy import save_file
 
 from ada_jax import model as model_lib
-from ada_jax.convert import (ACTIVATIONS, ARCHITECTURES, FAMILIES, FAMILY_FIELDS, INDEX_FILE,
-                             SINGLE_FILE, SOURCE_FIELDS, SOURCE_FILES, _dtype, architecture,
-                             model_config_from_hf, read_hf_config, tensor_names)
+from ada_jax.convert import (ACTIVATIONS, ARCHITECTURES, FAMILIES, FAMILY_FIELDS, FUSED,
+                             INDEX_FILE, SINGLE_FILE, SOURCE_FIELDS, SOURCE_FILES, _dtype,
+                             architecture, model_config_from_hf, read_hf_config, tensor_names)
 
 
 def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | None = None,
@@ -32,9 +32,10 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
                       "gemma2" if cfg.post_norms else "qwen3" if cfg.qk_norm else
                       "smollm3" if cfg.nope_interval else
                       "qwen2" if cfg.qkv_bias else "mistral" if cfg.sliding_window else "llama")
-    if model_type not in ARCHITECTURES:
+    if model_type not in ARCHITECTURES or model_type in FUSED:
         raise ValueError(f"unsupported model_type {model_type!r}; choose from "
-                         f"{sorted(ARCHITECTURES)}")
+                         f"{sorted(set(ARCHITECTURES) - set(FUSED))} (a model read from a "
+                         f"{'/'.join(FUSED)} folder exports as llama, or mistral with a window)")
     fields = FAMILIES[model_type]
     lacks = sorted(f for f, required in fields.items() if required and f not in have)
     extra = sorted(have - set(fields))

@@ -47,6 +47,7 @@ CHAT_FAMILIES = {
     "qwen3": dict(template="qwen_math", eos_token="<|im_end|>",
                   extra_eos_tokens=("<|endoftext|>",)),
     "mistral": dict(template="plain", eos_token="</s>", extra_eos_tokens=()),
+    "phi3": dict(template="plain", eos_token="<|end|>", extra_eos_tokens=("<|endoftext|>",)),
     "smollm3": dict(template="plain", eos_token="<|end_of_text|>", extra_eos_tokens=()),
     "gemma2": dict(template="plain", eos_token="<eos>", extra_eos_tokens=()),
     "gemma3_text": dict(template="plain", eos_token="<eos>", extra_eos_tokens=()),

@@ -43,6 +43,10 @@ FAMILIES = {
     # Mistral: one sliding window (4, shorter than the prompts) on every layer, untied head.
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(
         sliding_window=4, tie_word_embeddings=False, rope_theta=2e4)),
+    # Phi-3: Llama's layers in fused q/k/v and gate/up tensors, one window (4) on every
+    # layer as Mistral's, untied head.
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(
+        tie_word_embeddings=False, rope_theta=2e4, sliding_window=4)),
     # SmolLM3: Llama's layers, the second without RoPE (no_rope_layer_interval 2), tied.
     "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", dict(
         tie_word_embeddings=True, rope_theta=1e4, no_rope_layer_interval=2)),
@@ -61,6 +65,24 @@ FAMILIES = {
         query_pre_attn_scalar=10, final_logit_softcapping=5.0)),
 }
 SHARD = "30KB"  # forces 4 files and an index for these tiny models
+# A family stored fused exports as the unfused family with its fields (Phi-3's window: Mistral)
+EXPORTED_AS = {"phi3": ("mistral", "MistralForCausalLM")}
+FUSED_ROWS = {"self_attn.qkv_proj": [4 * 8, 2 * 8, 2 * 8], "mlp.gate_up_proj": [64, 64]}
+
+
+def _unfused(tensors: dict, family: str) -> dict:
+    """A fused family's tensors as Llama's: each fused tensor's rows split into its parts."""
+    out = {}
+    for name, x in tensors.items():
+        base, _, kind = name.rpartition(".")
+        module = base.split(".layers.", 1)[-1].partition(".")[2]
+        parts = convert.FUSED.get(family, {}).get(module)
+        if not parts:
+            out[name] = x
+            continue
+        pieces = np.split(x, np.cumsum(FUSED_ROWS[module])[:-1])
+        out.update({f"{base[:-len(module)]}{p}.{kind}": y for p, y in zip(parts, pieces)})
+    return out
 
 
 def _hf_model(family, dtype=torch.float32):
@@ -107,9 +129,9 @@ def test_logits_match_transformers(saved, mesh):
     assert (cfg.attn_logit_softcap, cfg.final_logit_softcap) == {
         "gemma2": (2.0, 5.0), "gemma3_text": (0.0, 5.0)}.get(family, (0.0, 0.0))
     assert cfg.head_dim == (16 if family == "qwen3" else 8)
-    assert cfg.tie_embeddings == (family not in ("llama", "mistral"))
+    assert cfg.tie_embeddings == (family not in ("llama", "mistral", "phi3"))
     assert (cfg.sliding_window, cfg.sliding_window_pattern, cfg.rope_local_base) == {
-        "gemma3_text": (4, 2, 100.0), "gemma2": (4, 2, 1e5),
+        "gemma3_text": (4, 2, 100.0), "gemma2": (4, 2, 1e5), "phi3": (4, 0, 2e4),
         "mistral": (4, 0, 2e4)}.get(family, (0, 0, 10_000.0))
     assert cfg.rope_scaling == ("llama3" if family == "llama" else "none")
     q = params["blocks"]["attn"]["q"][...]  # really placed on the mesh
@@ -171,7 +193,7 @@ def test_export_round_trip(saved, mesh, tmp_path):
     files = hf_export.export_hf(params, cfg, str(tmp_path), source=path, max_shard_bytes=30_000)
     shards = [f for f in os.listdir(path) if f.endswith(".safetensors")]  # HF's, at 30 KB
     assert len(files) == len(shards) > 1 and os.path.exists(tmp_path / convert.INDEX_FILE)
-    want, got = _tensors(path), _tensors(str(tmp_path))
+    want, got = _unfused(_tensors(path), family), _tensors(str(tmp_path))
     assert sorted(got) == sorted(want)
     for name in want:
         assert got[name].dtype == want[name].dtype, name
@@ -179,7 +201,7 @@ def test_export_round_trip(saved, mesh, tmp_path):
     with open(tmp_path / "config.json") as f:
         exported = json.load(f)
     assert convert.model_config_from_hf(exported, max_len=64) == cfg
-    assert exported["model_type"] == family
+    assert exported["model_type"] == EXPORTED_AS.get(family, (family,))[0]
     source = convert.read_hf_config(path)
     for key in convert.SOURCE_FIELDS:
         assert exported[key] == source[key] == dict(COMMON)[key], key
@@ -187,7 +209,7 @@ def test_export_round_trip(saved, mesh, tmp_path):
     # ...and transformers reads the export as exactly the same model.
     hf2, info = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path),
                                                                   output_loading_info=True)
-    assert type(hf2).__name__ == FAMILIES[family][1]
+    assert type(hf2).__name__ == EXPORTED_AS.get(family, FAMILIES[family])[1]
     assert not any(info.values()), info
     assert hf2.generation_config.eos_token_id == COMMON["eos_token_id"]
     toks, mask = _batch()
@@ -345,6 +367,8 @@ def test_export_refuses_a_config_of_another_family():
     with pytest.raises(ValueError, match="mistral's window layers use the global RoPE base"):
         hf_export.hf_config_from_model_config(dataclasses.replace(
             cfg, qk_norm=False, sliding_window=8, rope_local_base=10.0))
+    with pytest.raises(ValueError, match="'phi3'.*exports as llama, or mistral with a window"):
+        hf_export.hf_config_from_model_config(dataclasses.replace(cfg, qk_norm=False), "phi3")
 
 
 # ---- errors --------------------------------------------------------------------------------
@@ -365,8 +389,17 @@ def _edit_config(path, **changes):
 
 def test_unsupported_configs_are_rejected():
     hf = dict(COMMON, model_type="qwen2")
-    with pytest.raises(ValueError, match="unsupported architecture model_type='phi3'"):
-        convert.model_config_from_hf(dict(hf, model_type="phi3"))
+    with pytest.raises(ValueError, match="unsupported architecture model_type='olmo2'"):
+        convert.model_config_from_hf(dict(hf, model_type="olmo2"))
+    # RoPE on part of each head (Phi-4-mini's 0.75), in either config.json format; Phi-3's
+    # long-context scaling
+    for partial in (dict(partial_rotary_factor=0.75), dict(rope_parameters=dict(
+            rope_type="default", rope_theta=1e4, partial_rotary_factor=0.75))):
+        with pytest.raises(ValueError, match="unsupported partial_rotary_factor=0.75"):
+            convert.model_config_from_hf(dict(hf, model_type="phi3", **partial))
+    with pytest.raises(ValueError, match="rope scaling 'longrope'"):
+        convert.model_config_from_hf(dict(hf, model_type="phi3", rope_scaling=dict(
+            type="longrope", short_factor=[1.0] * 4, long_factor=[2.0] * 4)))
     with pytest.raises(ValueError, match="attention_bias=True \\(qwen3 then has an o_proj"):
         convert.model_config_from_hf(dict(hf, model_type="qwen3", attention_bias=True))
     # Mistral: one window on every layer, unscaled RoPE; no per-layer types.
@@ -408,12 +441,15 @@ def test_missing_shard_is_named(saved, mesh, tmp_path):
 
 
 def test_shape_mismatch_names_tensor_and_file(saved, mesh, tmp_path):
+    family = saved[0]
     path = _copy(saved, tmp_path)
     _edit_config(path, intermediate_size=48)
+    name = "model.layers.0.mlp." + ("gate_up_proj" if family in convert.FUSED else "gate_proj")
     with open(path / convert.INDEX_FILE) as f:
-        file = json.load(f)["weight_map"]["model.layers.0.mlp.gate_proj.weight"]
-    with pytest.raises(ValueError, match=rf"{file}: tensor 'model.layers.0.mlp.gate_proj.weight'"
-                                         r" has shape \[64, 32\], expected \[48, 32\]"):
+        file = json.load(f)["weight_map"][name + ".weight"]
+    want = (r"has 128 rows, expected 96" if family in convert.FUSED  # gate and up: 2 x 48
+            else r"has shape \[64, 32\], expected \[48, 32\]")
+    with pytest.raises(ValueError, match=rf"{file}: tensor '{name}.weight' {want}"):
         convert.load_hf_checkpoint(str(path), mesh, RULES)
 
 
