@@ -71,6 +71,10 @@ FIELDS = {
                                  "attn_logit_softcapping"),
     "model.final_logit_softcap": ("output logits soft-capped at this (0: off)",
                                   "final_logit_softcapping"),
+    "model.post_norms_only": ("norms after attention and the MLP only, none before (OLMo 2; "
+                              "with post_norms)", "olmo2's layout"),
+    "model.qk_norm_full": ("QK-norm over all heads' queries (keys) at once, not per head "
+                           "(OLMo 2)", "q_norm / k_norm of size heads x head_dim"),
     "model.nope_interval": ("every n-th layer without RoPE (SmolLM3: 4; 0: every layer has "
                             "it)", "no_rope_layer_interval / no_rope_layers"),
     "model.tie_embeddings": ("output layer shares the embedding", "tie_word_embeddings"),

@@ -1,5 +1,5 @@
 """Hugging Face checkpoints -> the NNX Transformer, for the Qwen2/Qwen2.5/Qwen3, Llama-3, Mistral,
-Phi-3, SmolLM3, Gemma 2 and Gemma 3 (text) families; `hf_export` writes them back.
+Phi-3, SmolLM3, OLMo 2, Gemma 2 and Gemma 3 (text) families; `hf_export` writes them back.
 
 Import streams: the model is created abstractly (`nnx.eval_shape`), its mesh shardings come from
 `sharding.state_shardings`, and each safetensors tensor is read (one at a time, file by file),
@@ -38,20 +38,23 @@ log = logging.getLogger(__name__)
 
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                  "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
-                 "phi3": "Phi3ForCausalLM",
+                 "phi3": "Phi3ForCausalLM", "olmo2": "Olmo2ForCausalLM",
                  "smollm3": "SmolLM3ForCausalLM", "gemma2": "Gemma2ForCausalLM",
                  "gemma3_text": "Gemma3ForCausalLM"}
 # What each family adds to Llama: ModelConfig fields it requires (True) or allows (False). A
 # config with any other of FAMILY_FIELDS set, or without a required one, is not that family.
 FAMILY_FIELDS = ("qkv_bias", "qk_norm", "post_norms", "norm_plus_one", "embed_scale",
                  "sliding_window", "query_pre_attn_scalar", "attn_logit_softcap",
-                 "final_logit_softcap", "nope_interval")
+                 "final_logit_softcap", "nope_interval", "post_norms_only", "qk_norm_full")
 FAMILIES = {
     "llama": {},
     "qwen2": {"qkv_bias": True},  # q/k/v biases
     "qwen3": {"qk_norm": True},  # RMSNorm over each head's queries and keys
     "mistral": {"sliding_window": False},  # one window for every layer
     "smollm3": {"nope_interval": False},  # every n-th layer without RoPE
+    # OLMo 2: norms after attention and the MLP instead of before; QK-norm over all heads
+    "olmo2": {"post_norms": True, "post_norms_only": True, "qk_norm": True,
+              "qk_norm_full": True},
     # Phi-3: Llama's (or Mistral's one window) in fused q/k/v and gate/up tensors (`FUSED`)
     "phi3": {"sliding_window": False},
     # Gemma 2: norms after attention and the MLP, (1 + w) norms, scaled embeddings, every other
@@ -253,7 +256,7 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
                               f"{sorted(ACTIVATIONS)}")
     if hf.get("mlp_bias"):
         raise CheckpointError(f"{source}: unsupported mlp_bias=True")
-    if model_type in ("llama", "qwen3", "smollm3") and hf.get("attention_bias"):
+    if model_type in ("llama", "qwen3", "smollm3", "olmo2") and hf.get("attention_bias"):
         raise CheckpointError(f"{source}: unsupported attention_bias=True ({model_type} then "
                               "has an o_proj bias too, which this model lacks)")
     bad = sorted(set(overrides) - set(RUNTIME_FIELDS))
@@ -296,7 +299,9 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
         n_heads=heads, n_kv_heads=hf_field(hf, "num_key_value_heads", source, default=heads),
         d_ff=hf_field(hf, "intermediate_size", source),
         head_dim=hf_field(hf, "head_dim", source, default=d_model // heads), rope_base=theta,
-        qkv_bias=model_type == "qwen2", qk_norm=model_type in ("qwen3", "gemma3_text"),
+        qkv_bias=model_type == "qwen2", qk_norm=model_type in ("qwen3", "gemma3_text", "olmo2"),
+        qk_norm_full=model_type == "olmo2", post_norms=model_type == "olmo2",
+        post_norms_only=model_type == "olmo2",
         tie_embeddings=bool(hf.get("tie_word_embeddings", gemma)),
         norm_eps=hf_field(hf, "rms_norm_eps", source, float, 1e-6),
         max_len=hf_field(hf, "max_position_embeddings", source, default=4096),
@@ -343,11 +348,13 @@ def tensor_names(cfg: model_lib.ModelConfig) -> dict[str, tuple[tuple, str, int 
     names = {"model.embed_tokens.weight": (("embed",), "copy", None)}
     for i in range(cfg.n_layers):
         pre, path = f"model.layers.{i}.", ("blocks",)
-        names[pre + "input_layernorm.weight"] = (path + ("attn_norm", "scale"), "copy", i)
-        if cfg.qk_norm:
+        if not cfg.post_norms_only:
+            names[pre + "input_layernorm.weight"] = (path + ("attn_norm", "scale"), "copy", i)
+        if cfg.qk_norm:  # each head's [E], or (OLMo 2) all heads' [H*E] <-> [H, E]
             for p in "qk":
-                names[pre + f"self_attn.{p}_norm.weight"] = (path + ("attn", f"{p}_norm",
-                                                                     "scale"), "copy", i)
+                names[pre + f"self_attn.{p}_norm.weight"] = (
+                    path + ("attn", f"{p}_norm", "scale"), "flat" if cfg.qk_norm_full else "copy",
+                    i)
         for p in "qkv":
             names[pre + f"self_attn.{p}_proj.weight"] = (path + ("attn", p), "in", i)
             if cfg.qkv_bias:
@@ -357,6 +364,9 @@ def tensor_names(cfg: model_lib.ModelConfig) -> dict[str, tuple[tuple, str, int 
         norms = ({"post_attention_layernorm": "post_attn_norm", "pre_feedforward_layernorm":
                   "mlp_norm", "post_feedforward_layernorm": "post_mlp_norm"} if cfg.post_norms
                  else {"post_attention_layernorm": "mlp_norm"})
+        if cfg.post_norms_only:  # OLMo 2: the same names, after attention and the MLP only
+            norms = {"post_attention_layernorm": "post_attn_norm",
+                     "post_feedforward_layernorm": "post_mlp_norm"}
         for hf_name, ours in norms.items():
             names[pre + f"{hf_name}.weight"] = (path + (ours, "scale"), "copy", i)
         for p in ("gate", "up", "down"):

@@ -22,13 +22,15 @@ from ada_jax.convert import (ACTIVATIONS, ARCHITECTURES, FAMILIES, FAMILY_FIELDS
 def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | None = None,
                                 dtype: str | None = None) -> dict:
     """A config.json dict (Hub format) for cfg; model_type defaults to the one family whose
-    FAMILIES fields cfg has: gemma3_text for Gemma's norms with QK-norm, gemma2 for them without
+    FAMILIES fields cfg has: olmo2 for norms after attention and the MLP only, gemma3_text for
+    Gemma's norms with QK-norm, gemma2 for them without
     it, qwen3 for QK-norm alone, smollm3 for layers without RoPE, qwen2 for
     q/k/v biases, mistral for a sliding window on every layer, else llama. ValueError when cfg
     is not model_type (transformers would build another model)."""
     have = {f for f in FAMILY_FIELDS if getattr(cfg, f)}
     if model_type is None:
-        model_type = ("gemma3_text" if cfg.post_norms and cfg.qk_norm else
+        model_type = ("olmo2" if cfg.post_norms_only else
+                      "gemma3_text" if cfg.post_norms and cfg.qk_norm else
                       "gemma2" if cfg.post_norms else "qwen3" if cfg.qk_norm else
                       "smollm3" if cfg.nope_interval else
                       "qwen2" if cfg.qkv_bias else "mistral" if cfg.sliding_window else "llama")
@@ -82,6 +84,8 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
         hf.update(sliding_window=cfg.sliding_window or None)
     elif model_type == "llama":
         hf.update(attention_bias=False, mlp_bias=False)
+    elif model_type == "olmo2":
+        hf.update(attention_bias=False)
     elif model_type == "smollm3":
         hf.update(attention_bias=False, mlp_bias=False, use_sliding_window=False,
                   sliding_window=None, no_rope_layer_interval=cfg.nope_interval or 4,

@@ -1,7 +1,8 @@
 """Decoder-only transformer (Flax NNX): RMSNorm, RoPE, grouped-query attention, SwiGLU;
 with config fields for Gemma 3 (local sliding-window and global layers with their own RoPE
 bases, RMS-normed queries and keys, norms after attention and the MLP, (1 + w) norm scales,
-GeGLU, embeddings scaled by sqrt(d), soft-capped logits) and SmolLM3 (layers without RoPE).
+GeGLU, embeddings scaled by sqrt(d), soft-capped logits), SmolLM3 (layers without RoPE) and
+OLMo 2 (norms after attention and the MLP only, QK-norm over all heads at once).
 Every such field's default leaves Llama / Qwen2 as they are.
 
 Shapes: B batch, T query length, S key/cache length, D model, H query heads, K kv heads,
@@ -68,6 +69,8 @@ class ModelConfig:
     attn_logit_softcap: float = 0.0  # scores -> cap * tanh(scores / cap) (0: none)
     final_logit_softcap: float = 0.0  # the same for the output logits
     nope_interval: int = 0  # every nope_interval-th layer has no RoPE (SmolLM3's 4; 0: none)
+    post_norms_only: bool = False  # no norms before attention and the MLP (OLMo 2: post_norms)
+    qk_norm_full: bool = False  # QK-norm over all heads' queries (keys) at once (OLMo 2)
 
     def __post_init__(self):
         object.__setattr__(self, "dtype", compute_dtype(self.dtype))
@@ -82,7 +85,7 @@ class ModelConfig:
 VARIANT_FIELDS = ("sliding_window", "sliding_window_pattern", "rope_local_base", "qk_norm",
                   "post_norms", "norm_plus_one", "mlp_act", "embed_scale",
                   "query_pre_attn_scalar", "attn_logit_softcap", "final_logit_softcap",
-                  "nope_interval")
+                  "nope_interval", "post_norms_only", "qk_norm_full")
 
 
 def compute_dtype(name: str, platform: str | None = None) -> str:
@@ -114,22 +117,25 @@ def wide(dtype):
 
 
 class RMSNorm(nnx.Module):
-    """RMS norm in float32 (`wide`), scaled by w (or by 1 + w: `plus_one`, Gemma's)."""
+    """RMS norm in float32 (`wide`) over the trailing axes w spans (one: `dim` an int; several:
+    a tuple, e.g. OLMo 2's heads x head_dim), scaled by w (or by 1 + w: `plus_one`, Gemma's)."""
 
-    def __init__(self, dim: int, eps: float, param_dtype, plus_one: bool = False,
-                 axis: str = "embed"):
-        self.scale = _param(None, (dim,), (axis,), param_dtype,
-                            init="zeros" if plus_one else "ones")
+    def __init__(self, dim: int | tuple, eps: float, param_dtype, plus_one: bool = False,
+                 axis: str | tuple = "embed"):
+        shape, axes = ((dim,), (axis,)) if isinstance(dim, int) else (tuple(dim), tuple(axis))
+        self.scale = _param(None, shape, axes, param_dtype, init="zeros" if plus_one else "ones")
         self.eps, self.plus_one = eps, plus_one
 
     def __call__(self, x):
         x32 = x.astype(wide(x.dtype))
-        x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        over = tuple(range(-self.scale.ndim, 0))
+        x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=over, keepdims=True) + self.eps)
         scale = self.scale[...].astype(x32.dtype)
         return (x32 * (1.0 + scale if self.plus_one else scale)).astype(x.dtype)
 
 
-def _norm(cfg: ModelConfig, dim: int | None = None, axis: str = "embed") -> RMSNorm:
+def _norm(cfg: ModelConfig, dim: int | tuple | None = None,
+          axis: str | tuple = "embed") -> RMSNorm:
     return RMSNorm(dim or cfg.d_model, cfg.norm_eps, jnp.dtype(cfg.param_dtype),
                    cfg.norm_plus_one, axis)
 
@@ -208,7 +214,10 @@ class Attention(nnx.Module):
             self.q_bias = _param(None, (H, E), ("heads", "head_dim"), pd, init="zeros")
             self.k_bias = _param(None, (K, E), ("kv_heads", "head_dim"), pd, init="zeros")
             self.v_bias = _param(None, (K, E), ("kv_heads", "head_dim"), pd, init="zeros")
-        if cfg.qk_norm:
+        if cfg.qk_norm and cfg.qk_norm_full:
+            self.q_norm = _norm(cfg, (H, E), ("heads", "head_dim"))
+            self.k_norm = _norm(cfg, (K, E), ("kv_heads", "head_dim"))
+        elif cfg.qk_norm:
             self.q_norm, self.k_norm = _norm(cfg, E, "head_dim"), _norm(cfg, E, "head_dim")
         self.cfg = cfg
 
@@ -310,19 +319,22 @@ class MLP(nnx.Module):
 
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        self.attn_norm = _norm(cfg)
+        self.pre_norms = not cfg.post_norms_only
+        if self.pre_norms:
+            self.attn_norm = _norm(cfg)
         self.attn = Attention(cfg, rngs)
-        self.mlp_norm = _norm(cfg)
+        if self.pre_norms:
+            self.mlp_norm = _norm(cfg)
         self.mlp = MLP(cfg, rngs)
         if cfg.post_norms:
             self.post_attn_norm, self.post_mlp_norm = _norm(cfg), _norm(cfg)
         self.post_norms = cfg.post_norms
 
     def __call__(self, x_BTD, positions_BT, inv_freq, kv_mask_BTS, layer_cache):
-        h, layer_cache = self.attn(self.attn_norm(x_BTD), positions_BT, inv_freq, kv_mask_BTS,
-                                   layer_cache)
+        h, layer_cache = self.attn(self.attn_norm(x_BTD) if self.pre_norms else x_BTD,
+                                   positions_BT, inv_freq, kv_mask_BTS, layer_cache)
         x_BTD = x_BTD + (self.post_attn_norm(h) if self.post_norms else h)
-        h = self.mlp(self.mlp_norm(x_BTD))
+        h = self.mlp(self.mlp_norm(x_BTD) if self.pre_norms else x_BTD)
         x_BTD = x_BTD + (self.post_mlp_norm(h) if self.post_norms else h)
         return sharding.constrain(x_BTD, ("batch", "length", "embed")), layer_cache
 

@@ -47,6 +47,8 @@ FAMILIES = {
     # layer as Mistral's, untied head.
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(
         tie_word_embeddings=False, rope_theta=2e4, sliding_window=4)),
+    # OLMo 2: norms after attention and the MLP only, QK-norm over all heads, untied head.
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(tie_word_embeddings=False, rope_theta=5e5)),
     # SmolLM3: Llama's layers, the second without RoPE (no_rope_layer_interval 2), tied.
     "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", dict(
         tie_word_embeddings=True, rope_theta=1e4, no_rope_layer_interval=2)),
@@ -123,13 +125,14 @@ def test_logits_match_transformers(saved, mesh):
     family, hf, path = saved
     cfg, graphdef, params = convert.load_hf_checkpoint(path, mesh, RULES)
     assert cfg.qkv_bias == (family == "qwen2")
-    assert cfg.qk_norm == (family in ("qwen3", "gemma3_text"))
+    assert cfg.qk_norm == (family in ("qwen3", "gemma3_text", "olmo2"))
+    assert cfg.post_norms_only == cfg.qk_norm_full == (family == "olmo2")
     assert cfg.norm_plus_one == (family in convert.GEMMA)
     assert cfg.nope_interval == (2 if family == "smollm3" else 0)
     assert (cfg.attn_logit_softcap, cfg.final_logit_softcap) == {
         "gemma2": (2.0, 5.0), "gemma3_text": (0.0, 5.0)}.get(family, (0.0, 0.0))
     assert cfg.head_dim == (16 if family == "qwen3" else 8)
-    assert cfg.tie_embeddings == (family not in ("llama", "mistral", "phi3"))
+    assert cfg.tie_embeddings == (family not in ("llama", "mistral", "phi3", "olmo2"))
     assert (cfg.sliding_window, cfg.sliding_window_pattern, cfg.rope_local_base) == {
         "gemma3_text": (4, 2, 100.0), "gemma2": (4, 2, 1e5), "phi3": (4, 0, 2e4),
         "mistral": (4, 0, 2e4)}.get(family, (0, 0, 10_000.0))
@@ -140,9 +143,11 @@ def test_logits_match_transformers(saved, mesh):
     if family in convert.GEMMA:  # Gemma's extra norms: [L, D] over fsdp
         for norm in (blocks["post_attn_norm"], blocks["post_mlp_norm"], blocks["mlp_norm"]):
             assert norm["scale"][...].sharding.spec == PartitionSpec(None, "fsdp")
-    if cfg.qk_norm:  # QK-norm's [L, E]: replicated
+    if cfg.qk_norm:  # QK-norm's [L, E]: replicated; OLMo 2's [L, H, E]: heads over tensor
+        want = (PartitionSpec(None, "tensor", None) if cfg.qk_norm_full
+                else PartitionSpec(None, None))
         for norm in (blocks["attn"]["q_norm"], blocks["attn"]["k_norm"]):
-            assert norm["scale"][...].sharding.spec == PartitionSpec(None, None)
+            assert norm["scale"][...].sharding.spec == want
 
     toks, mask = _batch()
     diff, scale = logit_diff_vs_hf(graphdef, params, hf, toks, mask)
@@ -389,8 +394,8 @@ def _edit_config(path, **changes):
 
 def test_unsupported_configs_are_rejected():
     hf = dict(COMMON, model_type="qwen2")
-    with pytest.raises(ValueError, match="unsupported architecture model_type='olmo2'"):
-        convert.model_config_from_hf(dict(hf, model_type="olmo2"))
+    with pytest.raises(ValueError, match="unsupported architecture model_type='falcon'"):
+        convert.model_config_from_hf(dict(hf, model_type="falcon"))
     # RoPE on part of each head (Phi-4-mini's 0.75), in either config.json format; Phi-3's
     # long-context scaling
     for partial in (dict(partial_rotary_factor=0.75), dict(rope_parameters=dict(
