@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 _NOT_SFT = {"sft": ("base_dir", "checkpoint_every"),  # fields SFT's result does not depend on
             "task": ("reward", "verifier_workers", "verifier_timeout")}
+# Model fields added after the shipped bases were made: left out of the fingerprint while at
+# their default (the architecture the fields did not exist for), so existing bases keep their key
+_LATER_MODEL_FIELDS = ("nope_interval", "post_norms_only", "qk_norm_full")
 
 
 def load(config, workdir: str, mesh, tokenizer, shipped: bool = True):
@@ -123,6 +126,10 @@ def sft_fingerprint(config, tokenizer) -> dict:
     for section, names in _NOT_SFT.items():
         for name in names:
             fields[section].pop(name, None)
+    defaults = model_lib.ModelConfig.__dataclass_fields__
+    for name in _LATER_MODEL_FIELDS:
+        if fields["model"].get(name, defaults[name].default) == defaults[name].default:
+            fields["model"].pop(name, None)
     # the few-shot file by its text, not its path (and absent while unset, as it was before
     # the field existed: existing bases keep their key)
     if fields["task"].pop("few_shot_file", "") and getattr(tokenizer, "few_shot", ""):
