@@ -1,5 +1,6 @@
 """Hugging Face checkpoints -> the NNX Transformer, for the Qwen2/Qwen2.5/Qwen3, Llama-3, Mistral,
-Phi-3, SmolLM3, OLMo 2, Gemma 2 and Gemma 3 (text) families; `hf_export` writes them back.
+Phi-3, SmolLM3, OLMo 2 and 3, Gemma 2 and Gemma 3 (text) families; `hf_export` writes them
+back.
 
 Import streams: the model is created abstractly (`nnx.eval_shape`), its mesh shardings come from
 `sharding.state_shardings`, and each safetensors tensor is read (one at a time, file by file),
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                  "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
                  "phi3": "Phi3ForCausalLM", "olmo2": "Olmo2ForCausalLM",
+                 "olmo3": "Olmo3ForCausalLM",
                  "smollm3": "SmolLM3ForCausalLM", "gemma2": "Gemma2ForCausalLM",
                  "gemma3_text": "Gemma3ForCausalLM"}
 # What each family adds to Llama: ModelConfig fields it requires (True) or allows (False). A
@@ -55,6 +57,9 @@ FAMILIES = {
     # OLMo 2: norms after attention and the MLP instead of before; QK-norm over all heads
     "olmo2": {"post_norms": True, "post_norms_only": True, "qk_norm": True,
               "qk_norm_full": True},
+    # OLMo 3: OLMo 2's, every 4th layer global and the others local (one RoPE base)
+    "olmo3": {"post_norms": True, "post_norms_only": True, "qk_norm": True,
+              "qk_norm_full": True, "sliding_window": True},
     # Phi-3: Llama's (or Mistral's one window) in fused q/k/v and gate/up tensors (`FUSED`)
     "phi3": {"sliding_window": False},
     # Gemma 2: norms after attention and the MLP, (1 + w) norms, scaled embeddings, every other
@@ -68,6 +73,7 @@ FAMILIES = {
                     "final_logit_softcap": False},
 }
 GEMMA = ("gemma2", "gemma3_text")
+OLMO = ("olmo2", "olmo3")
 # transformers' defaults where a Gemma config.json leaves a field out: every pattern-th layer
 # global, the soft caps (Gemma 2's config class caps scores at 50 and logits at 30)
 GEMMA_DEFAULTS = {"gemma2": dict(pattern=2, attn_logit_softcapping=50.0,
@@ -137,10 +143,10 @@ def _sliding_layers(hf: dict, n_layers: int) -> list[int]:
     return [i for i, t in enumerate(types) if t == "sliding_attention"]
 
 
-def _gemma_layers(hf: dict, n_layers: int, source: str, pattern: int) -> dict:
-    """Gemma's local / global layers (layer_types, else every sliding_window_pattern-th layer
-    global, default `pattern`) as ModelConfig fields; CheckpointError when they follow no such
-    pattern."""
+def _layer_pattern(hf: dict, n_layers: int, source: str, pattern: int) -> dict:
+    """Gemma's and OLMo 3's local / global layers (layer_types, else every
+    sliding_window_pattern-th layer global, default `pattern`) as ModelConfig fields;
+    CheckpointError when they follow no such pattern."""
     if hf.get("use_bidirectional_attention"):
         raise CheckpointError(f"{source}: unsupported use_bidirectional_attention=True")
     types = hf.get("layer_types") or [
@@ -256,7 +262,8 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
                               f"{sorted(ACTIVATIONS)}")
     if hf.get("mlp_bias"):
         raise CheckpointError(f"{source}: unsupported mlp_bias=True")
-    if model_type in ("llama", "qwen3", "smollm3", "olmo2") and hf.get("attention_bias"):
+    olmo = model_type in OLMO
+    if model_type in ("llama", "qwen3", "smollm3") + OLMO and hf.get("attention_bias"):
         raise CheckpointError(f"{source}: unsupported attention_bias=True ({model_type} then "
                               "has an o_proj bias too, which this model lacks)")
     bad = sorted(set(overrides) - set(RUNTIME_FIELDS))
@@ -267,7 +274,7 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
         overrides["dtype"] = _dtype(model_lib.compute_dtype(overrides["dtype"]), "dtype")
     n_layers = hf_field(hf, "num_hidden_layers", source)
     gemma, mistral = model_type in GEMMA, model_type in ("mistral", "phi3")
-    window = [] if gemma or mistral else _sliding_layers(hf, n_layers)
+    window = [] if gemma or mistral or olmo else _sliding_layers(hf, n_layers)
     if window:
         raise CheckpointError(f"{source}: unsupported sliding window attention in layers "
                               f"{window} (use_sliding_window=True, sliding_window="
@@ -299,9 +306,8 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
         n_heads=heads, n_kv_heads=hf_field(hf, "num_key_value_heads", source, default=heads),
         d_ff=hf_field(hf, "intermediate_size", source),
         head_dim=hf_field(hf, "head_dim", source, default=d_model // heads), rope_base=theta,
-        qkv_bias=model_type == "qwen2", qk_norm=model_type in ("qwen3", "gemma3_text", "olmo2"),
-        qk_norm_full=model_type == "olmo2", post_norms=model_type == "olmo2",
-        post_norms_only=model_type == "olmo2",
+        qkv_bias=model_type == "qwen2", qk_norm=olmo or model_type in ("qwen3", "gemma3_text"),
+        qk_norm_full=olmo, post_norms=olmo, post_norms_only=olmo,
         tie_embeddings=bool(hf.get("tie_word_embeddings", gemma)),
         norm_eps=hf_field(hf, "rms_norm_eps", source, float, 1e-6),
         max_len=hf_field(hf, "max_position_embeddings", source, default=4096),
@@ -319,7 +325,7 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
         def cap(key):  # null: no cap; missing: the family's default
             return (hf_field(hf, key, source, float, 0.0) if key in hf else defaults[key])
         fields.update(
-            _gemma_layers(hf, n_layers, source, defaults["pattern"]), post_norms=True,
+            _layer_pattern(hf, n_layers, source, defaults["pattern"]), post_norms=True,
             norm_plus_one=True, embed_scale=True,
             rope_local_base=theta if model_type == "gemma2" else hf_field(
                 local, "rope_theta", source, float, hf_field(
@@ -331,6 +337,13 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
         fields.update(_mistral_window(hf, source, theta, rope))
     if model_type == "smollm3":
         fields.update(nope_interval=_nope_interval(hf, n_layers, source))
+    if model_type == "olmo3" and hf.get("sliding_window") is not None:
+        local = (hf.get("rope_parameters") or {}).get("sliding_attention") or {}
+        if local.get("rope_type", "default") != "default":
+            raise CheckpointError(f"{source}: unsupported rope scaling "
+                                  f"{local['rope_type']!r} of the sliding-window layers")
+        fields.update(_layer_pattern(hf, n_layers, source, 4),
+                      rope_local_base=hf_field(local, "rope_theta", source, float, theta))
     return model_lib.ModelConfig(**{**fields, **overrides})
 
 
@@ -476,7 +489,8 @@ def read_hf_config(path: str) -> dict:
 def load_hf_checkpoint(path: str, mesh, rules, *, param_dtype: str = "float32", **overrides):
     """(ModelConfig, graphdef, params) for a Hugging Face model folder, params (param_dtype)
     placed on the mesh as they are read. overrides may set RUNTIME_FIELDS (dtype: the compute
-    dtype, default param_dtype; remat; scan_layers; max_len), which end up in the graphdef's config."""
+    dtype, default param_dtype; remat; scan_layers; max_len), which end up in the graphdef's
+    config."""
     hf = read_hf_config(path)
     cfg = model_config_from_hf(hf, param_dtype=param_dtype,
                                source=os.path.join(path, "config.json"), **overrides)

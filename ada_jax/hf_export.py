@@ -22,14 +22,16 @@ from ada_jax.convert import (ACTIVATIONS, ARCHITECTURES, FAMILIES, FAMILY_FIELDS
 def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | None = None,
                                 dtype: str | None = None) -> dict:
     """A config.json dict (Hub format) for cfg; model_type defaults to the one family whose
-    FAMILIES fields cfg has: olmo2 for norms after attention and the MLP only, gemma3_text for
+    FAMILIES fields cfg has: olmo2 for norms after attention and the MLP only (olmo3 with
+    local layers), gemma3_text for
     Gemma's norms with QK-norm, gemma2 for them without
     it, qwen3 for QK-norm alone, smollm3 for layers without RoPE, qwen2 for
     q/k/v biases, mistral for a sliding window on every layer, else llama. ValueError when cfg
     is not model_type (transformers would build another model)."""
     have = {f for f in FAMILY_FIELDS if getattr(cfg, f)}
     if model_type is None:
-        model_type = ("olmo2" if cfg.post_norms_only else
+        model_type = ("olmo3" if cfg.post_norms_only and cfg.sliding_window else
+                      "olmo2" if cfg.post_norms_only else
                       "gemma3_text" if cfg.post_norms and cfg.qk_norm else
                       "gemma2" if cfg.post_norms else "qwen3" if cfg.qk_norm else
                       "smollm3" if cfg.nope_interval else
@@ -86,6 +88,14 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
         hf.update(attention_bias=False, mlp_bias=False)
     elif model_type == "olmo2":
         hf.update(attention_bias=False)
+    elif model_type == "olmo3":
+        if cfg.rope_local_base != cfg.rope_base:
+            raise ValueError("olmo3's local layers use the global RoPE base (unscaled); this "
+                             f"config has rope_local_base={cfg.rope_local_base} (rope_base "
+                             f"{cfg.rope_base})")
+        hf.update(attention_bias=False, sliding_window=cfg.sliding_window,
+                  layer_types=["sliding_attention" if local else "full_attention"
+                               for local in model_lib.local_layers(cfg)])
     elif model_type == "smollm3":
         hf.update(attention_bias=False, mlp_bias=False, use_sliding_window=False,
                   sliding_window=None, no_rope_layer_interval=cfg.nope_interval or 4,

@@ -49,6 +49,7 @@ CHAT_FAMILIES = {
     "mistral": dict(template="plain", eos_token="</s>", extra_eos_tokens=()),
     "phi3": dict(template="plain", eos_token="<|end|>", extra_eos_tokens=("<|endoftext|>",)),
     "olmo2": dict(template="plain", eos_token="<|endoftext|>", extra_eos_tokens=()),
+    "olmo3": dict(template="plain", eos_token="<|endoftext|>", extra_eos_tokens=()),
     "smollm3": dict(template="plain", eos_token="<|end_of_text|>", extra_eos_tokens=()),
     "gemma2": dict(template="plain", eos_token="<eos>", extra_eos_tokens=()),
     "gemma3_text": dict(template="plain", eos_token="<eos>", extra_eos_tokens=()),

@@ -1,6 +1,7 @@
-"""HF import/export: tiny random Qwen2, Qwen3, Llama-3, Mistral and Gemma 3 checkpoints saved by `transformers`
-load onto a 2x2x2 mesh and reproduce its logits (left-padded batch) and greedy generations;
-export gives back the same tensors; bad checkpoints fail with the tensor and file named."""
+"""HF import/export: tiny random checkpoints of every family (`FAMILIES`: Qwen2, Qwen3, Llama-3,
+Mistral, Phi-3, OLMo 2 and 3, SmolLM3, Gemma 2 and 3) saved by `transformers` load onto a 2x2x2
+mesh and reproduce its logits (left-padded batch) and greedy generations; export gives back the
+same tensors (a fused family's split); bad checkpoints fail with the tensor and file named."""
 import dataclasses
 import json
 import os
@@ -49,6 +50,10 @@ FAMILIES = {
         tie_word_embeddings=False, rope_theta=2e4, sliding_window=4)),
     # OLMo 2: norms after attention and the MLP only, QK-norm over all heads, untied head.
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(tie_word_embeddings=False, rope_theta=5e5)),
+    # OLMo 3: OLMo 2's, a local layer (window 4) then a global one.
+    "olmo3": ("Olmo3Config", "Olmo3ForCausalLM", dict(
+        tie_word_embeddings=False, rope_theta=5e5, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"])),
     # SmolLM3: Llama's layers, the second without RoPE (no_rope_layer_interval 2), tied.
     "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", dict(
         tie_word_embeddings=True, rope_theta=1e4, no_rope_layer_interval=2)),
@@ -125,16 +130,17 @@ def test_logits_match_transformers(saved, mesh):
     family, hf, path = saved
     cfg, graphdef, params = convert.load_hf_checkpoint(path, mesh, RULES)
     assert cfg.qkv_bias == (family == "qwen2")
-    assert cfg.qk_norm == (family in ("qwen3", "gemma3_text", "olmo2"))
-    assert cfg.post_norms_only == cfg.qk_norm_full == (family == "olmo2")
+    assert cfg.qk_norm == (family in ("qwen3", "gemma3_text", "olmo2", "olmo3"))
+    assert cfg.post_norms_only == cfg.qk_norm_full == (family in convert.OLMO)
     assert cfg.norm_plus_one == (family in convert.GEMMA)
     assert cfg.nope_interval == (2 if family == "smollm3" else 0)
     assert (cfg.attn_logit_softcap, cfg.final_logit_softcap) == {
         "gemma2": (2.0, 5.0), "gemma3_text": (0.0, 5.0)}.get(family, (0.0, 0.0))
     assert cfg.head_dim == (16 if family == "qwen3" else 8)
-    assert cfg.tie_embeddings == (family not in ("llama", "mistral", "phi3", "olmo2"))
+    assert cfg.tie_embeddings == (family not in ("llama", "mistral", "phi3") + convert.OLMO)
     assert (cfg.sliding_window, cfg.sliding_window_pattern, cfg.rope_local_base) == {
         "gemma3_text": (4, 2, 100.0), "gemma2": (4, 2, 1e5), "phi3": (4, 0, 2e4),
+        "olmo3": (4, 2, 5e5),
         "mistral": (4, 0, 2e4)}.get(family, (0, 0, 10_000.0))
     assert cfg.rope_scaling == ("llama3" if family == "llama" else "none")
     q = params["blocks"]["attn"]["q"][...]  # really placed on the mesh
@@ -463,7 +469,7 @@ def test_missing_and_unexpected_tensors(saved, mesh, tmp_path):
     path = _copy(saved, tmp_path)
     more = {"smollm3": dict(no_rope_layers=[1, 0] * 2)}.get(
         family, dict(layer_types=["sliding_attention", "full_attention"] * 2))
-    per_layer = family in convert.GEMMA + ("smollm3",)  # lists as long as the layers
+    per_layer = family in convert.GEMMA + ("smollm3", "olmo3")  # lists as long as the layers
     _edit_config(path, num_hidden_layers=3,  # the checkpoint has 2
                  **({k: v[:3] for k, v in more.items()} if per_layer else {}))
     with pytest.raises(ValueError, match="lacks tensors.*model.layers.2"):
