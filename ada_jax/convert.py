@@ -193,6 +193,17 @@ def _mistral_window(hf: dict, source: str, theta: float, rope: dict) -> dict:
                 rope_local_base=theta)
 
 
+def _local_rope(hf: dict, source: str) -> dict:
+    """The local (sliding-window) layers' RoPE parameters as transformers >= 5 writes them
+    (Gemma 3, OLMo 3: `rope_parameters["sliding_attention"]`; {} without); CheckpointError for
+    a scaled one (local layers rotate unscaled)."""
+    local = (hf.get("rope_parameters") or {}).get("sliding_attention") or {}
+    if local.get("rope_type", "default") != "default":
+        raise CheckpointError(f"{source}: unsupported rope scaling {local['rope_type']!r} of "
+                              "the sliding-window layers")
+    return local
+
+
 def _rope(hf: dict, source: str) -> tuple[float, dict | None]:
     """(rope_theta, scaling dict or None) from either config.json format: Hub checkpoints use
     `rope_theta` + `rope_scaling`, transformers >= 5 writes one `rope_parameters` dict (Gemma 3:
@@ -313,11 +324,7 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
         max_len=hf_field(hf, "max_position_embeddings", source, default=4096),
         param_dtype=param_dtype, dtype=param_dtype, mlp_act=ACTIVATIONS[act], **rope)
     if gemma:
-        defaults = GEMMA_DEFAULTS[model_type]
-        local = (hf.get("rope_parameters") or {}).get("sliding_attention") or {}
-        if local.get("rope_type", "default") != "default":
-            raise CheckpointError(f"{source}: unsupported rope scaling "
-                                  f"{local['rope_type']!r} of the sliding-window layers")
+        defaults, local = GEMMA_DEFAULTS[model_type], _local_rope(hf, source)
         if model_type == "gemma2" and rope:
             raise CheckpointError(f"{source}: unsupported rope scaling {rope['rope_scaling']!r} "
                                   "in a gemma2 config (its local layers share the global RoPE)")
@@ -338,12 +345,8 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
     if model_type == "smollm3":
         fields.update(nope_interval=_nope_interval(hf, n_layers, source))
     if model_type == "olmo3" and hf.get("sliding_window") is not None:
-        local = (hf.get("rope_parameters") or {}).get("sliding_attention") or {}
-        if local.get("rope_type", "default") != "default":
-            raise CheckpointError(f"{source}: unsupported rope scaling "
-                                  f"{local['rope_type']!r} of the sliding-window layers")
-        fields.update(_layer_pattern(hf, n_layers, source, 4),
-                      rope_local_base=hf_field(local, "rope_theta", source, float, theta))
+        fields.update(_layer_pattern(hf, n_layers, source, 4), rope_local_base=hf_field(
+            _local_rope(hf, source), "rope_theta", source, float, theta))
     return model_lib.ModelConfig(**{**fields, **overrides})
 
 
