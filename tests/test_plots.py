@@ -408,6 +408,11 @@ def test_before_after_reads_levels_spend_and_per_seed_counts(tmp_path):
     assert against == ("| new | +0.075 [-1.513, +1.663] (1 ahead, 1 behind of 2) | +0.050 "
                        "[-1.856, +1.956] (1 ahead, 1 behind of 2) | +0.050 [-0.585, +0.685] "
                        "(1 ahead, 0 behind of 2) |")
+    power = before_after.tables(base, groups, reference="ref", power=[5]).splitlines()
+    row = next(l for l in power[power.index(next(l for l in power if l.startswith("Power"))):]
+               if l.startswith("| new |"))
+    sd = np.std([0.3 - 0.1, 0.15 - 0.2], ddof=1)  # the paired differences of "all"
+    assert row.split("|")[2].strip() == f"SD {sd:.3f}: {before_after.detectable(sd, 5):.3f}"
     with pytest.raises(ValueError, match="reference 'grpo'"):
         before_after.tables(base, groups, reference="grpo")
     # one arm (scripts/real_model.sh with ARMS=grpo_n4): its rows, no empty comparison table
@@ -437,6 +442,12 @@ def test_before_after_pairs_seeds_with_a_t_interval_and_at_matched_axes(tmp_path
     assert before_after.paired(d) == (f"+0.100 [{0.1 - half:+.3f}, {0.1 + half:+.3f}] "
                                       f"(3 ahead, 1 behind of 5)")  # a tie is neither
     assert before_after.paired([0.2]) == "+0.200 (1 ahead, 0 behind of 1)"
+    # the power table of docs/real_model.md: SD 0.040 -> 0.124 / 0.066 / 0.046 at 3 / 5 / 8
+    # seeds, SD 0.063 -> 0.105 at 5 ((t_.975 + t_.8) at n - 1 degrees of freedom x SD / sqrt(n))
+    assert [round(before_after.detectable(0.04, n), 3) for n in (3, 5, 8)] == [0.124, 0.066,
+                                                                             0.046]
+    assert round(before_after.detectable(0.063, 5), 3) == 0.105
+    assert before_after.detectable(0.04, 5, power=0.5) < before_after.detectable(0.04, 5)
 
     def run(name, seed, per_step, accs):  # evaluations at steps 0, 1, 2, …
         r = tmp_path / name

@@ -20,7 +20,9 @@ arm against the reference's run of the same seed: the paired mean difference, it
 interval and the seeds ahead and behind. Where the runs hold in-run evaluations on a cost grid
 (`eval.every_cost`), the same paired comparison at matched steps, matched samples generated and
 matched FLOP-weighted cost: each run's evaluations interpolated (linearly, never extrapolated)
-at the largest value of that axis every compared run reached.
+at the largest value of that axis every compared run reached. With --power 5,8: per arm and
+level the SD of the paired differences so far and the difference detectable at 80 % power with
+5 and 8 seeds (the study's power calculation, docs/real_model.md).
 """
 import argparse
 import json
@@ -100,6 +102,35 @@ def paired(d) -> str:
             f"({_up_down(d, ('ahead', 'behind'))})")
 
 
+def detectable(sd: float, n: int, power: float = 0.8, alpha: float = 0.05) -> float:
+    """The smallest paired mean difference a two-sided t-test at `alpha` finds with `power`
+    from n seeds whose per-seed differences have standard deviation sd: (t_{1 - alpha/2} +
+    t_{power}) at n - 1 degrees of freedom x sd / sqrt(n)."""
+    df = n - 1
+    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * sd / np.sqrt(n))
+
+
+def power_lines(rows: dict, ref: str, cols: list[str], seeds: list[int],
+                skip=()) -> list[str]:
+    """Per arm (but `skip`'s) and column against `ref`: the SD of the paired differences over
+    the seeds so far and the difference detectable at 80 % power with each of `seeds` seeds
+    (markdown)."""
+    out = ["", f"Power against {ref}: SD of the per-seed difference so far; the difference a "
+               f"two-sided t-test (5 %) finds with 80 % power at {', '.join(map(str, seeds))} "
+               "seeds:", "", "| arm | " + " | ".join(cols) + " |", "|" + "---|" * (1 + len(cols))]
+    by_seed = {r["seed"]: r for r in rows[ref]}
+    for label, runs in rows.items():
+        pairs = [(r, by_seed[r["seed"]]) for r in runs if r["seed"] in by_seed]
+        if label == ref or label in skip or len(pairs) < 2:
+            continue
+        cells = []
+        for c in cols:
+            sd = float(np.std([r["acc"][c] - q["acc"][c] for r, q in pairs], ddof=1))
+            cells.append(f"SD {sd:.3f}: " + ", ".join(f"{detectable(sd, n):.3f}" for n in seeds))
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return out
+
+
 MATCHED_AXES = (("step", "steps"), ("cum_samples_launched", "samples generated"),
                 ("cost_flop_tokens", "FLOP-weighted cost (generated + 3 x trained tokens)"))
 
@@ -157,10 +188,10 @@ def _one(curve, col):
 
 
 def tables(base: dict, groups, reference: str | list[str] | None = None,
-           budget: int | None = None) -> str:
+           budget: int | None = None, power: list[int] | None = None) -> str:
     """The markdown of the module docstring. `base`: an evaluate.py report; `groups`:
     [(label, [workdir, …])], seeds paired across groups by config seed; `budget`: read every
-    run at that cost (run_row)."""
+    run at that cost (run_row); `power`: seed counts for `power_lines` against each reference."""
     base_acc = accuracies(base)
     cols = list(base_acc)
     rows = {label: [run_row(d, budget) for d in dirs] for label, dirs in groups}
@@ -203,6 +234,8 @@ def tables(base: dict, groups, reference: str | list[str] | None = None,
             out += ["", f"Against {name}, same seed: mean difference [95 % interval] (seeds "
                         f"ahead, behind of those paired):", "", "| arm | " + " | ".join(cols)
                     + " |", "|" + "---|" * (1 + len(cols))] + lines
+        if power:
+            out += power_lines(rows, name, cols, power, skip=references[:i])
     out += matched_tables(groups, references, cols)
     return "\n".join(out)
 
@@ -216,12 +249,17 @@ def main(argv=None):
                     help="group labels, comma-separated: per-seed comparisons against each")
     ap.add_argument("--budget", type=int, default=None,
                     help="read each run at this cost (samples): its heldout_BUDGET.json")
+    ap.add_argument("--power", default=None,
+                    help="seed counts, comma-separated (e.g. 5,8): per arm and level the SD "
+                         "of the paired differences so far and the difference detectable at "
+                         "80 %% power with that many seeds, against each --reference")
     args = ap.parse_args(argv)
     with open(args.base) as f:
         base = json.load(f)
     groups = plots.parse_groups(args.groups)
     try:
-        print(tables(base, groups, args.reference and args.reference.split(","), args.budget))
+        print(tables(base, groups, args.reference and args.reference.split(","), args.budget,
+                     args.power and [int(n) for n in args.power.split(",")]))
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"before_after.py: {e}")
 
