@@ -413,6 +413,12 @@ def test_before_after_reads_levels_spend_and_per_seed_counts(tmp_path):
                if l.startswith("| new |"))
     sd = np.std([0.3 - 0.1, 0.15 - 0.2], ddof=1)  # the paired differences of "all"
     assert row.split("|")[2].strip() == f"SD {sd:.3f}: {before_after.detectable(sd, 5):.3f}"
+    pooled = before_after.tables(base, groups, reference="ref",
+                                 pools={"both": ["level1", "level10"]}).splitlines()
+    assert pooled[0].endswith("| all | level1 | level10 | both |")
+    assert pooled[2].endswith("| 0.100 | 0.200 | 0.000 | 0.100 |")  # the base: (0.2 + 0) / 2
+    assert "| 0.300 | 0.100 | 0.000 | 0.050 |" in pooled[pooled.index(
+        next(l for l in pooled if l.startswith("| new | 0 |")))]
     with pytest.raises(ValueError, match="reference 'grpo'"):
         before_after.tables(base, groups, reference="grpo")
     # one arm (scripts/real_model.sh with ARMS=grpo_n4): its rows, no empty comparison table
@@ -461,6 +467,10 @@ def test_before_after_pairs_seeds_with_a_t_interval_and_at_matched_axes(tmp_path
                        run("ref_s1", 1, 4, [0.0, 0.2, 0.2, 0.2, 0.2])]),
               ("ada", [run("ada_s0", 0, 8, [0.0, 0.3, 0.5]),
                        run("ada_s1", 1, 8, [0.0, 0.1, 0.3])])]
+    pooled = before_after.matched_tables(groups, ["ref"], ["all", "level2", "p"],
+                                         pools={"p": ["level2"]})
+    assert [l.rsplit("|", 2)[1] for l in pooled if l.startswith("| ada |")] == [
+        l.rsplit("|", 3)[1] for l in pooled if l.startswith("| ada |")]  # p is level2
     lines = before_after.matched_tables(groups, ["ref"], ["all", "level2"])
     rows = [l for l in lines if l.startswith("| ada |")]
     # steps: read at step 2 (ada's last): ada 0.5, 0.3 against ref 0.2, 0.2

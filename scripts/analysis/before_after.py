@@ -22,7 +22,8 @@ interval and the seeds ahead and behind. Where the runs hold in-run evaluations 
 matched FLOP-weighted cost: each run's evaluations interpolated (linearly, never extrapolated)
 at the largest value of that axis every compared run reached. With --power 5,8: per arm and
 level the SD of the paired differences so far and the difference detectable at 80 % power with
-5 and 8 seeds (the study's power calculation, docs/real_model.md).
+5 and 8 seeds (the study's power calculation, docs/real_model.md); --pool hard=level2,level3,…
+adds a column of those levels' mean.
 """
 import argparse
 import json
@@ -151,14 +152,22 @@ def eval_curve(workdir: str, axis: str) -> tuple[np.ndarray, dict]:
                       for c, key in keys.items()}
 
 
-def matched_tables(groups, references: list[str], cols: list[str]) -> list[str]:
+def with_pools(acc: dict, pools: dict | None) -> dict:
+    """acc ({'all': …, 'level1': …} or arrays of them) with a column per pool: the mean of its
+    levels (the pooled accuracy where the levels hold as many questions each)."""
+    return {**acc, **{name: sum(acc[k] for k in levels) / len(levels)
+                      for name, levels in (pools or {}).items()}}
+
+
+def matched_tables(groups, references: list[str], cols: list[str],
+                   pools: dict | None = None) -> list[str]:
     """Per axis of MATCHED_AXES and per reference, each other arm's paired differences, read
     at the largest value of the axis that every run of the two arms reached (markdown lines;
     none when the runs hold no in-run evaluations)."""
     out = []
     for axis, words in MATCHED_AXES:
-        curves = {label: {plots.run_seed(d): eval_curve(d, axis) for d in dirs}
-                  for label, dirs in groups}
+        curves = {label: {plots.run_seed(d): _pooled(eval_curve(d, axis), pools)
+                          for d in dirs} for label, dirs in groups}
         if not all(len(x) for runs in curves.values() for x, _ in runs.values()):
             continue
         for i, ref in enumerate(references):
@@ -182,19 +191,29 @@ def matched_tables(groups, references: list[str], cols: list[str]) -> list[str]:
     return out
 
 
+def _pooled(curve, pools):
+    x, ys = curve
+    return x, with_pools(ys, pools) if len(x) else ys
+
+
 def _one(curve, col):
     x, ys = curve
     return x, ys.get(col, np.full(len(x), np.nan))
 
 
 def tables(base: dict, groups, reference: str | list[str] | None = None,
-           budget: int | None = None, power: list[int] | None = None) -> str:
+           budget: int | None = None, power: list[int] | None = None,
+           pools: dict | None = None) -> str:
     """The markdown of the module docstring. `base`: an evaluate.py report; `groups`:
     [(label, [workdir, …])], seeds paired across groups by config seed; `budget`: read every
-    run at that cost (run_row); `power`: seed counts for `power_lines` against each reference."""
-    base_acc = accuracies(base)
+    run at that cost (run_row); `power`: seed counts for `power_lines` against each reference;
+    `pools`: {name: [level, …]}, a column each (`with_pools`)."""
+    base_acc = with_pools(accuracies(base), pools)
     cols = list(base_acc)
     rows = {label: [run_row(d, budget) for d in dirs] for label, dirs in groups}
+    for runs in rows.values():
+        for r in runs:
+            r["acc"] = with_pools(r["acc"], pools)
     out = ["| arm | seed | steps | samples generated | launched (cut included) | cost (samples) | "
            "generated tokens | trained tokens | FLOP-tokens | sampler tok/s | learner tok/s | "
            + " | ".join(cols) + " |", "|" + "---|" * (11 + len(cols)),
@@ -236,7 +255,7 @@ def tables(base: dict, groups, reference: str | list[str] | None = None,
                     + " |", "|" + "---|" * (1 + len(cols))] + lines
         if power:
             out += power_lines(rows, name, cols, power, skip=references[:i])
-    out += matched_tables(groups, references, cols)
+    out += matched_tables(groups, references, cols, pools)
     return "\n".join(out)
 
 
@@ -253,13 +272,18 @@ def main(argv=None):
                     help="seed counts, comma-separated (e.g. 5,8): per arm and level the SD "
                          "of the paired differences so far and the difference detectable at "
                          "80 %% power with that many seeds, against each --reference")
+    ap.add_argument("--pool", nargs="*", default=[],
+                    help="name=level2,level3,… : a column of those levels' mean (e.g. the "
+                         "hard levels pooled)")
     args = ap.parse_args(argv)
     with open(args.base) as f:
         base = json.load(f)
     groups = plots.parse_groups(args.groups)
     try:
+        pools = {name: levels.split(",") for name, levels in
+                 (p.split("=", 1) for p in args.pool)}
         print(tables(base, groups, args.reference and args.reference.split(","), args.budget,
-                     args.power and [int(n) for n in args.power.split(",")]))
+                     args.power and [int(n) for n in args.power.split(",")], pools))
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"before_after.py: {e}")
 
