@@ -75,7 +75,7 @@ def export_run(workdir: str, out_dir: str, *, step: int | None = None, dtype: st
             convert.read_hf_config(source), "max_position_embeddings", source,
             default=cfg.max_len))
     files = hf_export.export_hf(params, cfg, out_dir, source=source, dtype=dtype,
-                      max_shard_bytes=max_shard_bytes)
+                                max_shard_bytes=max_shard_bytes)
     tok = tok_lib.load_tokenizer(config)
     if not isinstance(tok, tok_lib.HFTokenizer):
         log.warning("%s: the run's tokenizer is a sentencepiece model, which a Hugging Face "

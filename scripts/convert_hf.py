@@ -50,8 +50,8 @@ def main():
           f"no configs/base.py MODELS entry matches; run it with the sizes read from the "
           f"folder: --config=configs/base.py:model=hf --config.model.init_from={a.hf_dir}")
     if a.out:
-        files = hf_export.export_hf(params, cfg, a.out, source=a.hf_dir, dtype=a.dtype or "bfloat16",
-                                  max_shard_bytes=shard)
+        files = hf_export.export_hf(params, cfg, a.out, source=a.hf_dir,
+                                    dtype=a.dtype or "bfloat16", max_shard_bytes=shard)
         print(f"exported {len(files)} safetensors files to {a.out}")
 
 

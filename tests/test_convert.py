@@ -240,7 +240,7 @@ def test_export_without_source_uses_cfg(saved, mesh, tmp_path):
     assert not os.path.exists(tmp_path / "generation_config.json")
     with pytest.raises(ValueError, match="is another model.*n_layers"):
         hf_export.export_hf(params, dataclasses.replace(cfg, n_layers=1), str(tmp_path),
-                          source=path)
+                            source=path)
 
 
 def test_bfloat16_checkpoint_round_trips_bit_exactly(mesh, tmp_path):

@@ -79,7 +79,7 @@ def main():
     mesh, tokenizer = sharding.make_mesh(c.mesh), load_tokenizer(c)
     cfg = model_lib.ModelConfig.from_config(c.model)
     hf_export.export_hf(nnx.split(model_lib.Transformer(cfg, nnx.Rngs(0)))[1], cfg,
-                      os.path.join(tmp, "hf"), model_type="llama")
+                        os.path.join(tmp, "hf"), model_type="llama")
     cases = [("pretrained", config(**{"model.init_from": os.path.join(tmp, "hf")})),
              ("random init", config(**{"sft.steps": 0})),
              ("SFT trained", c), ("SFT cached", c)]
