@@ -126,6 +126,23 @@ def _transformers():
     return transformers, torch
 
 
+def _assert_logits_match(out, ref):
+    """The folder `out` loaded in ada_jax gives transformers' model `ref`'s logits at every real
+    position of TEXTS left-padded (prompts longer than 2 windows); returns (graphdef, params,
+    toks, mask)."""
+    from tests.helpers import logit_diff_vs_hf
+    mesh = sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
+    _, graphdef, params = convert.load_hf_checkpoint(out, mesh,
+                                                     base.get_config("").sharding_rules)
+    tok = tok_lib.HFTokenizer(out)
+    ids = [tok_lib.prompt_ids(tok, t) for t in TEXTS]
+    toks, mask = sampling.left_pad(ids, max(map(len, ids)), tok.pad_id)
+    assert max(map(len, ids)) > 2 * WINDOW
+    diff, scale = logit_diff_vs_hf(graphdef, params, ref, toks, mask)
+    assert diff < 1e-4 * max(scale, 1.0), (diff, scale)
+    return graphdef, params, toks, mask
+
+
 def test_config_and_tensors_equal_transformers_gguf_load(converted):
     """config.json is Gemma 3's (5 local layers to a global one, the window, both RoPE bases)
     and every tensor equals what transformers' GGUF loader builds (norms back to w)."""
@@ -172,19 +189,10 @@ def test_ada_jax_runs_the_folder_as_transformers_runs_the_gguf(converted):
     tokens (ada_jax's cached decode) equal to transformers' from the folder (the same tensors as
     its GGUF load; its GGUF config assumes query_pre_attn_scalar 256 where llama.cpp scales by
     head_dim, 16 here: the same for Gemma 3 270M-12B, whose head_dim is 256)."""
-    from tests.helpers import logit_diff_vs_hf
     _, out, _ = converted
     transformers, torch = _transformers()
     ref = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    mesh = sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
-    _, graphdef, params = convert.load_hf_checkpoint(out, mesh,
-                                                     base.get_config("").sharding_rules)
-    tok = tok_lib.HFTokenizer(out)
-    ids = [tok_lib.prompt_ids(tok, t) for t in TEXTS]
-    toks, mask = sampling.left_pad(ids, max(map(len, ids)), tok.pad_id)
-    assert max(map(len, ids)) > 2 * WINDOW
-    diff, scale = logit_diff_vs_hf(graphdef, params, ref, toks, mask)
-    assert diff < 1e-4 * max(scale, 1.0), (diff, scale)
+    graphdef, params, toks, mask = _assert_logits_match(out, ref)
     N = 10
     import jax
     got = np.asarray(sampling.sample(graphdef, params, toks, mask, jax.random.key(0),
@@ -280,7 +288,6 @@ def test_a_gemma2_file_runs_as_transformers_runs_it(tmp_path):
     act), llama.cpp's query scale (head_dim): the folder's tensors equal transformers' GGUF
     load, its config is Gemma 2's, and ada_jax computes transformers' logits from it."""
     from safetensors.numpy import load_file
-    from tests.helpers import logit_diff_vs_hf
     file, out = str(tmp_path / "tiny.gguf"), str(tmp_path / "hf")
     hf = write_tiny_gemma3(file, "gemma2")
     got = gguf_import.gguf_to_hf(file, out)["config"]
@@ -299,11 +306,4 @@ def test_a_gemma2_file_runs_as_transformers_runs_it(tmp_path):
         np.testing.assert_array_equal(x, sd[name].numpy(), err_msg=name)
     ref = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     assert type(ref).__name__ == "Gemma2ForCausalLM"
-    mesh = sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
-    _, graphdef, params = convert.load_hf_checkpoint(out, mesh,
-                                                     base.get_config("").sharding_rules)
-    tok = tok_lib.HFTokenizer(out)
-    ids = [tok_lib.prompt_ids(tok, t) for t in TEXTS]
-    toks, mask = sampling.left_pad(ids, max(map(len, ids)), tok.pad_id)
-    diff, scale = logit_diff_vs_hf(graphdef, params, ref, toks, mask)
-    assert diff < 1e-4 * max(scale, 1.0), (diff, scale)
+    _assert_logits_match(out, ref)
