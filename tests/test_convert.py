@@ -309,7 +309,7 @@ def test_configs_models_match_the_hub(name):
     assert got.max_len == want.max_len
 
 
-# Two more families' reference configs (Hub config.json) and the ModelConfig each must give.
+# Other families' reference configs (Hub config.json) and the ModelConfig each must give.
 HUB_OTHERS = {
     "qwen3_0_6b": (dict(
         architectures=["Qwen3ForCausalLM"], model_type="qwen3", attention_bias=False,
@@ -347,13 +347,47 @@ HUB_OTHERS["gemma_2_2b"] = (dict(
          query_pre_attn_scalar=256.0, attn_logit_softcap=50.0, final_logit_softcap=30.0))
 
 
+HUB_OTHERS["smollm3_3b"] = (dict(
+    architectures=["SmolLM3ForCausalLM"], model_type="smollm3", attention_bias=False,
+    hidden_act="silu", hidden_size=2048, intermediate_size=11008, max_position_embeddings=65536,
+    mlp_bias=False, no_rope_layer_interval=4,
+    no_rope_layers=[int((i + 1) % 4 != 0) for i in range(36)], num_attention_heads=16,
+    num_hidden_layers=36, num_key_value_heads=4, rms_norm_eps=1e-6, rope_scaling=None,
+    rope_theta=5000000.0, sliding_window=None, tie_word_embeddings=True,
+    torch_dtype="bfloat16", use_sliding_window=False, vocab_size=128256),
+    dict(vocab_size=128_256, d_model=2048, n_layers=36, n_heads=16, n_kv_heads=4, d_ff=11_008,
+         head_dim=128, rope_base=5e6, tie_embeddings=True, norm_eps=1e-6, max_len=65536,
+         nope_interval=4))
+HUB_OTHERS["olmo_2_0425_1b"] = (dict(
+    architectures=["Olmo2ForCausalLM"], model_type="olmo2", attention_bias=False,
+    hidden_act="silu", hidden_size=2048, intermediate_size=8192, max_position_embeddings=4096,
+    num_attention_heads=16, num_hidden_layers=16, num_key_value_heads=16, rms_norm_eps=1e-6,
+    rope_scaling=None, rope_theta=500000, tie_word_embeddings=False, torch_dtype="float32",
+    vocab_size=100352),
+    dict(vocab_size=100_352, d_model=2048, n_layers=16, n_heads=16, n_kv_heads=16, d_ff=8192,
+         head_dim=128, rope_base=5e5, tie_embeddings=False, norm_eps=1e-6, max_len=4096,
+         qk_norm=True, qk_norm_full=True, post_norms=True, post_norms_only=True))
+HUB_OTHERS["phi_3_mini_4k_instruct"] = (dict(
+    architectures=["Phi3ForCausalLM"], model_type="phi3", attention_bias=False,
+    hidden_act="silu", hidden_size=3072, intermediate_size=8192, max_position_embeddings=4096,
+    num_attention_heads=32, num_hidden_layers=32, num_key_value_heads=32,
+    original_max_position_embeddings=4096, rms_norm_eps=1e-5, rope_scaling=None,
+    rope_theta=10000.0, sliding_window=2047, tie_word_embeddings=False,
+    torch_dtype="bfloat16", vocab_size=32064),
+    dict(vocab_size=32_064, d_model=3072, n_layers=32, n_heads=32, n_kv_heads=32, d_ff=8192,
+         head_dim=96, rope_base=1e4, tie_embeddings=False, norm_eps=1e-5, max_len=4096,
+         sliding_window=2047))
+# Phi-3's fused tensors are written back split, as the Llama / Mistral family
+EXPORTED_AS = {"phi3": "mistral"}
+
+
 @pytest.mark.parametrize("name", sorted(HUB_OTHERS))
 def test_other_families_hub_configs(name):
     hf, want = HUB_OTHERS[name]
     got = convert.model_config_from_hf(hf)
     assert got == model_lib.ModelConfig(**want)
     exported = hf_export.hf_config_from_model_config(got)  # and back, as the same family
-    assert exported["model_type"] == hf["model_type"]
+    assert exported["model_type"] == EXPORTED_AS.get(hf["model_type"], hf["model_type"])
     assert convert.model_config_from_hf(exported) == got
 
 
