@@ -228,27 +228,33 @@ def test_model_hf_uses_the_checkpoint_s_template_not_the_llama3_guess(converted)
     assert tok_lib.extra_eos_ids(tok, c) == (0,)
 
 
+def _assert_logits_match(out, ref, tok):
+    """The folder `out` loaded in ada_jax gives transformers' model `ref`'s logits at every real
+    position of TEXTS left-padded."""
+    from ada_jax.sampling import left_pad
+    from tests.helpers import logit_diff_vs_hf
+    mesh = sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
+    _, graphdef, params = convert.load_hf_checkpoint(
+        out, mesh, base.get_config("task=embedded").sharding_rules)
+    ids = [tok.encode(t, add_special_tokens=False).ids for t in TEXTS]
+    toks, mask = left_pad(ids, max(map(len, ids)), 2)
+    diff, scale = logit_diff_vs_hf(graphdef, params, ref, toks, mask)
+    assert diff < 1e-4 * max(scale, 1.0), (diff, scale)
+
+
 def test_ada_jax_runs_the_converted_folder_as_transformers_runs_the_gguf(converted):
     """The folder loads in ada_jax with the logits transformers computes from the GGUF file
     itself (its own dequantization and q/k unpermutation), and equal to the folder's."""
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     pytest.importorskip("accelerate", reason="transformers loads GGUF files with accelerate")
-    from tests.helpers import logit_diff_vs_hf
     file, out, _, tok, _ = converted
     from_gguf = transformers.AutoModelForCausalLM.from_pretrained(
         os.path.dirname(file), gguf_file=os.path.basename(file), dtype=torch.float32).eval()
     sd = from_gguf.state_dict()
     for name, x in _load(out).items():
         np.testing.assert_array_equal(x, sd[name].numpy(), err_msg=name)
-    mesh = sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
-    rules = base.get_config("task=embedded").sharding_rules
-    _, graphdef, params = convert.load_hf_checkpoint(out, mesh, rules)
-    ids = [tok.encode(t, add_special_tokens=False).ids for t in TEXTS]
-    from ada_jax.sampling import left_pad
-    toks, mask = left_pad(ids, max(map(len, ids)), 2)
-    diff, scale = logit_diff_vs_hf(graphdef, params, from_gguf, toks, mask)
-    assert diff < 1e-4 * max(scale, 1.0), (diff, scale)
+    _assert_logits_match(out, from_gguf, tok)
 
 
 def _message_lists():
@@ -342,21 +348,13 @@ def test_qwen_files_convert_unpermuted_and_run_as_transformers_runs_them(arch, t
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     pytest.importorskip("accelerate", reason="transformers loads GGUF files with accelerate")
-    from ada_jax.sampling import left_pad
-    from tests.helpers import logit_diff_vs_hf
     # transformers' GGUF config mapping skips key_length: its Qwen3 head_dim stays the
     # default 128 (every released Qwen3's), so the tiny model's is passed explicitly
     extra = dict(head_dim=E) if arch == "qwen3" else {}
     from_gguf = transformers.AutoModelForCausalLM.from_pretrained(
         str(tmp_path), gguf_file="tiny.gguf", dtype=torch.float32, **extra).eval()
     assert type(from_gguf).__name__ == f"{arch.capitalize()}ForCausalLM"
-    mesh = sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
-    _, graphdef, params = convert.load_hf_checkpoint(
-        out, mesh, base.get_config("task=embedded").sharding_rules)
-    ids = [tok.encode(t, add_special_tokens=False).ids for t in TEXTS]
-    toks, mask = left_pad(ids, max(map(len, ids)), 2)
-    diff, scale = logit_diff_vs_hf(graphdef, params, from_gguf, toks, mask)
-    assert diff < 1e-4 * max(scale, 1.0), (diff, scale)
+    _assert_logits_match(out, from_gguf, tok)
 
 
 def test_a_llama_file_with_qkv_biases_is_a_qwen2_folder(tmp_path):
@@ -380,17 +378,9 @@ def test_a_llama_file_with_qkv_biases_is_a_qwen2_folder(tmp_path):
                                       if heads else want, err_msg=name)
     transformers = pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
-    from ada_jax.sampling import left_pad
-    from tests.helpers import logit_diff_vs_hf
     theirs = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     assert type(theirs).__name__ == "Qwen2ForCausalLM"
-    mesh = sharding.make_mesh(dict(data=1, fsdp=-1, tensor=1))
-    _, graphdef, params = convert.load_hf_checkpoint(
-        out, mesh, base.get_config("task=embedded").sharding_rules)
-    ids = [tok.encode(t, add_special_tokens=False).ids for t in TEXTS]
-    toks, mask = left_pad(ids, max(map(len, ids)), 2)
-    diff, scale = logit_diff_vs_hf(graphdef, params, theirs, toks, mask)
-    assert diff < 1e-4 * max(scale, 1.0), (diff, scale)
+    _assert_logits_match(out, theirs, tok)
 
 
 @pytest.mark.parametrize("arch, weights, bias, what", [
