@@ -359,8 +359,8 @@ def architecture(cfg: model_lib.ModelConfig) -> dict:
 
 def tensor_names(cfg: model_lib.ModelConfig) -> dict[str, tuple[tuple, str, int | None]]:
     """HF tensor name -> (our state path, layout kind, layer), in HF's order. A layer's tensor
-    is slice `layer` of our stacked [L, …] weight (`model.stack_layers`); layer is None for the
-    others."""
+    is slice `layer` of our stacked [L, …] weight (`layer_stack.stack_layers`); layer is None
+    for the others."""
     names = {"model.embed_tokens.weight": (("embed",), "copy", None)}
     for i in range(cfg.n_layers):
         pre, path = f"model.layers.{i}.", ("blocks",)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ada_jax import layer_stack
 from ada_jax import model as model_lib
 from ada_jax import sampling
 
@@ -45,12 +46,12 @@ class ModelGenerator:
         return self.sampling.pad_id
 
     def for_decoding(self, params):
-        """`step`'s params: the per-layer model (`model.per_layer`), taken once before a
+        """`step`'s params: the per-layer model (`layer_stack.per_layer`), taken once before a
         decode loop rather than at each of its steps."""
-        return nnx.split(model_lib.per_layer(nnx.merge(self.graphdef, params)))
+        return nnx.split(layer_stack.per_layer(nnx.merge(self.graphdef, params)))
 
     def prefill(self, params, prompt_BP, mask_BP):
-        model = model_lib.per_layer(nnx.merge(self.graphdef, params))
+        model = layer_stack.per_layer(nnx.merge(self.graphdef, params))
         P = prompt_BP.shape[1]
         logits, cache, next_pos = sampling.prefill(model, prompt_BP, mask_BP, P,
                                                    self.sampling.prefill_chunk)
@@ -90,7 +91,7 @@ class ModelGenerator:
         decoding wrote them (the prompt's P positions, then the drawn tokens at P, P + 1, …),
         rebuilt by one prefill of prompt + drawn tokens in `sampling.prefill_chunk`-row
         chunks, and the logits of each one's next token (free slots: prompt 0's, unused)."""
-        model = model_lib.per_layer(nnx.merge(self.graphdef, params))
+        model = layer_stack.per_layer(nnx.merge(self.graphdef, params))
         P, N = prompt_BP.shape[1], tokens_SN.shape[1]
         idx = jnp.maximum(prompt_S, 0)
         drawn_SN = jnp.arange(N)[None] < len_S[:, None]

@@ -148,7 +148,7 @@ def estimate(config, devices: int = 8, hbm_gib: float = 80.0, platform: str = "g
         grads=pbytes,
         # micro-batches add each one's gradient into a running sum: a second gradient tree
         grad_sum=pbytes if c.rl.microbatches > 1 else 0,
-        # decoding's per-layer block weights (model.per_layer) in the compute dtype, and the
+        # decoding's per-layer block weights (layer_stack.per_layer) in the compute dtype, and the
         # embedding cast to it when that differs
         decode_copy=(pbytes - embed) * cb // pdt.itemsize
         + (embed * cb // pdt.itemsize if pdt.itemsize != cb else 0),

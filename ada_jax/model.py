@@ -13,7 +13,7 @@ given tokens. With a cache (`init_cache`) it writes the new keys/values at each 
 position `cache["pos"]` and attends over everything valid in the cache, so left-padded prompts,
 rows at different decode positions and rows restarted from another prompt's cache (the adaptive
 engine's slot refill) all go through the same code. The blocks' weights are stored stacked,
-[L, …] (`stack_layers`). Params carry `logical_axes` metadata that
+[L, …] (`layer_stack`). Params carry `logical_axes` metadata that
 `ada_jax.sharding` maps to the device mesh.
 """
 import dataclasses
@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from ada_jax import sharding
+from ada_jax import layer_stack, sharding
 
 Cache = dict[str, Any]
 _NEG_INF = -1e30
@@ -345,7 +345,7 @@ class Transformer(nnx.Module):
         self.cfg = cfg
         self.embed = _param(rngs.params(), (cfg.vocab_size, cfg.d_model), ("vocab", "embed"),
                             pd, 1.0 / math.sqrt(cfg.d_model))
-        self.blocks = stack_layers([Block(cfg, rngs) for _ in range(cfg.n_layers)])
+        self.blocks = layer_stack.stack_layers([Block(cfg, rngs) for _ in range(cfg.n_layers)])
         self.final_norm = _norm(cfg)
         if not cfg.tie_embeddings:
             self.lm_head = _param(rngs.params(), (cfg.d_model, cfg.vocab_size),
@@ -385,17 +385,20 @@ class Transformer(nnx.Module):
         scan = cfg.scan_layers and cache is None if scan is None else scan
         if scan:
             if isinstance(self.blocks, nnx.List):
-                raise ValueError("a scan over the layers needs the stacked model, not per_layer's")
-            x, new_layers = _scan_blocks(*nnx.split(self.blocks), x, positions_BT, rope, masks,
-                                         local_layers(cfg), rope_layers(cfg), cache, remat)
+                raise ValueError("a scan over the layers needs the stacked model, not "
+                                 "layer_stack.per_layer's")
+            x, new_layers = layer_stack.scan_blocks(
+                *nnx.split(self.blocks), x, positions_BT, rope, masks, local_layers(cfg),
+                rope_layers(cfg), cache, remat)
         else:
             new_layers = []
-            for i, (block, local, rotary) in enumerate(zip(layers(self), local_layers(cfg),
-                                                           rope_layers(cfg))):
+            for i, (block, local, rotary) in enumerate(zip(
+                    layer_stack.layers(self), local_layers(cfg), rope_layers(cfg))):
                 lc = None if cache is None else {"k": cache["k"][i], "v": cache["v"][i],
                                                   "pos": cache["pos"]}
                 inv_freq = rope[local] if rotary else jnp.zeros_like(rope[local])  # 0: identity
-                x, lc = _block_call(block, x, positions_BT, inv_freq, masks[local], lc, remat)
+                x, lc = layer_stack.block_call(block, x, positions_BT, inv_freq, masks[local],
+                                               lc, remat)
                 new_layers.append(lc)
         if logits_slice is not None:
             x = x[:, logits_slice[0]:logits_slice[1]]
@@ -425,23 +428,6 @@ class Transformer(nnx.Module):
         return softcap(logits, cap) if cap else logits
 
 
-def _block_call(block, x, positions_BT, inv_freq, kv_mask, layer_cache, remat: bool):
-    """One block; with remat only its input is saved for the backward pass.
-
-    Remat is `jax.checkpoint` over a pure function of the block's state (not `nnx.remat`,
-    which mutates the caller's Variables and so fails when the model is closed over by an
-    inner trace: a `lax.while_loop` / `lax.map` body such as the sampler's).
-    """
-    if not remat:
-        return block(x, positions_BT, inv_freq, kv_mask, layer_cache)
-    graphdef, state = nnx.split(block)
-
-    def pure(state, x, positions_BT, inv_freq, kv_mask, layer_cache):
-        return nnx.merge(graphdef, state)(x, positions_BT, inv_freq, kv_mask, layer_cache)
-
-    return jax.checkpoint(pure)(state, x, positions_BT, inv_freq, kv_mask, layer_cache)
-
-
 def layer_inputs(cfg: ModelConfig, positions_BT, mask_BT, cache: Cache | None = None):
     """What every block takes besides x, per layer kind (False: global, True: local, with a
     sliding window): (RoPE inverse frequencies, the keys' mask [B, T, S]), and the cache's
@@ -468,80 +454,6 @@ def layer_inputs(cfg: ModelConfig, positions_BT, mask_BT, cache: Cache | None = 
         masks[True] = kv_mask & (positions_BT[:, :, None] - key_pos_BS[:, None, :]
                                  < cfg.sliding_window)
     return rope, masks, valid
-
-
-def stack_layers(blocks: list[Block]) -> Block:
-    """One Block whose every weight holds the weights of `blocks` stacked on a leading layer
-    axis ([L, …], logical axis "layers"): the model's own layout. A scan over the layers takes
-    each layer's weights as a slice, and the gradient comes out in this same layout, so a step
-    makes neither a stacked copy of the weights nor a split of their gradient (SmolLM2's
-    run: 0.4 GiB less at its peak, docs/benchmarks.md)."""
-    def stack(*variables):
-        axes = variables[0].get_metadata()["logical_axes"]
-        return variables[0].replace(jnp.stack([v.get_value() for v in variables]),
-                                    logical_axes=("layers",) + tuple(axes))
-    states = [nnx.state(b) for b in blocks]
-    return nnx.merge(nnx.graphdef(blocks[0]),
-                     jax.tree.map(stack, *states, is_leaf=lambda v: isinstance(v, nnx.Variable)))
-
-
-def layers(model: "Transformer") -> list[Block]:
-    """The model's blocks one layer at a time: slice i of every stacked weight, in the compute
-    dtype but the norms' scales (as the block casts them where it uses them), or the blocks of
-    a `per_layer` model as they are."""
-    if isinstance(model.blocks, nnx.List):
-        return list(model.blocks)
-    graphdef, stacked = nnx.split(model.blocks)
-    dt = jnp.dtype(model.cfg.dtype)
-
-    def layer(i):
-        def one(path, w):
-            norm = any(getattr(k, "key", None) == "scale" for k in path)  # an RMSNorm's
-            return w[i] if norm else w[i].astype(dt)
-        return nnx.merge(graphdef, jax.tree_util.tree_map_with_path(one, stacked))
-    return [layer(i) for i in range(model.cfg.n_layers)]
-
-
-def per_layer(model: "Transformer") -> "Transformer":
-    """A copy of `model` whose blocks are a list of per-layer Blocks (`layers`), for decoding:
-    it runs every layer at every step inside a while loop, and a slice of a stacked weight
-    there is a copy of it at every step (a sampler 1.4x slower on CPU); merged before the
-    loop, the slices are taken once per call: one copy of the block weights in the compute
-    dtype while decoding. The same values; the learner's scan (`model.scan_layers`) needs the
-    stacked model."""
-    graphdef, state = nnx.split(model)
-    out = nnx.merge(graphdef, state)
-    out.blocks = nnx.List(layers(model))
-    return out
-
-
-def _scan_blocks(graphdef, stacked, x, positions_BT, rope, masks, local_L, rope_L, cache,
-                 remat: bool):
-    """The blocks as one `lax.scan` over their stacked weights (and the cache's per-layer keys
-    / values stacked likewise): (x, per-layer caches or Nones). rope / masks: per layer kind
-    (False: global, True: local) as `Transformer.__call__` makes them; local_L says each
-    layer's kind, rope_L whether it applies RoPE: scanned inputs where layers differ."""
-    def body(x, layer):
-        state, k, v, local, rotary = layer
-        inv_freq, kv_mask = rope[False], masks[False]
-        if local is not None:
-            inv_freq = jnp.where(local, rope[True], inv_freq)
-            kv_mask = jnp.where(local, masks[True], kv_mask)
-        if rotary is not None:  # a NoPE layer: zero frequencies, an identity rotation
-            inv_freq = jnp.where(rotary, inv_freq, jnp.zeros_like(inv_freq))
-        lc = None if k is None else {"k": k, "v": v, "pos": cache["pos"]}
-        x, lc = _block_call(nnx.merge(graphdef, state), x, positions_BT, inv_freq, kv_mask, lc,
-                            remat)
-        return x, (None, None) if lc is None else (lc["k"], lc["v"])
-
-    kv = (None, None) if cache is None else (jnp.stack(cache["k"]), jnp.stack(cache["v"]))
-    local = jnp.asarray(local_L) if any(local_L) else None
-    rotary = None if all(rope_L) else jnp.asarray(rope_L)
-    x, (k_L, v_L) = jax.lax.scan(body, x, (stacked,) + kv + (local, rotary))
-    n_layers = jax.tree.leaves(stacked)[0].shape[0]
-    if cache is None:
-        return x, [None] * n_layers
-    return x, [{"k": k_L[i], "v": v_L[i]} for i in range(n_layers)]
 
 
 def shared_prompt_logits(model, tokens_RT, mask_RT, group_R, n_groups: int, prompt_len: int,

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx, struct
 
+from ada_jax import layer_stack
 from ada_jax import model as model_lib
 from ada_jax import sharding
 
@@ -242,7 +243,7 @@ def decode_step(model, logits_BV, key, cache, next_pos_B, live_B, cfg: SamplingC
 def sample(graphdef, params, prompt_BP, prompt_mask_BP, key, *, cfg: SamplingConfig):
     """Sample up to cfg.max_new_tokens per row; stops a row at any of cfg.eos_ids or once it
     ends with one of cfg.stop_seqs, the loop when all rows have stopped."""
-    model = model_lib.per_layer(nnx.merge(graphdef, params))  # sliced outside the loop
+    model = layer_stack.per_layer(nnx.merge(graphdef, params))  # sliced outside the loop
     B, P = prompt_BP.shape
     N = cfg.max_new_tokens
     logits, cache, next_pos = prefill(model, prompt_BP, prompt_mask_BP, P + N,

@@ -20,7 +20,7 @@ import pytest
 
 from flax import nnx
 
-from ada_jax import convert, export, gguf_import, sampling, sharding
+from ada_jax import convert, export, gguf_import, layer_stack, sampling, sharding
 from ada_jax import model as model_lib
 from ada_jax import tokenizer as tok_lib
 from configs import base
@@ -173,7 +173,7 @@ def test_every_layer_matches_float64_on_both_sides_of_the_window(folder):
             c = dataclasses.replace(cfg, sliding_window=window)
             kinds[window] = model_lib.layer_inputs(c, pos, mask)[:2]
         errs = []
-        for i, (block, local) in enumerate(zip(model_lib.layers(model),
+        for i, (block, local) in enumerate(zip(layer_stack.layers(model),
                                                model_lib.local_layers(cfg))):
             # hidden_states[i] feeds layer i; the last entry is after the final norm
             if i == cfg.n_layers - 1:
