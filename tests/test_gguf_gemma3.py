@@ -208,8 +208,8 @@ def test_ada_jax_runs_the_folder_as_transformers_runs_the_gguf(converted):
 
 def test_unsupported_architecture_is_refused_from_the_header(tmp_path, monkeypatch):
     """One line naming the architecture and the supported ones, before any tensor is read."""
-    file = str(tmp_path / "phi3.gguf")
-    w = gguf.GGUFWriter(file, "phi3")
+    file = str(tmp_path / "falcon.gguf")
+    w = gguf.GGUFWriter(file, "falcon")
     w.add_token_list(["a"] * 1000)
     w.add_tensor("token_embd.weight", np.zeros((8, 32), np.float32))
     w.write_header_to_file()
@@ -219,8 +219,8 @@ def test_unsupported_architecture_is_refused_from_the_header(tmp_path, monkeypat
     monkeypatch.setattr(gguf, "GGUFReader", None)  # reading the file would fail otherwise
     with pytest.raises(gguf_import.GGUFError) as e:
         gguf_import.gguf_to_hf(file, str(tmp_path / "out"))
-    assert str(e.value) == (f"{file}: architecture 'phi3' is not supported; supported: "
-                            f"llama, qwen2, qwen3, gemma2, gemma3")
+    assert str(e.value) == (f"{file}: architecture 'falcon' is not supported; supported: "
+                            f"llama, qwen2, qwen3, phi3, gemma2, gemma3")
     assert not os.path.exists(tmp_path / "out")
 
 
