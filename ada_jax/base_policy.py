@@ -38,7 +38,8 @@ _NOT_SFT = {"sft": ("base_dir", "checkpoint_every"),  # fields SFT's result does
             "task": ("reward", "verifier_workers", "verifier_timeout")}
 # Model fields added after the shipped bases were made: left out of the fingerprint while at
 # their default (the architecture the fields did not exist for), so existing bases keep their key
-_LATER_MODEL_FIELDS = ("nope_interval", "post_norms_only", "qk_norm_full")
+_LATER_MODEL_FIELDS = ("nope_interval", "post_norms_only", "qk_norm_full", "yarn_beta_fast",
+                       "yarn_beta_slow", "yarn_truncate", "yarn_attention_factor")
 
 
 def load(config, workdir: str, mesh, tokenizer, shipped: bool = True):

@@ -20,7 +20,7 @@ _CHOICES = {
     "model.param_dtype": ("float32", "bfloat16"),
     "model.dtype": ("float32", "bfloat16", "auto"),
     "optim.mu_dtype": ("", "bfloat16"),
-    "model.rope_scaling": ("none", "llama3", "linear"),
+    "model.rope_scaling": ("none", "llama3", "linear", "yarn"),
     "model.mlp_act": ("silu", "gelu_tanh"),
     "task.name": TASKS,
     "task.reward": ("verifier", "reading", "synthetic"),
@@ -69,7 +69,8 @@ _NON_NEGATIVE = (
 _POSITIVE = (
     "optim.eps", "optim.grad_clip", "sft.lr", "model.rope_base", "model.norm_eps",
     "model.rope_scaling_factor", "model.rope_low_freq_factor", "model.rope_high_freq_factor",
-    "task.verifier_timeout", "rl.objective_alpha",
+    "task.verifier_timeout", "rl.objective_alpha", "model.yarn_beta_fast", "model.yarn_beta_slow",
+    "model.yarn_attention_factor",
 )
 # name: (low, high, whether high itself is allowed); low is allowed.
 _IN_RANGE = {

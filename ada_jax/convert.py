@@ -24,6 +24,7 @@ import dataclasses
 import glob
 import json
 import logging
+import math
 import os
 
 import jax
@@ -204,6 +205,27 @@ def _local_rope(hf: dict, source: str) -> dict:
     return local
 
 
+def _yarn(hf: dict, scaling: dict, factor: float, where: str) -> dict:
+    """YaRN's ModelConfig fields as transformers reads them: the original context (a top-level
+    original_max_position_embeddings first, as Phi-3 writes it, else the scaling's, else
+    max_position_embeddings), the ramp's rotations (32 and 1 by default) and the attention
+    factor (given, else from mscale / mscale_all_dim, else 0.1 ln(factor) + 1)."""
+    def mscale(m: float = 1.0) -> float:
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+    original = (hf.get("original_max_position_embeddings")
+                or scaling.get("original_max_position_embeddings")
+                or hf_field(hf, "max_position_embeddings", where))
+    attention = scaling.get("attention_factor")
+    if attention is None:
+        m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+        attention = mscale(m) / mscale(m_all) if m and m_all else mscale()
+    return dict(rope_original_max_len=int(original),
+                yarn_beta_fast=float(scaling.get("beta_fast") or 32.0),
+                yarn_beta_slow=float(scaling.get("beta_slow") or 1.0),
+                yarn_truncate=bool(scaling.get("truncate", True)),
+                yarn_attention_factor=float(attention))
+
+
 def _rope(hf: dict, source: str) -> tuple[float, dict | None]:
     """(rope_theta, scaling dict or None) from either config.json format: Hub checkpoints use
     `rope_theta` + `rope_scaling`, transformers >= 5 writes one `rope_parameters` dict (Gemma 3:
@@ -300,9 +322,9 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
     if scaling is not None:
         kind = scaling.get("rope_type", scaling.get("type"))
         where = f"{source} rope_scaling"
-        if kind not in ("llama3", "linear"):
+        if kind not in ("llama3", "linear", "yarn"):
             raise CheckpointError(f"{source}: unsupported rope scaling {kind!r} (only llama3, "
-                                  f"linear)")
+                                  f"linear, yarn)")
         rope = dict(rope_scaling=kind,
                     rope_scaling_factor=hf_field(scaling, "factor", where, float))
         if kind == "llama3":
@@ -310,6 +332,8 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", source: str 
                 rope_low_freq_factor=hf_field(scaling, "low_freq_factor", where, float),
                 rope_high_freq_factor=hf_field(scaling, "high_freq_factor", where, float),
                 rope_original_max_len=hf_field(scaling, "original_max_position_embeddings", where))
+        if kind == "yarn":
+            rope.update(_yarn(hf, scaling, rope["rope_scaling_factor"], where))
     d_model = hf_field(hf, "hidden_size", source)
     heads = hf_field(hf, "num_attention_heads", source)
     fields = dict(

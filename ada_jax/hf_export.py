@@ -111,6 +111,12 @@ def hf_config_from_model_config(cfg: model_lib.ModelConfig, model_type: str | No
             low_freq_factor=cfg.rope_low_freq_factor,
             high_freq_factor=cfg.rope_high_freq_factor,
             original_max_position_embeddings=cfg.rope_original_max_len)
+    if cfg.rope_scaling == "yarn":
+        hf["rope_scaling"] = dict(
+            rope_type="yarn", factor=cfg.rope_scaling_factor,
+            original_max_position_embeddings=cfg.rope_original_max_len,
+            beta_fast=cfg.yarn_beta_fast, beta_slow=cfg.yarn_beta_slow,
+            truncate=cfg.yarn_truncate, attention_factor=cfg.yarn_attention_factor)
     return hf
 
 

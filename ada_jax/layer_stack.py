@@ -58,14 +58,14 @@ def scan_blocks(graphdef, stacked, x, positions_BT, rope, masks, local_L, rope_L
     layer's kind, rope_L whether it applies RoPE: scanned inputs where layers differ."""
     def body(x, layer):
         state, k, v, local, rotary = layer
-        inv_freq, kv_mask = rope[False], masks[False]
+        kind, kv_mask = rope[False], masks[False]
         if local is not None:
-            inv_freq = jnp.where(local, rope[True], inv_freq)
+            kind = jax.tree.map(lambda a, b: jnp.where(local, a, b), rope[True], kind)
             kv_mask = jnp.where(local, masks[True], kv_mask)
-        if rotary is not None:  # a NoPE layer: zero frequencies, an identity rotation
-            inv_freq = jnp.where(rotary, inv_freq, jnp.zeros_like(inv_freq))
+        if rotary is not None:  # a NoPE layer: zero frequencies (an identity rotation), scale 1
+            kind = (jnp.where(rotary, kind[0], 0.0), jnp.where(rotary, kind[1], 1.0))
         lc = None if k is None else {"k": k, "v": v, "pos": cache["pos"]}
-        x, lc = block_call(nnx.merge(graphdef, state), x, positions_BT, inv_freq, kv_mask, lc,
+        x, lc = block_call(nnx.merge(graphdef, state), x, positions_BT, kind, kv_mask, lc,
                             remat)
         return x, (None, None) if lc is None else (lc["k"], lc["v"])
 
@@ -79,7 +79,7 @@ def scan_blocks(graphdef, stacked, x, positions_BT, rope, masks, local_L, rope_L
     return x, [{"k": k_L[i], "v": v_L[i]} for i in range(n_layers)]
 
 
-def block_call(block, x, positions_BT, inv_freq, kv_mask, layer_cache, remat: bool):
+def block_call(block, x, positions_BT, rope, kv_mask, layer_cache, remat: bool):
     """One block; with remat only its input is saved for the backward pass.
 
     Remat is `jax.checkpoint` over a pure function of the block's state (not `nnx.remat`,
@@ -87,10 +87,10 @@ def block_call(block, x, positions_BT, inv_freq, kv_mask, layer_cache, remat: bo
     inner trace: a `lax.while_loop` / `lax.map` body such as the sampler's).
     """
     if not remat:
-        return block(x, positions_BT, inv_freq, kv_mask, layer_cache)
+        return block(x, positions_BT, rope, kv_mask, layer_cache)
     graphdef, state = nnx.split(block)
 
-    def pure(state, x, positions_BT, inv_freq, kv_mask, layer_cache):
-        return nnx.merge(graphdef, state)(x, positions_BT, inv_freq, kv_mask, layer_cache)
+    def pure(state, x, positions_BT, rope, kv_mask, layer_cache):
+        return nnx.merge(graphdef, state)(x, positions_BT, rope, kv_mask, layer_cache)
 
-    return jax.checkpoint(pure)(state, x, positions_BT, inv_freq, kv_mask, layer_cache)
+    return jax.checkpoint(pure)(state, x, positions_BT, rope, kv_mask, layer_cache)

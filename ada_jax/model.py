@@ -45,11 +45,18 @@ class ModelConfig:
     tie_embeddings: bool = True
     norm_eps: float = 1e-6
     max_len: int = 256
-    rope_scaling: str = "none"  # "none" | "llama3"
+    rope_scaling: str = "none"  # "none" | "llama3" | "linear" | "yarn" (global layers only)
     rope_scaling_factor: float = 32.0
     rope_low_freq_factor: float = 1.0
     rope_high_freq_factor: float = 4.0
     rope_original_max_len: int = 8192
+    # YaRN: the ramp between interpolated and original frequencies (in rotations over
+    # rope_original_max_len, rounded outwards unless yarn_truncate is off) and the factor its
+    # rotated queries and keys are scaled by (transformers' attention_factor)
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    yarn_truncate: bool = True
+    yarn_attention_factor: float = 1.0
     param_dtype: str = "float32"
     dtype: str = "float32"  # compute dtype; "auto": `compute_dtype`, resolved here
     remat: bool = False
@@ -85,7 +92,8 @@ class ModelConfig:
 VARIANT_FIELDS = ("sliding_window", "sliding_window_pattern", "rope_local_base", "qk_norm",
                   "post_norms", "norm_plus_one", "mlp_act", "embed_scale",
                   "query_pre_attn_scalar", "attn_logit_softcap", "final_logit_softcap",
-                  "nope_interval", "post_norms_only", "qk_norm_full")
+                  "nope_interval", "post_norms_only", "qk_norm_full", "yarn_beta_fast",
+                  "yarn_beta_slow", "yarn_truncate", "yarn_attention_factor")
 
 
 def compute_dtype(name: str, platform: str | None = None) -> str:
@@ -156,8 +164,8 @@ def rope_layers(cfg: ModelConfig) -> tuple[bool, ...]:
 
 
 def rope_frequencies(cfg: ModelConfig, local: bool = False) -> jax.Array:
-    """Inverse frequencies [E/2] of the global layers (with Llama-3.1 style or linear scaling
-    when configured), or of the local ones (rope_local_base, unscaled)."""
+    """Inverse frequencies [E/2] of the global layers (with Llama-3.1 style, linear or YaRN
+    scaling when configured), or of the local ones (rope_local_base, unscaled)."""
     base = cfg.rope_local_base if local else cfg.rope_base
     inv = 1.0 / (base ** (jnp.arange(0, cfg.head_dim, 2, dtype=wide(cfg.dtype)) / cfg.head_dim))
     if local:
@@ -173,7 +181,27 @@ def rope_frequencies(cfg: ModelConfig, local: bool = False) -> jax.Array:
         mid = (1 - smooth) * inv / cfg.rope_scaling_factor + smooth * inv
         inv = jnp.where(wavelen > low_wavelen, inv / cfg.rope_scaling_factor,
                         jnp.where(wavelen < high_wavelen, inv, mid))
+    elif cfg.rope_scaling == "yarn":  # interpolated below the ramp, original above it
+        dim = cfg.head_dim
+
+        def at(rotations):  # the frequency index that turns `rotations` times over the context
+            return (dim * math.log(cfg.rope_original_max_len / (rotations * 2 * math.pi))
+                    / (2 * math.log(cfg.rope_base)))
+        low, high = at(cfg.yarn_beta_fast), at(cfg.yarn_beta_slow)
+        if cfg.yarn_truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, dim - 1)
+        high = high + 0.001 if low == high else high
+        ramp = jnp.clip((jnp.arange(dim // 2, dtype=inv.dtype) - low) / (high - low), 0, 1)
+        inv = inv / cfg.rope_scaling_factor * ramp + inv * (1 - ramp)
     return inv
+
+
+def query_scale(cfg: ModelConfig, local: bool = False) -> float:
+    """What a layer's queries are multiplied by before attention: YaRN's attention factor
+    squared on the global layers (transformers scales both rotated queries and keys by it), 1
+    elsewhere."""
+    return 1.0 if local or cfg.rope_scaling != "yarn" else cfg.yarn_attention_factor ** 2
 
 
 def apply_rope(x_BTHE, positions_BT, inv_freq):
@@ -221,8 +249,11 @@ class Attention(nnx.Module):
             self.q_norm, self.k_norm = _norm(cfg, E, "head_dim"), _norm(cfg, E, "head_dim")
         self.cfg = cfg
 
-    def __call__(self, x_BTD, positions_BT, inv_freq, kv_mask_BTS, layer_cache):
+    def __call__(self, x_BTD, positions_BT, rope, kv_mask_BTS, layer_cache):
+        """rope: (inverse frequencies [E/2], the queries' scale: `query_scale`) of this
+        layer."""
         cfg, dt = self.cfg, x_BTD.dtype
+        inv_freq, q_scale = rope
         q = dense(x_BTD, self.q[...].astype(dt))  # [B,T,H,E]
         k = dense(x_BTD, self.k[...].astype(dt))  # [B,T,K,E]
         v = dense(x_BTD, self.v[...].astype(dt))
@@ -233,6 +264,8 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q, positions_BT, inv_freq)
         k = apply_rope(k, positions_BT, inv_freq)
+        if cfg.rope_scaling == "yarn":
+            q = q * q_scale.astype(dt)
         B, T, H, E = q.shape
         K, G = k.shape[2], H // k.shape[2]
         v = v.transpose(0, 2, 1, 3)  # [B,K,T,E]
@@ -330,9 +363,9 @@ class Block(nnx.Module):
             self.post_attn_norm, self.post_mlp_norm = _norm(cfg), _norm(cfg)
         self.post_norms = cfg.post_norms
 
-    def __call__(self, x_BTD, positions_BT, inv_freq, kv_mask_BTS, layer_cache):
+    def __call__(self, x_BTD, positions_BT, rope, kv_mask_BTS, layer_cache):
         h, layer_cache = self.attn(self.attn_norm(x_BTD) if self.pre_norms else x_BTD,
-                                   positions_BT, inv_freq, kv_mask_BTS, layer_cache)
+                                   positions_BT, rope, kv_mask_BTS, layer_cache)
         x_BTD = x_BTD + (self.post_attn_norm(h) if self.post_norms else h)
         h = self.mlp(self.mlp_norm(x_BTD) if self.pre_norms else x_BTD)
         x_BTD = x_BTD + (self.post_mlp_norm(h) if self.post_norms else h)
@@ -396,9 +429,10 @@ class Transformer(nnx.Module):
                     layer_stack.layers(self), local_layers(cfg), rope_layers(cfg))):
                 lc = None if cache is None else {"k": cache["k"][i], "v": cache["v"][i],
                                                   "pos": cache["pos"]}
-                inv_freq = rope[local] if rotary else jnp.zeros_like(rope[local])  # 0: identity
-                x, lc = layer_stack.block_call(block, x, positions_BT, inv_freq, masks[local],
-                                               lc, remat)
+                kind = rope[local] if rotary else (jnp.zeros_like(rope[local][0]),  # identity
+                                                   jnp.ones_like(rope[local][1]))
+                x, lc = layer_stack.block_call(block, x, positions_BT, kind, masks[local], lc,
+                                               remat)
                 new_layers.append(lc)
         if logits_slice is not None:
             x = x[:, logits_slice[0]:logits_slice[1]]
@@ -430,7 +464,8 @@ class Transformer(nnx.Module):
 
 def layer_inputs(cfg: ModelConfig, positions_BT, mask_BT, cache: Cache | None = None):
     """What every block takes besides x, per layer kind (False: global, True: local, with a
-    sliding window): (RoPE inverse frequencies, the keys' mask [B, T, S]), and the cache's
+    sliding window): (its RoPE: (inverse frequencies, the queries' scale), the keys' mask
+    [B, T, S]), and the cache's
     valid columns after these T tokens (None without a cache). A local layer's query sees the
     keys less than `sliding_window` positions before it."""
     T = mask_BT.shape[1]
@@ -447,10 +482,12 @@ def layer_inputs(cfg: ModelConfig, positions_BT, mask_BT, cache: Cache | None = 
             cache["valid"], mask_BT, pos_B)
         kv_mask = valid[:, None, :] & (jnp.arange(S)[None, None, :] <= idx_BT[:, :, None])
         key_pos_BS = jnp.cumsum(valid, axis=1) - 1  # a valid key's position
-    rope = {False: rope_frequencies(cfg)}
+    def kind(local):
+        return rope_frequencies(cfg, local), jnp.asarray(query_scale(cfg, local), jnp.float32)
+    rope = {False: kind(False)}
     masks = {False: kv_mask}
     if cfg.sliding_window:
-        rope[True] = rope_frequencies(cfg, local=True)
+        rope[True] = kind(True)
         masks[True] = kv_mask & (positions_BT[:, :, None] - key_pos_BS[:, None, :]
                                  < cfg.sliding_window)
     return rope, masks, valid

@@ -136,7 +136,7 @@ def test_the_family_task_default_starts_from_the_shipped_base(tmp_path, monkeypa
     c.sft.steps -= 1  # a model field added since the base was made: set, it is another base
     for name in base_policy._LATER_MODEL_FIELDS:
         default = getattr(c.model, name)
-        setattr(c.model, name, type(default)(1))
+        setattr(c.model, name, (not default) if isinstance(default, bool) else default + 1)
         assert base_policy._where(c, str(tmp_path / "wd"), tok)[2] == "cache", name
         setattr(c.model, name, default)
     assert base_policy._where(c, str(tmp_path / "wd"), tok)[0] == where

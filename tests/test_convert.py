@@ -50,13 +50,19 @@ FAMILIES = {
         tie_word_embeddings=False, rope_theta=2e4, sliding_window=4)),
     # OLMo 2: norms after attention and the MLP only, QK-norm over all heads, untied head.
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(tie_word_embeddings=False, rope_theta=5e5)),
-    # OLMo 3: OLMo 2's, a local layer (window 4) then a global one.
+    # OLMo 3: OLMo 2's, a local layer (window 4) then a global one; YaRN on the global one
+    # only, as the released 7B (an original context of 16, its attention factor given), the
+    # local one unscaled.
     "olmo3": ("Olmo3Config", "Olmo3ForCausalLM", dict(
         tie_word_embeddings=False, rope_theta=5e5, sliding_window=4,
-        layer_types=["sliding_attention", "full_attention"])),
-    # SmolLM3: Llama's layers, the second without RoPE (no_rope_layer_interval 2), tied.
+        layer_types=["sliding_attention", "full_attention"], rope_scaling=dict(
+            rope_type="yarn", factor=8.0, original_max_position_embeddings=16,
+            attention_factor=1.3, beta_fast=4.0, beta_slow=0.25))),
+    # SmolLM3: Llama's layers, the second without RoPE (no_rope_layer_interval 2), tied; YaRN
+    # (its attention factor from the scaling factor) on the layer that rotates.
     "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", dict(
-        tie_word_embeddings=True, rope_theta=1e4, no_rope_layer_interval=2)),
+        tie_word_embeddings=True, rope_theta=1e4, no_rope_layer_interval=2, rope_scaling=dict(
+            rope_type="yarn", factor=4.0, original_max_position_embeddings=32))),
     # Gemma 2: a local layer (window 4) then a global one, one RoPE base; post norms, GeGLU,
     # scaled embeddings, no QK-norm, soft-capped attention scores (cap 2: it acts) and logits.
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", dict(
@@ -142,7 +148,10 @@ def test_logits_match_transformers(saved, mesh):
         "gemma3_text": (4, 2, 100.0), "gemma2": (4, 2, 1e5), "phi3": (4, 0, 2e4),
         "olmo3": (4, 2, 5e5),
         "mistral": (4, 0, 2e4)}.get(family, (0, 0, 10_000.0))
-    assert cfg.rope_scaling == ("llama3" if family == "llama" else "none")
+    assert cfg.rope_scaling == {"llama": "llama3", "olmo3": "yarn", "smollm3": "yarn"}.get(
+        family, "none")
+    assert cfg.yarn_attention_factor == {"olmo3": 1.3, "smollm3": 0.1 * np.log(4.0) + 1}.get(
+        family, 1.0)
     q = params["blocks"]["attn"]["q"][...]  # really placed on the mesh
     assert q.sharding.spec == PartitionSpec(None, "fsdp", "tensor", None)
     blocks = params["blocks"]
@@ -378,7 +387,6 @@ HUB_OTHERS["phi_3_mini_4k_instruct"] = (dict(
          head_dim=96, rope_base=1e4, tie_embeddings=False, norm_eps=1e-5, max_len=4096,
          sliding_window=2047))
 # Phi-3's fused tensors are written back split, as the Llama / Mistral family
-EXPORTED_AS = {"phi3": "mistral"}
 
 
 @pytest.mark.parametrize("name", sorted(HUB_OTHERS))
@@ -387,7 +395,7 @@ def test_other_families_hub_configs(name):
     got = convert.model_config_from_hf(hf)
     assert got == model_lib.ModelConfig(**want)
     exported = hf_export.hf_config_from_model_config(got)  # and back, as the same family
-    assert exported["model_type"] == EXPORTED_AS.get(hf["model_type"], hf["model_type"])
+    assert exported["model_type"] == EXPORTED_AS.get(hf["model_type"], (hf["model_type"],))[0]
     assert convert.model_config_from_hf(exported) == got
 
 
@@ -455,8 +463,8 @@ def test_unsupported_configs_are_rejected():
         convert.model_config_from_hf(dict(mistral, rope_scaling=dict(rope_type="linear",
                                                                      factor=2.0)))
     assert convert.model_config_from_hf(dict(mistral, sliding_window=None)).sliding_window == 0
-    with pytest.raises(ValueError, match="rope scaling 'yarn'"):
-        convert.model_config_from_hf(dict(hf, rope_scaling=dict(rope_type="yarn", factor=4.0)))
+    with pytest.raises(ValueError, match="rope scaling 'dynamic'"):
+        convert.model_config_from_hf(dict(hf, rope_scaling=dict(rope_type="dynamic", factor=4.0)))
     with pytest.raises(ValueError, match="hidden_act"):
         convert.model_config_from_hf(dict(hf, hidden_act="gelu"))
     # Qwen2's window starts at layer max_window_layers (default 28): refused only where a layer

@@ -322,6 +322,34 @@ def test_bfloat16_compute_is_close_to_float32():
     assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(params))
 
 
+@pytest.mark.parametrize("truncate, beta_fast, beta_slow", [
+    (True, 32.0, 1.0), (False, 32.0, 1.0), (True, 8.0, 0.5)])
+def test_yarn_frequencies_and_attention_factor_match_transformers(truncate, beta_fast,
+                                                                   beta_slow):
+    """YaRN's inverse frequencies (original above the ramp, interpolated below it, blended on
+    it) equal transformers' `_compute_yarn_parameters`, and convert reads its attention factor
+    (from mscale / mscale_all_dim here) as transformers computes it; the queries' scale is
+    its square on the global layers only."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import _compute_yarn_parameters
+    from ada_jax import convert
+    scaling = dict(rope_type="yarn", factor=40.0, original_max_position_embeddings=4096,
+                   beta_fast=beta_fast, beta_slow=beta_slow, truncate=truncate, mscale=1.0,
+                   mscale_all_dim=0.8)
+    hf = dict(model_type="qwen3", vocab_size=8, hidden_size=256, intermediate_size=8,
+              num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=128,
+              rope_theta=1e6, max_position_embeddings=163840, rope_scaling=scaling)
+    cfg = convert.model_config_from_hf(hf)
+    assert (cfg.rope_scaling, cfg.rope_original_max_len, cfg.yarn_truncate) == (
+        "yarn", 4096, truncate)
+    want_inv, want_factor = _compute_yarn_parameters(transformers.Qwen3Config(**hf))
+    np.testing.assert_allclose(np.asarray(model_lib.rope_frequencies(cfg)), want_inv.numpy(),
+                               rtol=2e-6)
+    assert cfg.yarn_attention_factor == pytest.approx(want_factor, rel=1e-12)
+    assert model_lib.query_scale(cfg) == pytest.approx(want_factor ** 2)
+    assert model_lib.query_scale(cfg, local=True) == 1.0
+
+
 def test_llama3_rope_scaling_matches_reference_formula():
     cfg = model_lib.ModelConfig(vocab_size=8, d_model=8, n_layers=1, n_heads=1, n_kv_heads=1,
                                 d_ff=8, head_dim=64, rope_base=500_000.0, rope_scaling="llama3",
@@ -355,10 +383,10 @@ def test_layer_weights_are_stored_stacked_layer_by_layer():
     positions = model_lib.positions_from_mask(mask)
     x = model.embed[...][toks]
     kv_mask = jnp.tril(jnp.ones((6, 6), bool))[None] & mask[:, None, :]
-    inv_freq = model_lib.rope_frequencies(model.cfg)
+    rope = (model_lib.rope_frequencies(model.cfg), jnp.float32(1.0))
     for i in range(3):
         block = nnx.merge(graphdef, jax.tree.map(lambda w: w[i], state))
-        x, _ = block(x, positions, inv_freq, kv_mask, None)
+        x, _ = block(x, positions, rope, kv_mask, None)
     want = model.head(model.final_norm(x))
     got, _ = model(toks, positions, mask)
     np.testing.assert_allclose(got, want, atol=1e-5)

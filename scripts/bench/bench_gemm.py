@@ -74,7 +74,7 @@ def ablation(rows: int, prompt: int, new: int, reps: int) -> dict:
     adv = jnp.asarray(np.random.default_rng(1).standard_normal(rows), jnp.float32)
     originals = (M.apply_rope, M.Attention.__call__, M.MLP.__call__)
 
-    def attention_projections_only(self, x, positions, inv_freq, kv_mask, layer_cache):
+    def attention_projections_only(self, x, positions, rope, kv_mask, layer_cache):
         return M.dense(M.dense(x, self.q[...]), self.o[...], n_in=2), layer_cache
 
     variants = {"whole": {}, "no_rope": {"rope": lambda x, p, f: x},
