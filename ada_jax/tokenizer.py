@@ -130,8 +130,10 @@ def read_chat_template(folder: str) -> str | None:
 
 class HFTokenizer:
     """A Hugging Face `tokenizers` tokenizer.json. eos/pad: the given token strings, else
-    tokenizer_config.json next to the file, else (pad) eos. bos may be None (Qwen). Carries the
-    folder's chat template (`read_chat_template`) and its special tokens for rendering it."""
+    tokenizer_config.json next to the file, else (pad) eos. bos may be None (Qwen), and is not
+    put before a prompt where tokenizer_config.json says add_bos_token false (SmolLM2's GGUF:
+    transformers' tokenizer(text) adds none there). Carries the folder's chat template
+    (`read_chat_template`) and its special tokens for rendering it."""
     system_prompt = SYSTEM_MATH
 
     def __init__(self, path: str, eos_token: str = "", pad_token: str = ""):
@@ -158,6 +160,7 @@ class HFTokenizer:
 
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.bos_id = token_id("bos_token", token("bos_token"))
+        self.add_bos = self.bos_id is not None and cfg.get("add_bos_token", True) is not False
         self.eos_id = token_id("eos_token", token("eos_token", eos_token))
         if self.eos_id is None:
             raise ValueError(f"{file}: no eos token; set config.model.eos_token")
@@ -380,9 +383,12 @@ def render_prompt(question: str, template: str, hint: str = "",
 
 
 def prompt_ids(tokenizer: Tokenizer, text: str) -> list[int]:
-    """Token ids of a rendered prompt, with BOS first when the tokenizer has one."""
+    """Token ids of a rendered prompt, with BOS first when the tokenizer has one and does not
+    say to leave it out (`HFTokenizer.add_bos`)."""
     ids = tokenizer.encode(text)
-    return ids if tokenizer.bos_id is None else [tokenizer.bos_id, *ids]
+    if tokenizer.bos_id is None or not getattr(tokenizer, "add_bos", True):
+        return ids
+    return [tokenizer.bos_id, *ids]
 
 
 def prompt_text(tokenizer: Tokenizer, question: str, template: str, hint: str = "") -> str:

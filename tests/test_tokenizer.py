@@ -83,6 +83,19 @@ def test_hf_tokenizer_reads_eos_and_pad_from_the_file(tmp_path):
     assert prompt_ids(t, "The") == t.encode("The")  # no BOS for Qwen-like tokenizers
 
 
+@pytest.mark.parametrize("add_bos, first", [(None, True), (True, True), (False, False)])
+def test_hf_tokenizer_puts_bos_first_unless_its_config_says_not(tmp_path, add_bos, first):
+    """A tokenizer with a BOS token puts it before a prompt, but where tokenizer_config.json
+    says add_bos_token false (as transformers' tokenizer(text) then adds none)."""
+    config = {"eos_token": "<|endoftext|>", "bos_token": "<|im_start|>"}
+    if add_bos is not None:
+        config["add_bos_token"] = add_bos
+    t = HFTokenizer(_write_hf(tmp_path, config))
+    assert t.bos_id == t.encode("<|im_start|>")[0]
+    want = ([t.bos_id] if first else []) + t.encode("The")
+    assert prompt_ids(t, "The") == want
+
+
 def test_hf_tokenizer_overrides_and_errors(tmp_path):
     path = _write_hf(tmp_path, None)
     with pytest.raises(ValueError, match="no eos token"):
