@@ -162,8 +162,8 @@ def family(arch: str, tensor_names) -> str:
 
 def hf_config(meta: dict, tied: bool, tensor_names=()) -> dict:
     """config.json (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM,
-    Gemma2ForCausalLM, Gemma3ForCausalLM) from a GGUF's metadata; the family from the architecture and its tensors' biases
-    (`family`)."""
+    Gemma2ForCausalLM, Gemma3ForCausalLM) from a GGUF's metadata; the family from the
+    architecture and its tensors' biases (`family`)."""
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
         raise GGUFError(f"architecture {arch!r} is not supported; supported: "
@@ -271,9 +271,8 @@ def hf_tensors(reader, config: dict, arch: str) -> dict[str, np.ndarray]:
 def hf_tokenizer(meta: dict):
     """A `tokenizers` Tokenizer from a GGUF's tokenizer metadata: byte-level BPE (`bpe_tokenizer`)
     or a sentencepiece BPE vocabulary (`sentencepiece_tokenizer`; Gemma 2 and 3's own kind,
-    `gemma_tokenizer`); its control tokens as
-    special added tokens, user-defined ones of the vocabulary as plain added tokens (as
-    transformers' GGUF tokenizer)."""
+    `gemma_tokenizer`); its control tokens as special added tokens, user-defined ones of the
+    vocabulary as plain added tokens (as transformers' GGUF tokenizer)."""
     from tokenizers import AddedToken
     kind = meta.get("tokenizer.ggml.model")
     if kind == "gpt2":

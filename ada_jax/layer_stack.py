@@ -62,8 +62,8 @@ def scan_blocks(graphdef, stacked, x, positions_BT, rope, masks, local_L, rope_L
         if local is not None:
             kind = jax.tree.map(lambda a, b: jnp.where(local, a, b), rope[True], kind)
             kv_mask = jnp.where(local, masks[True], kv_mask)
-        if rotary is not None:  # a NoPE layer: zero frequencies (an identity rotation), scale 1
-            kind = (jnp.where(rotary, kind[0], 0.0), jnp.where(rotary, kind[1], 1.0))
+        if rotary is not None:
+            kind = jax.tree.map(lambda a, b: jnp.where(rotary, a, b), kind, no_rope(kind))
         lc = None if k is None else {"k": k, "v": v, "pos": cache["pos"]}
         x, lc = block_call(nnx.merge(graphdef, state), x, positions_BT, kind, kv_mask, lc,
                             remat)
@@ -77,6 +77,12 @@ def scan_blocks(graphdef, stacked, x, positions_BT, rope, masks, local_L, rope_L
     if cache is None:
         return x, [None] * n_layers
     return x, [{"k": k_L[i], "v": v_L[i]} for i in range(n_layers)]
+
+
+def no_rope(rope):
+    """A layer without RoPE's (frequencies, queries' scale), for SmolLM3's NoPE layers: zero
+    frequencies (an identity rotation) and scale 1."""
+    return jnp.zeros_like(rope[0]), jnp.ones_like(rope[1])
 
 
 def block_call(block, x, positions_BT, rope, kv_mask, layer_cache, remat: bool):

@@ -429,8 +429,7 @@ class Transformer(nnx.Module):
                     layer_stack.layers(self), local_layers(cfg), rope_layers(cfg))):
                 lc = None if cache is None else {"k": cache["k"][i], "v": cache["v"][i],
                                                   "pos": cache["pos"]}
-                kind = rope[local] if rotary else (jnp.zeros_like(rope[local][0]),  # identity
-                                                   jnp.ones_like(rope[local][1]))
+                kind = rope[local] if rotary else layer_stack.no_rope(rope[local])
                 x, lc = layer_stack.block_call(block, x, positions_BT, kind, masks[local], lc,
                                                remat)
                 new_layers.append(lc)

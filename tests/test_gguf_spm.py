@@ -15,16 +15,16 @@ import pytest
 
 from ada_jax import convert, gguf_import
 from tests import standins
+from tests.test_gguf import D, E, F, H, K, L
 from tests.test_gguf import TEXTS as BPE_TEXTS
+from tests.test_gguf import _weights as tiny_llama_weights
 
 gguf = pytest.importorskip("gguf", reason="the gguf package writes and reads the GGUF files")
 spm = pytest.importorskip("sentencepiece")
 
-D, F, L, H, K, E = 64, 96, 2, 4, 2, 16  # d_model, d_ff, layers, heads, kv heads, head dim
 WINDOW = 2047  # Phi-3-mini's
 TEXTS = ["What is 27 + 58?", "Hello world!  two  spaces", "\u00e9t\u00e9 \u00fc \U0001F642 x",
          "x=12345\n\nnew line", "The answer is \\boxed{85}."]
-CONTROL = {"<unk>": 2, "<s>": 3, "</s>": 3}  # sentencepiece's ids 0, 1, 2 -> GGUF token types
 
 
 @pytest.fixture(scope="module")
@@ -49,24 +49,12 @@ def _token_types(sp) -> list[int]:
             for i in range(sp.get_piece_size())]
 
 
-def _weights(vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """HF-layout float32 weights of a tiny untied Llama (separate q/k/v and gate/up)."""
-    rng = np.random.default_rng(seed)
-    w = {"model.embed_tokens.weight": rng.normal(0, 0.5, (vocab, D)),
-         "model.norm.weight": 1 + rng.normal(0, 0.1, D),
-         "lm_head.weight": rng.normal(0, 0.2, (vocab, D))}
-    for i in range(L):
-        p = f"model.layers.{i}."
-        w.update({p + "input_layernorm.weight": 1 + rng.normal(0, 0.1, D),
-                  p + "post_attention_layernorm.weight": 1 + rng.normal(0, 0.1, D),
-                  p + "self_attn.q_proj.weight": rng.normal(0, 0.2, (H * E, D)),
-                  p + "self_attn.k_proj.weight": rng.normal(0, 0.2, (K * E, D)),
-                  p + "self_attn.v_proj.weight": rng.normal(0, 0.2, (K * E, D)),
-                  p + "self_attn.o_proj.weight": rng.normal(0, 0.2, (D, H * E)),
-                  p + "mlp.gate_proj.weight": rng.normal(0, 0.2, (F, D)),
-                  p + "mlp.up_proj.weight": rng.normal(0, 0.2, (F, D)),
-                  p + "mlp.down_proj.weight": rng.normal(0, 0.2, (D, F))})
-    return {k: v.astype(np.float32) for k, v in w.items()}
+def _weights(vocab: int) -> dict[str, np.ndarray]:
+    """HF-layout float32 weights of a tiny untied Llama: test_gguf's tied one with an output
+    head of its own."""
+    rng = np.random.default_rng(1)
+    return {**tiny_llama_weights(vocab),
+            "lm_head.weight": rng.normal(0, 0.2, (vocab, D)).astype(np.float32)}
 
 
 def _gguf_tensors(hf: dict, arch: str) -> dict[str, np.ndarray]:
