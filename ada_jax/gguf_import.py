@@ -7,7 +7,8 @@ tokenizer.json rebuilt from the tokenizer metadata with `tokenizers`, tokenizer_
 (special tokens, the chat template) and generation_config.json (bos / eos / pad ids).
 
 Supported (ARCHITECTURES): llama (Llama, SmolLM2, Mistral-style dense models), qwen2 (Qwen2 and
-Qwen2.5: q/k/v biases), qwen3 (Qwen3 dense: RMSNorm over each head's queries and keys) and phi3
+Qwen2.5: q/k/v biases), qwen3 (Qwen3 dense: RMSNorm over each head's queries and keys; these
+three with YaRN RoPE scaling too, as Qwen's long-context files carry it) and phi3
 (Phi-3 without long-context scaling: fused q/k/v and gate/up tensors, kept fused), with a
 byte-level BPE (tokenizer.ggml.model "gpt2") or a sentencepiece vocabulary ("llama": Llama 2,
 Mistral, Phi-3), and gemma2 and gemma3 (Gemma 2, Gemma 3 text models) with their
@@ -160,6 +161,40 @@ def family(arch: str, tensor_names) -> str:
     return arch
 
 
+# llama.cpp's YaRN keys whose non-default values no HF config expresses (DeepSeek's log
+# multiplier, an attention factor beside the one YaRN computes, a partial ramp).
+YARN_UNSUPPORTED = {"yarn_log_multiplier": 0.0, "yarn_attn_factor": 1.0, "yarn_ext_factor": 1.0}
+
+
+def rope_scaling_config(meta: dict, arch: str) -> dict | None:
+    """config.json's `rope_scaling` from a file's `rope.scaling.*` metadata: Gemma 3's linear
+    factor; YaRN in a llama, qwen2 or qwen3 file (Qwen's long-context files) as transformers
+    reads it: the factor, the context trained on (`original_context_length`, else the
+    file's context) and the ramp's rotations where the file gives them (32 and 1 otherwise,
+    llama.cpp's defaults too); the attention factor then follows from the factor, as llama.cpp
+    computes it. Anything else is refused by name."""
+    def get(key, default):
+        return meta.get(f"{arch}.rope.scaling.{key}", default)
+    scaling, factor = get("type", "none"), float(get("factor", 1.0))
+    if scaling == "none" or (scaling == "linear" and factor == 1.0):
+        return None
+    if arch == "gemma3" and scaling == "linear":
+        return dict(rope_type="linear", factor=factor)
+    if scaling != "yarn" or arch not in ("llama", "qwen2", "qwen3"):
+        raise GGUFError(f"RoPE scaling {scaling!r} in a {arch} file is not supported")
+    odd = [f"{arch}.rope.scaling.{k} = {get(k, v)}" for k, v in YARN_UNSUPPORTED.items()
+           if float(get(k, v)) != v]
+    if odd:
+        raise GGUFError(f"YaRN with {', '.join(odd)} is not supported")
+    original = get("original_context_length", meta.get(f"{arch}.context_length"))
+    if original is None:
+        raise GGUFError(f"metadata {arch}.rope.scaling.original_context_length is missing")
+    config = dict(rope_type="yarn", factor=factor, original_max_position_embeddings=int(original))
+    config.update({k: float(get(f"yarn_{k}", None)) for k in ("beta_fast", "beta_slow")
+                   if get(f"yarn_{k}", None) is not None})
+    return config
+
+
 def hf_config(meta: dict, tied: bool, tensor_names=()) -> dict:
     """config.json (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM,
     Gemma2ForCausalLM, Gemma3ForCausalLM) from a GGUF's metadata; the family from the
@@ -175,12 +210,7 @@ def hf_config(meta: dict, tied: bool, tensor_names=()) -> dict:
         if value is None:
             raise GGUFError(f"metadata {arch}.{key} is missing")
         return value
-    scaling, factor = get("rope.scaling.type", "none"), get("rope.scaling.factor", 1.0)
-    rope_scaling = None
-    if arch == "gemma3" and scaling == "linear" and factor != 1.0:
-        rope_scaling = dict(rope_type="linear", factor=float(factor))
-    elif scaling not in ("none", "linear") or factor != 1.0:
-        raise GGUFError(f"RoPE scaling {scaling!r} is not supported")
+    rope_scaling = rope_scaling_config(meta, arch)
     d, heads = int(get("embedding_length")), int(get("attention.head_count"))
     head_dim = int(meta.get(f"{arch}.attention.key_length") or meta.get(
         f"{arch}.rope.dimension_count") or d // heads)

@@ -9,6 +9,7 @@ ada_jax (model=hf) with transformers' logits; prompts render as transformers'
 apply_chat_template does for SmolLM2 and the Qwen2 / Llama-3 stand-ins (tests/standins.py)."""
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -79,12 +80,12 @@ def _weights(vocab: int, seed: int = 0, arch: str = "llama") -> dict[str, np.nda
 
 
 def write_tiny_gguf(path: str, qtype: str = "Q8_0", arch: str = "llama", weights: str = None,
-                    extra: dict = None) -> tuple[dict, object]:
+                    extra: dict = None, metadata: dict = None) -> tuple[dict, object]:
     """A tiny llama (qwen2, qwen3) GGUF as llama.cpp's converter writes one: returns (the HF
     weights before quantization, the tokenizer). Matrices in `qtype` (embedding Q8_0), norms
     and biases F32, llama's q/k rows (and biases) permuted (gguf_import.permute), no
     output.weight (tied). `weights`: the family of the weights (default `arch`'s); `extra`:
-    more HF tensors."""
+    more HF tensors; `metadata`: more `arch.` keys (str, int or float values)."""
     tok = _tokenizer()
     vocab = tok.get_vocab_size()
     tokens = [tok.id_to_token(i) for i in range(vocab)]
@@ -120,6 +121,9 @@ def write_tiny_gguf(path: str, qtype: str = "Q8_0", arch: str = "llama", weights
     w.add_chat_template(SMOLLM2_TEMPLATE)
     w.add_key_length(E)
     w.add_value_length(E)
+    for key, value in (metadata or {}).items():
+        add = {str: w.add_string, int: w.add_uint32, float: w.add_float32}[type(value)]
+        add(f"{arch}.{key}", value)
     for name, x in hf.items():
         if arch == "llama" and "q_proj" in name:
             x = gguf_import.permute(x, H)
@@ -397,3 +401,53 @@ def test_biases_the_model_lacks_are_refused_by_name(arch, weights, bias, what, t
     with pytest.raises(gguf_import.GGUFError, match=f"{arch} file with biases on .*{what}"):
         gguf_import.gguf_to_hf(file, out)
     assert not os.path.exists(out)
+
+
+YARN = {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+        "rope.scaling.original_context_length": 64}
+
+
+def test_a_yarn_file_runs_as_transformers_runs_its_folder(tmp_path):
+    """A file with llama.cpp's YaRN keys (Qwen's long-context files) becomes config.json's
+    rope_scaling, which ada_jax and transformers read alike: the factor, the context trained on,
+    the attention factor 0.1 ln 4 + 1 (no key: llama.cpp computes it from the factor)."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    file, out = str(tmp_path / "yarn.gguf"), str(tmp_path / "hf")
+    _, tok = write_tiny_gguf(file, metadata=YARN)
+    gguf_import.gguf_to_hf(file, out)
+    with open(os.path.join(out, "config.json")) as f:
+        assert json.load(f)["rope_scaling"] == dict(
+            rope_type="yarn", factor=4.0, original_max_position_embeddings=64)
+    m = convert.model_config_from_hf(convert.read_hf_config(out))
+    assert (m.rope_scaling, m.rope_original_max_len, m.yarn_beta_fast, m.yarn_beta_slow) == (
+        "yarn", 64, 32.0, 1.0)
+    assert m.yarn_attention_factor == pytest.approx(0.1 * np.log(4.0) + 1)
+    ref = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    _assert_logits_match(out, ref, tok)
+
+
+@pytest.mark.parametrize("arch, meta, what", [
+    ("qwen2", {"rope.scaling.yarn_beta_fast": 16.0, "rope.scaling.yarn_beta_slow": 2.0}, None),
+    ("qwen3", {"rope.scaling.original_context_length": None}, None),
+    ("llama", {"rope.scaling.yarn_log_multiplier": 0.07},
+     "YaRN with llama.rope.scaling.yarn_log_multiplier = 0.07 is not supported"),
+    ("llama", {"rope.scaling.yarn_attn_factor": 0.8}, "yarn_attn_factor = 0.8"),
+    ("gemma2", {}, "RoPE scaling 'yarn' in a gemma2 file is not supported"),
+    ("llama", {"rope.scaling.type": "longrope"}, "'longrope' in a llama file"),
+])
+def test_yarn_metadata_is_read_or_refused_by_name(arch, meta, what):
+    """The ramp's rotations where the file gives them, the file's context where it names no
+    original one; keys no HF config expresses, and YaRN outside llama / qwen, refused."""
+    keys = {**YARN, "context_length": 1024, **meta}
+    metadata = {f"{arch}.{k}": v for k, v in keys.items() if v is not None}
+    if what:
+        with pytest.raises(gguf_import.GGUFError, match=re.escape(what)):
+            gguf_import.rope_scaling_config(metadata, arch)
+        return
+    got = gguf_import.rope_scaling_config(metadata, arch)
+    assert got["rope_type"] == "yarn" and got["factor"] == 4.0
+    original = keys["rope.scaling.original_context_length"] or keys["context_length"]
+    assert got["original_max_position_embeddings"] == original
+    assert (got.get("beta_fast"), got.get("beta_slow")) == (
+        meta.get("rope.scaling.yarn_beta_fast"), meta.get("rope.scaling.yarn_beta_slow"))
