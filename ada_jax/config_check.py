@@ -38,6 +38,7 @@ _CHOICES = {
     "rl.advantage": ("grpo", "drgrpo", "rloo", "raft", "liteppo", "reinforce_pp", "pool"),
     "rl.objective": ("linear", "log", "arcsin", "power"),
     "rl.hints": ("none", "sage", "sage_light"),
+    "rl.cost_unit": ("samples", "flop_tokens"),
     "loss.agg": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant"),
     "loss.kl_type": ("k1", "k2", "k3"),
     "loss.decoupled": ("auto", "on", "off"),
@@ -371,7 +372,7 @@ def check_task(config) -> None:
 # Fields that may differ from a workdir's config.json when it is resumed: run length, eval /
 # log / checkpoint cadence, the hardware layout and memory knobs. Everything else changes what a
 # step computes (or the shapes of the saved arrays), so a changed value is refused.
-RESUMABLE = ("rl.steps", "rl.cost_budget", "eval.every", "eval.every_cost", "checkpoint", "log", "mesh", "distributed",
+RESUMABLE = ("rl.steps", "rl.cost_budget", "rl.cost_unit", "eval.every", "eval.every_cost", "checkpoint", "log", "mesh", "distributed",
              "sharding_rules", "model.remat", "model.scan_layers", "rl.microbatches", "sampling.prefill_chunk",
              "sampling.pad_multiple",
              "task.verifier_workers", "optim.max_update_ratio", "optim.max_skipped_steps")

@@ -203,9 +203,12 @@ FIELDS = {
     # RL
     "rl.steps": ("RL steps (one prompt batch each)",
                  "trainer.total_training_steps / max_steps"),
-    "rl.cost_budget": ("stop after the step whose cost (samples generated + trained) reaches "
-                       "this (0 = off; rl.steps still caps the run): every arm run to the same "
-                       "total cost", "—"),
+    "rl.cost_budget": ("stop after the step whose cost (in rl.cost_unit) reaches this (0 = "
+                       "off; rl.steps still caps the run): every arm run to the same total "
+                       "cost", "—"),
+    "rl.cost_unit": ("what rl.cost_budget and eval.every_cost count: samples (generated + "
+                     "trained) or flop_tokens (generated tokens + 3 x trained tokens, a "
+                     "compute budget for arms that train fewer tokens per sample)", "—"),
     "rl.prompts_per_step": ("prompts per step (B)", "data.train_batch_size / "
                             "generation_batch_size / num_generations"),
     "rl.n": ("samples kept per prompt (group size)",
@@ -312,9 +315,9 @@ FIELDS = {
     # eval, checkpoints, logs
     "eval.every": ("evaluate every this many steps (0 = never)",
                    "trainer.test_freq / eval_steps"),
-    "eval.every_cost": ("also evaluate at the first step whose cost (samples generated + "
-                        "trained) passes each multiple of this (0 = off): one cost grid for "
-                        "arms whose steps cost differently", "—"),
+    "eval.every_cost": ("also evaluate at the first step whose cost (in rl.cost_unit) passes "
+                        "each multiple of this (0 = off): one cost grid for arms whose steps "
+                        "cost differently", "—"),
     "eval.k": ("samples per eval prompt (avg@k, pass@k)", "rollout.val_kwargs.n / —"),
     "eval.prompts": ("held-out eval prompts", "— / (eval_dataset size)"),
     "eval.train_prompts": ("also evaluate on this many training prompts", "—"),

@@ -47,15 +47,16 @@ def parse_groups(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
 
 def truncated_copy(workdir: str, max_cost: float, out: str) -> str:
     """A copy of a run's metrics.jsonl, up to the step whose cost (samples generated +
-    trained) reaches `max_cost`, and config.json (rl.cost_budget set to it) in `out`: the run
-    as if its rl.cost_budget were `max_cost` (exact with a constant lr after warm-up)."""
+    trained) reaches `max_cost`, and config.json (rl.cost_budget set to it, in samples) in
+    `out`: the run as if its rl.cost_budget were `max_cost` (exact with a constant lr after
+    warm-up)."""
     os.makedirs(out, exist_ok=True)
     recs = upto_cost(load_metrics(workdir), max_cost)
     with open(os.path.join(out, "metrics.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in recs)
     config = load_config(workdir)
     if config:
-        config.setdefault("rl", {})["cost_budget"] = max_cost
+        config.setdefault("rl", {}).update(cost_budget=max_cost, cost_unit="samples")
         with open(os.path.join(out, "config.json"), "w") as f:
             json.dump(config, f)
     return out
@@ -81,7 +82,8 @@ def stopped_short(workdir: str, recs: list[dict] | None = None) -> str:
     if planned is None:
         return ""
     reached = recs[-1].get("step", 0) if recs else 0
-    spent = budget and recs and recs[-1].get("cost_samples", 0) >= budget
+    unit = f"cost_{rl.get('cost_unit', 'samples')}"
+    spent = budget and recs and recs[-1].get(unit, 0) >= budget
     return "" if reached >= planned or spent else f"stopped at step {reached} of {planned}"
 
 

@@ -357,9 +357,10 @@ def _train(ctx: Context, params, workdir: str) -> dict:
                      | {f"cum_{k}": v for k, v in totals.items()} | cost(totals))
             watch.update(0, first)
             writer.write(0, first)
-        end = start if out_of_budget(c, cost(totals)["cost_samples"]) else c.rl.steps
+        end = start if out_of_budget(c, cost(totals)) else c.rl.steps
         for step in range(start, end):
             t0 = time.perf_counter()
+            spent_before = spent(c, cost(totals))
             key = jax.random.fold_in(train_key, step)
             got = collect.collect(ctx, trainable["model"], iterator, key, state)
             batch, met = got.batch, got.metrics
@@ -401,9 +402,8 @@ def _train(ctx: Context, params, workdir: str) -> dict:
             totals["wall"] += t3 - t0
             met.update({f"cum_{k}": v for k, v in totals.items()}, **cost(totals))
             done = step + 1
-            last = done == c.rl.steps or out_of_budget(c, met["cost_samples"])
-            if eval_due(c, done, last, met["cost_samples"], met["cost_samples"]
-                        - met["samples_launched"] - met["samples_trained"]):
+            last = done == c.rl.steps or out_of_budget(c, met)
+            if eval_due(c, done, last, spent(c, met), spent_before):
                 met.update(run_evals(ctx, trainable["model"], jax.random.fold_in(eval_key, done)))
             solved = (int((pool_n_B > 0).sum()), int((pool_pos_B > 0).sum()))  # prompts
             if watch.update(done, met, solved):
@@ -465,9 +465,15 @@ def cost(totals: dict) -> dict:
                 totals["trained_tokens"] + totals["replay_tokens"])}
 
 
-def out_of_budget(config, cost_samples: int) -> bool:
-    """Whether a run with rl.cost_budget has spent it (samples generated + trained)."""
-    return bool(config.rl.cost_budget) and cost_samples >= config.rl.cost_budget
+def spent(config, costs: dict) -> int:
+    """A run's cost so far (`cost`'s dict) in rl.cost_unit, what rl.cost_budget and
+    eval.every_cost count."""
+    return costs[f"cost_{config.rl.cost_unit}"]
+
+
+def out_of_budget(config, costs: dict) -> bool:
+    """Whether a run with rl.cost_budget has spent it (in rl.cost_unit)."""
+    return bool(config.rl.cost_budget) and spent(config, costs) >= config.rl.cost_budget
 
 
 def eval_due(config, done: int, last: bool, cost_after: int, cost_before: int) -> bool:

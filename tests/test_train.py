@@ -16,6 +16,7 @@ import pytest
 
 from ada_jax import learn, preemption, train
 from ada_jax.checkpoint import Checkpointer
+from ada_jax.config_check import validate
 from configs import base
 from tests import helpers
 
@@ -704,6 +705,30 @@ def test_a_cost_budget_stops_the_run_and_a_resume_stays_stopped(tmp_path):
     train.train_and_evaluate(cfg, wd)
     with open(os.path.join(wd, "metrics.jsonl")) as f:
         assert [json.loads(line)["step"] for line in f][-1] == 2
+
+
+def test_a_flop_token_budget_counts_generated_plus_three_times_trained_tokens(tmp_path):
+    """rl.cost_unit=flop_tokens: rl.cost_budget and the eval.every_cost grid count generated
+    tokens + 3 x trained (and replayed) tokens, not samples; other units are refused."""
+    totals = {"samples_launched": 10, "samples_trained": 10, "generated_tokens": 400,
+              "trained_tokens": 150, "replay_tokens": 50}
+    costs = train.cost(totals)
+    c = _config("grpo", **{"rl.cost_budget": 1000})
+    assert not train.out_of_budget(c, costs) and train.spent(c, costs) == 20  # samples
+    c.rl.cost_unit = "flop_tokens"
+    assert train.spent(c, costs) == 1000 and train.out_of_budget(c, costs)
+    c.rl.cost_budget = 1001
+    assert not train.out_of_budget(c, costs)
+    c.rl.cost_unit = "tokens"
+    with pytest.raises(ValueError, match="rl.cost_unit='tokens': choose from"):
+        validate(c)
+    cfg = _config("grpo", **{"rl.steps": 4, "rl.cost_unit": "flop_tokens", "rl.cost_budget": 1,
+                             "eval.every": 0, "eval.every_cost": 1, "checkpoint.every": 100})
+    met = train.train_and_evaluate(cfg, str(tmp_path))  # any step's tokens spend 1 FLOP-token
+    with open(tmp_path / "metrics.jsonl") as f:
+        recs = [json.loads(line) for line in f]
+    assert [r["step"] for r in recs] == [0, 1] and met["cost_flop_tokens"] > 1
+    assert "eval/avg@2" in recs[1]
 
 
 def test_replay_rows_leave_out_the_first_target_tokens_and_resume():
