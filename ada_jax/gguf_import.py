@@ -8,7 +8,7 @@ tokenizer.json rebuilt from the tokenizer metadata with `tokenizers`, tokenizer_
 
 Supported (ARCHITECTURES): llama (Llama, SmolLM2, Mistral-style dense models), qwen2 (Qwen2 and
 Qwen2.5: q/k/v biases), qwen3 (Qwen3 dense: RMSNorm over each head's queries and keys; these
-three with YaRN RoPE scaling too, as Qwen's long-context files carry it) and phi3
+three with linear or YaRN RoPE scaling too, as Qwen's long-context files carry it) and phi3
 (Phi-3 without long-context scaling: fused q/k/v and gate/up tensors, kept fused), with a
 byte-level BPE (tokenizer.ggml.model "gpt2") or a sentencepiece vocabulary ("llama": Llama 2,
 Mistral, Phi-3), and gemma2 and gemma3 (Gemma 2, Gemma 3 text models) with their
@@ -161,15 +161,17 @@ def family(arch: str, tensor_names) -> str:
     return arch
 
 
+SCALED = ("llama", "qwen2", "qwen3")  # architectures read with linear or YaRN RoPE scaling
 # llama.cpp's YaRN keys whose non-default values no HF config expresses (DeepSeek's log
 # multiplier, an attention factor beside the one YaRN computes, a partial ramp).
 YARN_UNSUPPORTED = {"yarn_log_multiplier": 0.0, "yarn_attn_factor": 1.0, "yarn_ext_factor": 1.0}
 
 
 def rope_scaling_config(meta: dict, arch: str) -> dict | None:
-    """config.json's `rope_scaling` from a file's `rope.scaling.*` metadata: Gemma 3's linear
-    factor; YaRN in a llama, qwen2 or qwen3 file (Qwen's long-context files) as transformers
-    reads it: the factor, the context trained on (`original_context_length`, else the
+    """config.json's `rope_scaling` from a file's `rope.scaling.*` metadata: a linear factor
+    (Gemma 3's, or a llama, qwen2 or qwen3 file's: positions / factor in llama.cpp, frequencies
+    / factor in transformers, the same rotation); YaRN in a llama, qwen2 or qwen3 file (Qwen's
+    long-context files) as transformers reads it: the factor, the context trained on (`original_context_length`, else the
     file's context) and the ramp's rotations where the file gives them (32 and 1 otherwise,
     llama.cpp's defaults too); the attention factor then follows from the factor, as llama.cpp
     computes it. Anything else is refused by name."""
@@ -178,9 +180,9 @@ def rope_scaling_config(meta: dict, arch: str) -> dict | None:
     scaling, factor = get("type", "none"), float(get("factor", 1.0))
     if scaling == "none" or (scaling == "linear" and factor == 1.0):
         return None
-    if arch == "gemma3" and scaling == "linear":
+    if scaling == "linear" and arch in ("gemma3", *SCALED):
         return dict(rope_type="linear", factor=factor)
-    if scaling != "yarn" or arch not in ("llama", "qwen2", "qwen3"):
+    if scaling != "yarn" or arch not in SCALED:
         raise GGUFError(f"RoPE scaling {scaling!r} in a {arch} file is not supported")
     odd = [f"{arch}.rope.scaling.{k} = {get(k, v)}" for k, v in YARN_UNSUPPORTED.items()
            if float(get(k, v)) != v]

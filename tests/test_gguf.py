@@ -435,6 +435,7 @@ def test_a_yarn_file_runs_as_transformers_runs_its_folder(tmp_path):
     ("llama", {"rope.scaling.yarn_attn_factor": 0.8}, "yarn_attn_factor = 0.8"),
     ("gemma2", {}, "RoPE scaling 'yarn' in a gemma2 file is not supported"),
     ("llama", {"rope.scaling.type": "longrope"}, "'longrope' in a llama file"),
+    ("phi3", {"rope.scaling.type": "linear"}, "'linear' in a phi3 file"),
 ])
 def test_yarn_metadata_is_read_or_refused_by_name(arch, meta, what):
     """The ramp's rotations where the file gives them, the file's context where it names no
@@ -446,6 +447,8 @@ def test_yarn_metadata_is_read_or_refused_by_name(arch, meta, what):
             gguf_import.rope_scaling_config(metadata, arch)
         return
     got = gguf_import.rope_scaling_config(metadata, arch)
+    linear = {**metadata, f"{arch}.rope.scaling.type": "linear"}
+    assert gguf_import.rope_scaling_config(linear, arch) == dict(rope_type="linear", factor=4.0)
     assert got["rope_type"] == "yarn" and got["factor"] == 4.0
     original = keys["rope.scaling.original_context_length"] or keys["context_length"]
     assert got["original_max_position_embeddings"] == original
