@@ -372,11 +372,11 @@ def check_task(config) -> None:
 # Fields that may differ from a workdir's config.json when it is resumed: run length, eval /
 # log / checkpoint cadence, the hardware layout and memory knobs. Everything else changes what a
 # step computes (or the shapes of the saved arrays), so a changed value is refused.
-RESUMABLE = ("rl.steps", "rl.cost_budget", "rl.cost_unit", "eval.every", "eval.every_cost", "checkpoint", "log", "mesh", "distributed",
+RESUMABLE = ("rl.steps", "rl.cost_budget", "eval.every", "eval.every_cost", "checkpoint", "log", "mesh", "distributed",
              "sharding_rules", "model.remat", "model.scan_layers", "rl.microbatches", "sampling.prefill_chunk",
              "sampling.pad_multiple",
              "task.verifier_workers", "optim.max_update_ratio", "optim.max_skipped_steps")
-RESUMABLE += ("optim.collapse_steps", "optim.stop_on_collapse", "check.memory")
+RESUMABLE += ("optim.collapse_steps", "optim.stop_on_collapse", "check.memory", "rl.cost_unit")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:

@@ -171,9 +171,9 @@ def rope_scaling_config(meta: dict, arch: str) -> dict | None:
     """config.json's `rope_scaling` from a file's `rope.scaling.*` metadata: a linear factor
     (Gemma 3's, or a llama, qwen2 or qwen3 file's: positions / factor in llama.cpp, frequencies
     / factor in transformers, the same rotation); YaRN in a llama, qwen2 or qwen3 file (Qwen's
-    long-context files) as transformers reads it: the factor, the context trained on (`original_context_length`, else the
-    file's context) and the ramp's rotations where the file gives them (32 and 1 otherwise,
-    llama.cpp's defaults too); the attention factor then follows from the factor, as llama.cpp
+    long-context files) as transformers reads it: the factor, the context trained on
+    (`original_context_length`, else the file's context) and the ramp's rotations where the
+    file gives them (32 and 1 otherwise, llama.cpp's defaults too); the attention factor then follows from the factor, as llama.cpp
     computes it. Anything else is refused by name."""
     def get(key, default):
         return meta.get(f"{arch}.rope.scaling.{key}", default)
@@ -192,9 +192,8 @@ def rope_scaling_config(meta: dict, arch: str) -> dict | None:
     if original is None:
         raise GGUFError(f"metadata {arch}.rope.scaling.original_context_length is missing")
     config = dict(rope_type="yarn", factor=factor, original_max_position_embeddings=int(original))
-    config.update({k: float(get(f"yarn_{k}", None)) for k in ("beta_fast", "beta_slow")
-                   if get(f"yarn_{k}", None) is not None})
-    return config
+    betas = {k: get(f"yarn_{k}", None) for k in ("beta_fast", "beta_slow")}
+    return config | {k: float(v) for k, v in betas.items() if v is not None}
 
 
 def hf_config(meta: dict, tied: bool, tensor_names=()) -> dict:

@@ -59,6 +59,7 @@ CHAT_FAMILIES = {
 class Tokenizer(Protocol):
     vocab_size: int
     bos_id: int | None
+    add_bos: bool  # BOS before a prompt (tokenizer_config.json's add_bos_token)
     eos_id: int
     pad_id: int
     chat_template: str | None  # the checkpoint's Jinja chat template (template "chat")
@@ -73,6 +74,7 @@ class SentencePieceTokenizer:
     """A sentencepiece model; by default the embedded one (pad 0, unk 1, bos 2, eos 3)."""
     chat_template = None
     system_prompt = SYSTEM_MATH
+    add_bos = True
 
     def __init__(self, model_path: str | None = None, asset: str = EMBEDDED_MODEL):
         import sentencepiece as spm
@@ -386,9 +388,7 @@ def prompt_ids(tokenizer: Tokenizer, text: str) -> list[int]:
     """Token ids of a rendered prompt, with BOS first when the tokenizer has one and does not
     say to leave it out (`HFTokenizer.add_bos`)."""
     ids = tokenizer.encode(text)
-    if tokenizer.bos_id is None or not getattr(tokenizer, "add_bos", True):
-        return ids
-    return [tokenizer.bos_id, *ids]
+    return [tokenizer.bos_id, *ids] if tokenizer.add_bos else ids
 
 
 def prompt_text(tokenizer: Tokenizer, question: str, template: str, hint: str = "") -> str:

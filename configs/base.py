@@ -219,7 +219,8 @@ def get_config(arg: str = ""):
         c.adaptive[group] = ml_collections.ConfigDict({k: s.default for k, s in fields.items()})
 
     c.rl = ml_collections.ConfigDict(dict(
-        steps=40, cost_budget=0, cost_unit="samples", prompts_per_step=16, n=algo["n"], advantage=algo["advantage"],
+        steps=40, cost_budget=0, cost_unit="samples", prompts_per_step=16, n=algo["n"],
+        advantage=algo["advantage"],
         std_normalise=False, objective="linear", objective_alpha=0.5, objective_weight=False,
         importance_correction=False, ppo_epochs=1, minibatches=2, microbatches=1,
         daro=algo.get("daro", False), daro_buckets=0, inject_nan_step=-1,
@@ -255,7 +256,8 @@ def get_config(arg: str = ""):
 
     # train_prompts > 0 also evaluates on that many training prompts (train_eval/…);
     # every_cost > 0 also evaluates at the first step whose cost (rl.cost_unit: samples generated
-    # + trained, or FLOP-weighted tokens) passes each multiple of it: one cost grid for arms whose steps cost differently;
+    # + trained, or FLOP-weighted tokens) passes each multiple of it: one cost grid for arms
+    # whose steps cost differently;
     # batch_rows: samples decoded at once (their caches are the eval's memory; fewer is slower);
     # dtype, draw: the evaluation's compute dtype and token draw ("": model.dtype's,
     # sampling.draw's), e.g. a float32 policy evaluated in bfloat16 where that samples faster.
